@@ -1,0 +1,216 @@
+//! The encodings a weight tensor can have on disk, and their block geometry.
+//!
+//! Both the file readers (which must size tensors to bounds-check them) and the
+//! kernels (which decode them) need these facts, and neither should depend on
+//! the other, so they live in this tiny crate.
+
+use std::fmt;
+
+/// A tensor element encoding. Discriminants are the ggml type ids used by GGUF.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum DType {
+    F32 = 0,
+    F16 = 1,
+    Q4_0 = 2,
+    Q4_1 = 3,
+    Q5_0 = 6,
+    Q5_1 = 7,
+    Q8_0 = 8,
+    Q8_1 = 9,
+    Q2K = 10,
+    Q3K = 11,
+    Q4K = 12,
+    Q5K = 13,
+    Q6K = 14,
+    Q8K = 15,
+    IQ2XXS = 16,
+    IQ2XS = 17,
+    IQ3XXS = 18,
+    IQ1S = 19,
+    IQ4NL = 20,
+    IQ3S = 21,
+    IQ2S = 22,
+    IQ4XS = 23,
+    I8 = 24,
+    I16 = 25,
+    I32 = 26,
+    I64 = 27,
+    F64 = 28,
+    IQ1M = 29,
+    BF16 = 30,
+    TQ1_0 = 34,
+    TQ2_0 = 35,
+    MXFP4 = 39,
+}
+
+/// Every known encoding, for iteration.
+pub const ALL: [DType; 32] = [
+    DType::F32,
+    DType::F16,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q8_1,
+    DType::Q2K,
+    DType::Q3K,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+    DType::Q8K,
+    DType::IQ2XXS,
+    DType::IQ2XS,
+    DType::IQ3XXS,
+    DType::IQ1S,
+    DType::IQ4NL,
+    DType::IQ3S,
+    DType::IQ2S,
+    DType::IQ4XS,
+    DType::I8,
+    DType::I16,
+    DType::I32,
+    DType::I64,
+    DType::F64,
+    DType::IQ1M,
+    DType::BF16,
+    DType::TQ1_0,
+    DType::TQ2_0,
+    DType::MXFP4,
+];
+
+impl DType {
+    /// The encoding with ggml type id `id`, if rill knows it.
+    pub fn from_ggml_id(id: u32) -> Option<DType> {
+        ALL.iter().copied().find(|t| *t as u32 == id)
+    }
+
+    pub fn ggml_id(self) -> u32 {
+        self as u32
+    }
+
+    /// Elements per block (1 for plain element types).
+    pub fn block_len(self) -> usize {
+        use DType::*;
+        match self {
+            F32 | F16 | BF16 | F64 | I8 | I16 | I32 | I64 => 1,
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4NL | MXFP4 => 32,
+            Q2K | Q3K | Q4K | Q5K | Q6K | Q8K | IQ2XXS | IQ2XS | IQ3XXS | IQ1S | IQ3S | IQ2S
+            | IQ4XS | IQ1M | TQ1_0 | TQ2_0 => 256,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        use DType::*;
+        match self {
+            F32 | I32 => 4,
+            F16 | BF16 | I16 => 2,
+            F64 | I64 => 8,
+            I8 => 1,
+            Q4_0 => 18,
+            Q4_1 => 20,
+            Q5_0 => 22,
+            Q5_1 => 24,
+            Q8_0 => 34,
+            Q8_1 => 36,
+            Q2K => 84,
+            Q3K => 110,
+            Q4K => 144,
+            Q5K => 176,
+            Q6K => 210,
+            Q8K => 292,
+            IQ2XXS => 66,
+            IQ2XS => 74,
+            IQ3XXS => 98,
+            IQ1S => 50,
+            IQ4NL => 18,
+            IQ3S => 110,
+            IQ2S => 82,
+            IQ4XS => 136,
+            IQ1M => 56,
+            TQ1_0 => 54,
+            TQ2_0 => 66,
+            MXFP4 => 17,
+        }
+    }
+
+    /// Bytes taken by `n` elements, or `None` when `n` is not a whole number of
+    /// blocks (or the size overflows).
+    pub fn bytes_for(self, n: u64) -> Option<u64> {
+        let bl = self.block_len() as u64;
+        if n % bl != 0 {
+            return None;
+        }
+        (n / bl).checked_mul(self.block_bytes() as u64)
+    }
+
+    /// The name llama.cpp uses (`Q4_K`, `IQ4_XS`, ...).
+    pub fn name(self) -> &'static str {
+        use DType::*;
+        match self {
+            F32 => "F32",
+            F16 => "F16",
+            Q4_0 => "Q4_0",
+            Q4_1 => "Q4_1",
+            Q5_0 => "Q5_0",
+            Q5_1 => "Q5_1",
+            Q8_0 => "Q8_0",
+            Q8_1 => "Q8_1",
+            Q2K => "Q2_K",
+            Q3K => "Q3_K",
+            Q4K => "Q4_K",
+            Q5K => "Q5_K",
+            Q6K => "Q6_K",
+            Q8K => "Q8_K",
+            IQ2XXS => "IQ2_XXS",
+            IQ2XS => "IQ2_XS",
+            IQ3XXS => "IQ3_XXS",
+            IQ1S => "IQ1_S",
+            IQ4NL => "IQ4_NL",
+            IQ3S => "IQ3_S",
+            IQ2S => "IQ2_S",
+            IQ4XS => "IQ4_XS",
+            I8 => "I8",
+            I16 => "I16",
+            I32 => "I32",
+            I64 => "I64",
+            F64 => "F64",
+            IQ1M => "IQ1_M",
+            BF16 => "BF16",
+            TQ1_0 => "TQ1_0",
+            TQ2_0 => "TQ2_0",
+            MXFP4 => "MXFP4",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip_and_are_unique() {
+        for t in ALL {
+            assert_eq!(DType::from_ggml_id(t.ggml_id()), Some(t));
+        }
+        assert_eq!(DType::from_ggml_id(31), None, "31 was a removed repacked type");
+        assert_eq!(DType::from_ggml_id(1000), None);
+    }
+
+    #[test]
+    fn sizes_follow_block_geometry() {
+        assert_eq!(DType::Q4K.bytes_for(512), Some(288));
+        assert_eq!(DType::Q8_0.bytes_for(64), Some(68));
+        assert_eq!(DType::F32.bytes_for(3), Some(12));
+        assert_eq!(DType::Q8_0.bytes_for(33), None);
+        assert_eq!(DType::Q4K.bytes_for(u64::MAX - 255), None);
+    }
+}
