@@ -1,18 +1,199 @@
-//! Decoding of quantized weight blocks (interface stub; the implementation lands next).
+//! Decoding of quantized weight blocks: the portable scalar reference path.
+//!
+//! Every supported encoding is decoded exactly as ggml (and gguf-py's
+//! `gguf/quants.py`) defines it, with the same f32 operation order, so the
+//! results are bit-identical to gguf-py's `dequantize` (see `tests/quant.rs`).
+//!
+//! Layout: one file per family ([`float`], [`legacy`], [`k_quants`], [`iq4`],
+//! [`mxfp4`]); each provides `decode_*` functions that turn one encoded block
+//! (`&[u8; BLOCK_BYTES]`) into its `[f32; BLOCK_LEN]` values. This module
+//! drives them over rows: [`dequantize`] writes whole rows, [`dot`] decodes one
+//! block at a time into a stack buffer and accumulates the dot product in f32.
+//!
+//! The code is scalar but written over fixed-length arrays and `chunks_exact`
+//! so the compiler can auto-vectorise it; a hand-written SIMD path will be
+//! tested against this one.
+//!
+//! # Contract
+//! Callers pass validated sizes (the model loader checks tensor shapes when it
+//! loads a file): element counts are whole blocks and byte slices have exactly
+//! the encoded size. This is only checked with `debug_assert!`. Passing an
+//! encoding for which [`is_supported`] is false panics.
+
 use rill_dtype::DType;
 
+pub mod float;
+pub mod iq4;
+pub mod k_quants;
+pub mod legacy;
+pub mod mxfp4;
+
+/// Elements per block of every super-block ("K") encoding.
+pub const QK_K: usize = 256;
+
 /// Whether the kernels can decode `dtype`.
-pub fn is_supported(_dtype: DType) -> bool {
-    todo!()
+pub fn is_supported(dtype: DType) -> bool {
+    use DType::*;
+    matches!(
+        dtype,
+        F32 | F16
+            | BF16
+            | Q4_0
+            | Q4_1
+            | Q5_0
+            | Q5_1
+            | Q8_0
+            | Q2K
+            | Q3K
+            | Q4K
+            | Q5K
+            | Q6K
+            | IQ4NL
+            | IQ4XS
+            | MXFP4
+    )
 }
 
 /// Decode `dst.len()` elements (a whole number of blocks) from `src`.
-pub fn dequantize(_dtype: DType, _src: &[u8], _dst: &mut [f32]) {
-    todo!()
+///
+/// `src.len()` must be exactly the encoded size of `dst.len()` elements.
+/// Panics if `dtype` is not [`is_supported`].
+pub fn dequantize(dtype: DType, src: &[u8], dst: &mut [f32]) {
+    debug_assert!(
+        dst.len().is_multiple_of(dtype.block_len()),
+        "{dtype}: {} elements is not a whole number of blocks",
+        dst.len()
+    );
+    debug_assert_eq!(
+        src.len(),
+        dst.len() / dtype.block_len() * dtype.block_bytes(),
+        "{dtype}: encoded size does not match element count"
+    );
+    use DType::*;
+    match dtype {
+        F32 => float::dequantize_f32(src, dst),
+        F16 => float::dequantize_f16(src, dst),
+        BF16 => float::dequantize_bf16(src, dst),
+        Q4_0 => dequantize_blocks(src, dst, legacy::decode_q4_0),
+        Q4_1 => dequantize_blocks(src, dst, legacy::decode_q4_1),
+        Q5_0 => dequantize_blocks(src, dst, legacy::decode_q5_0),
+        Q5_1 => dequantize_blocks(src, dst, legacy::decode_q5_1),
+        Q8_0 => dequantize_blocks(src, dst, legacy::decode_q8_0),
+        Q2K => dequantize_blocks(src, dst, k_quants::decode_q2_k),
+        Q3K => dequantize_blocks(src, dst, k_quants::decode_q3_k),
+        Q4K => dequantize_blocks(src, dst, k_quants::decode_q4_k),
+        Q5K => dequantize_blocks(src, dst, k_quants::decode_q5_k),
+        Q6K => dequantize_blocks(src, dst, k_quants::decode_q6_k),
+        IQ4NL => dequantize_blocks(src, dst, iq4::decode_iq4_nl),
+        IQ4XS => dequantize_blocks(src, dst, iq4::decode_iq4_xs),
+        MXFP4 => dequantize_blocks(src, dst, mxfp4::decode_mxfp4),
+        _ => unsupported(dtype),
+    }
 }
 
 /// Dot product of one encoded row (`x.len()` elements) with f32 activations,
 /// decoding block by block (no whole-row f32 copy).
-pub fn dot(_dtype: DType, _row: &[u8], _x: &[f32]) -> f32 {
-    todo!()
+///
+/// `row.len()` must be exactly the encoded size of `x.len()` elements, and
+/// `x.len()` a whole number of blocks. Accumulates in f32; allocates nothing.
+/// Panics if `dtype` is not [`is_supported`].
+pub fn dot(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
+    debug_assert!(
+        x.len().is_multiple_of(dtype.block_len()),
+        "{dtype}: {} elements is not a whole number of blocks",
+        x.len()
+    );
+    debug_assert_eq!(
+        row.len(),
+        x.len() / dtype.block_len() * dtype.block_bytes(),
+        "{dtype}: encoded size does not match element count"
+    );
+    use DType::*;
+    match dtype {
+        F32 => float::dot_row_f32(row, x),
+        F16 => float::dot_row_f16(row, x),
+        BF16 => float::dot_row_bf16(row, x),
+        Q4_0 => dot_blocks(row, x, legacy::decode_q4_0),
+        Q4_1 => dot_blocks(row, x, legacy::decode_q4_1),
+        Q5_0 => dot_blocks(row, x, legacy::decode_q5_0),
+        Q5_1 => dot_blocks(row, x, legacy::decode_q5_1),
+        Q8_0 => dot_blocks(row, x, legacy::decode_q8_0),
+        Q2K => dot_blocks(row, x, k_quants::decode_q2_k),
+        Q3K => dot_blocks(row, x, k_quants::decode_q3_k),
+        Q4K => dot_blocks(row, x, k_quants::decode_q4_k),
+        Q5K => dot_blocks(row, x, k_quants::decode_q5_k),
+        Q6K => dot_blocks(row, x, k_quants::decode_q6_k),
+        IQ4NL => dot_blocks(row, x, iq4::decode_iq4_nl),
+        IQ4XS => dot_blocks(row, x, iq4::decode_iq4_xs),
+        MXFP4 => dot_blocks(row, x, mxfp4::decode_mxfp4),
+        _ => unsupported(dtype),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn unsupported(dtype: DType) -> ! {
+    panic!("rill-kernels: no decoder for {dtype} (check quant::is_supported first)")
+}
+
+/// Apply a block decoder to every block of `src`, writing into `dst`.
+#[inline(always)]
+fn dequantize_blocks<const BB: usize, const L: usize>(
+    src: &[u8],
+    dst: &mut [f32],
+    decode: impl Fn(&[u8; BB], &mut [f32; L]),
+) {
+    for (block, out) in src.chunks_exact(BB).zip(dst.chunks_exact_mut(L)) {
+        // Both conversions are infallible: chunks_exact yields exactly BB / L items.
+        decode(block.try_into().unwrap(), out.try_into().unwrap());
+    }
+}
+
+/// Fused decode + dot: decode each block into a stack buffer, dot it with the
+/// matching slice of `x`, and sum the per-block results.
+#[inline(always)]
+fn dot_blocks<const BB: usize, const L: usize>(
+    row: &[u8],
+    x: &[f32],
+    decode: impl Fn(&[u8; BB], &mut [f32; L]),
+) -> f32 {
+    let mut buf = [0.0f32; L];
+    let mut acc = 0.0f32;
+    for (block, xs) in row.chunks_exact(BB).zip(x.chunks_exact(L)) {
+        decode(block.try_into().unwrap(), &mut buf);
+        acc += dot_f32(&buf, xs);
+    }
+    acc
+}
+
+/// Number of independent partial sums in [`dot_f32`]: one 256-bit vector of
+/// f32, so the loop maps onto SIMD lanes (and, as a side effect, sums in a
+/// slightly more balanced order than a single running total).
+const LANES: usize = 8;
+
+/// f32 dot product of two equally long slices.
+#[inline(always)]
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    debug_assert_eq!(a.len(), b.len());
+    let mut lanes = [0.0f32; LANES];
+    let ca = a.chunks_exact(LANES);
+    let cb = b.chunks_exact(LANES);
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(p, q)| p * q)
+        .sum();
+    for (pa, pb) in ca.zip(cb) {
+        for i in 0..LANES {
+            lanes[i] += pa[i] * pb[i];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
+/// The little-endian f16 at `b[i..i + 2]`, widened (exactly) to f32.
+#[inline(always)]
+pub(crate) fn f16_at(b: &[u8], i: usize) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes([b[i], b[i + 1]])).to_f32()
 }
