@@ -75,7 +75,9 @@ pub enum GgufError {
     #[error("duplicate tensor name `{0}`")]
     DuplicateTensor(String),
 
-    #[error("tensor `{tensor}`: data offset {offset} is not a multiple of the alignment {alignment}")]
+    #[error(
+        "tensor `{tensor}`: data offset {offset} is not a multiple of the alignment {alignment}"
+    )]
     Misaligned {
         tensor: String,
         offset: u64,
@@ -94,11 +96,7 @@ pub enum GgufError {
     Overlap(String, String),
 
     #[error("split file {} (split {no} of {count}) is missing", path.display())]
-    MissingSplit {
-        path: PathBuf,
-        no: u64,
-        count: u64,
-    },
+    MissingSplit { path: PathBuf, no: u64, count: u64 },
 
     #[error("tensor `{0}` is not a tensor of this file")]
     ForeignTensor(String),
@@ -122,7 +120,9 @@ impl GgufError {
     pub(crate) fn in_file(self, path: &std::path::Path) -> GgufError {
         match self {
             // Already located (or an I/O error, which names its path itself).
-            e @ (GgufError::InFile { .. } | GgufError::Io { .. } | GgufError::MissingSplit { .. }) => e,
+            e @ (GgufError::InFile { .. }
+            | GgufError::Io { .. }
+            | GgufError::MissingSplit { .. }) => e,
             e => GgufError::InFile {
                 path: path.to_path_buf(),
                 source: Box::new(e),

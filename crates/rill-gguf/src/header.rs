@@ -13,6 +13,10 @@ pub(crate) const MAX_DIMS: u32 = 4;
 /// Arrays of arrays are legal; a bound on nesting keeps a malicious file from overflowing the
 /// stack with recursion (every level costs only 12 bytes of file).
 const MAX_ARRAY_DEPTH: u32 = 32;
+/// Every metadata value becomes a 32-byte `MetaValue`, so a file full of u8 arrays would
+/// allocate 32 times its size. Real files have well under a million values (tokenizers are the
+/// biggest); this cap bounds the worst case at 2 GiB.
+const MAX_META_VALUES: u64 = 1 << 26;
 /// Fewest bytes a tensor info takes: name length, n_dims, type, offset.
 const MIN_TENSOR_INFO_LEN: u64 = 8 + 4 + 4 + 8;
 /// Fewest bytes a metadata entry takes: key length, value type, a 1-byte value.
@@ -58,13 +62,17 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<Header, GgufError> {
 
     let mut metadata = Vec::with_capacity(n_kv as usize);
     let mut keys = HashSet::with_capacity(n_kv as usize);
+    let mut budget = MAX_META_VALUES;
     for _ in 0..n_kv {
         let key = cur.string("metadata key")?;
         let at = cur.pos() as u64;
         let type_id = cur.u32("metadata value type")?;
-        let ty = ValueType::from_id(type_id).ok_or(GgufError::UnknownValueType { type_id, offset: at })?;
+        let ty = ValueType::from_id(type_id).ok_or(GgufError::UnknownValueType {
+            type_id,
+            offset: at,
+        })?;
         let what = format!("value of `{key}`");
-        let value = parse_value(&mut cur, ty, 0, &what)?;
+        let value = parse_value(&mut cur, ty, 0, &what, &mut budget)?;
         if !keys.insert(key.clone()) {
             return Err(GgufError::DuplicateKey(key));
         }
@@ -78,7 +86,9 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<Header, GgufError> {
                 GgufError::BadAlignment(format!("expected an unsigned integer, found {v:?}"))
             })?;
             if a == 0 || !a.is_power_of_two() {
-                return Err(GgufError::BadAlignment(format!("{a} is not a non-zero power of two")));
+                return Err(GgufError::BadAlignment(format!(
+                    "{a} is not a non-zero power of two"
+                )));
             }
             a
         }
@@ -98,7 +108,9 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<Header, GgufError> {
     let data_start = header_end
         .div_ceil(alignment)
         .checked_mul(alignment)
-        .ok_or_else(|| GgufError::BadAlignment(format!("{alignment} puts the data section past 2^64")))?;
+        .ok_or_else(|| {
+            GgufError::BadAlignment(format!("{alignment} puts the data section past 2^64"))
+        })?;
     Ok(Header {
         version,
         metadata,
@@ -123,7 +135,13 @@ fn check_count(cur: &Cursor, count: u64, min_len: u64, what: &str) -> Result<(),
     Ok(())
 }
 
-fn parse_value(cur: &mut Cursor, ty: ValueType, depth: u32, what: &str) -> Result<MetaValue, GgufError> {
+fn parse_value(
+    cur: &mut Cursor,
+    ty: ValueType,
+    depth: u32,
+    what: &str,
+    budget: &mut u64,
+) -> Result<MetaValue, GgufError> {
     Ok(match ty {
         ValueType::U8 => MetaValue::U8(cur.u8(what)?),
         ValueType::I8 => MetaValue::I8(cur.i8(what)?),
@@ -153,7 +171,10 @@ fn parse_value(cur: &mut Cursor, ty: ValueType, depth: u32, what: &str) -> Resul
         ValueType::Array => {
             let at = cur.pos() as u64;
             let type_id = cur.u32(what)?;
-            let elem = ValueType::from_id(type_id).ok_or(GgufError::UnknownValueType { type_id, offset: at })?;
+            let elem = ValueType::from_id(type_id).ok_or(GgufError::UnknownValueType {
+                type_id,
+                offset: at,
+            })?;
             if elem == ValueType::Array && depth + 1 >= MAX_ARRAY_DEPTH {
                 return Err(GgufError::Corrupt {
                     what: what.to_string(),
@@ -163,9 +184,17 @@ fn parse_value(cur: &mut Cursor, ty: ValueType, depth: u32, what: &str) -> Resul
             }
             let count = cur.u64(what)?;
             check_count(cur, count, elem.min_encoded_len(), what)?;
+            if count > *budget {
+                return Err(GgufError::Corrupt {
+                    what: what.to_string(),
+                    offset: at,
+                    reason: format!("more than {MAX_META_VALUES} metadata values in the file"),
+                });
+            }
+            *budget -= count;
             let mut items = Vec::with_capacity(count as usize);
             for _ in 0..count {
-                items.push(parse_value(cur, elem, depth + 1, what)?);
+                items.push(parse_value(cur, elem, depth + 1, what, budget)?);
             }
             MetaValue::Array(items)
         }
@@ -177,7 +206,10 @@ fn parse_tensor_info(cur: &mut Cursor) -> Result<TensorInfo, GgufError> {
     let what = format!("tensor info of `{name}`");
     let n_dims = cur.u32(&what)?;
     if n_dims > MAX_DIMS {
-        return Err(GgufError::TooManyDims { tensor: name, n_dims });
+        return Err(GgufError::TooManyDims {
+            tensor: name,
+            n_dims,
+        });
     }
     let mut shape = Vec::with_capacity(n_dims as usize);
     for _ in 0..n_dims {
@@ -223,7 +255,11 @@ fn check_magic(buf: &[u8]) -> Result<(), GgufError> {
         "this looks like a safetensors file".to_string()
     } else if matches!(&buf[..4], b"lmgg" | b"fmgg" | b"tjgg") {
         "this is a legacy GGML/GGMF/GGJT file; convert it to GGUF".to_string()
-    } else if buf.iter().take(64).all(|b| b.is_ascii_graphic() || b.is_ascii_whitespace()) {
+    } else if buf
+        .iter()
+        .take(64)
+        .all(|b| b.is_ascii_graphic() || b.is_ascii_whitespace())
+    {
         "this looks like a text file".to_string()
     } else {
         format!("magic bytes are {:02x?}, expected \"GGUF\"", &buf[..4])

@@ -192,25 +192,30 @@ impl GgufFile {
     /// The bytes of a tensor, or an error when its type is unknown or `info` does not
     /// describe a tensor of this file.
     pub fn try_tensor_data(&self, info: &TensorInfo) -> Result<&[u8], GgufError> {
+        let range = self.tensor_file_range(info)?;
+        let bytes = self.parts[info.split].backing.bytes();
+        // The range was checked against the file at open time; `get` keeps this panic-free
+        // regardless.
+        usize::try_from(range.start)
+            .ok()
+            .zip(usize::try_from(range.end).ok())
+            .and_then(|(s, e)| bytes.get(s..e))
+            .ok_or_else(|| GgufError::ForeignTensor(info.name.clone()))
+    }
+
+    /// Where a tensor's bytes lie in its split file (absolute byte offsets; the file is
+    /// `paths().nth(info.split)` for files opened from disk). For readers that want to do
+    /// their own I/O, and for cross-checks.
+    pub fn tensor_file_range(&self, info: &TensorInfo) -> Result<std::ops::Range<u64>, GgufError> {
         // Use our own copy of the info so a modified clone cannot point anywhere else.
         let own = self
             .tensor(&info.name)
             .filter(|own| *own == info)
             .ok_or_else(|| GgufError::ForeignTensor(info.name.clone()))?;
         let size = own.size_bytes()?;
-        let part = &self.parts[own.split];
-        // Validated at open time: these neither overflow nor leave the file.
-        let start = part.data_start + own.offset;
-        let bytes = part.backing.bytes();
-        let range = usize::try_from(start).ok().zip(usize::try_from(start + size).ok());
-        range
-            .and_then(|(s, e)| bytes.get(s..e))
-            .ok_or_else(|| GgufError::OutOfBounds {
-                tensor: own.name.clone(),
-                start: own.offset,
-                end: own.offset + size,
-                data_len: (bytes.len() as u64).saturating_sub(part.data_start),
-            })
+        // Validated at open time: this does not overflow.
+        let start = self.parts[own.split].data_start + own.offset;
+        Ok(start..start + size)
     }
 }
 
@@ -243,7 +248,9 @@ fn check_position(h: &Header, no: u64, count: u64) -> Result<(), GgufError> {
     match split::split_position(h)? {
         Some(pos) if pos == (no, count) => Ok(()),
         found => {
-            let found = found.map_or("not a split file".to_string(), |(n, c)| format!("split {} of {c}", n + 1));
+            let found = found.map_or("not a split file".to_string(), |(n, c)| {
+                format!("split {} of {c}", n + 1)
+            });
             Err(GgufError::Split(format!(
                 "expected split {} of {count}, but the file says it is {found}",
                 no + 1
@@ -280,10 +287,16 @@ fn assemble(parts: Vec<(Header, Part)>) -> Result<GgufFile, GgufError> {
         }
         out_parts.push(part);
     }
-    let meta_index: HashMap<String, usize> =
-        metadata.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect();
+    let meta_index: HashMap<String, usize> = metadata
+        .iter()
+        .enumerate()
+        .map(|(i, (k, _))| (k.clone(), i))
+        .collect();
     if out_parts.len() > 1 {
-        if let Some(v) = meta_index.get(KEY_SPLIT_TENSORS_COUNT).map(|&i| &metadata[i].1) {
+        if let Some(v) = meta_index
+            .get(KEY_SPLIT_TENSORS_COUNT)
+            .map(|&i| &metadata[i].1)
+        {
             if v.as_u64() != Some(tensors.len() as u64) {
                 return Err(GgufError::Split(format!(
                     "the first split says `{KEY_SPLIT_TENSORS_COUNT}` = {v:?}, but the splits hold {} tensors",

@@ -16,10 +16,9 @@ pub(crate) fn split_position(h: &Header) -> Result<Option<(u64, u64)>, GgufError
     let int = |key: &str| -> Result<Option<u64>, GgufError> {
         match h.get(key) {
             None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(Some)
-                .ok_or_else(|| GgufError::Split(format!("`{key}` is not a non-negative integer: {v:?}"))),
+            Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+                GgufError::Split(format!("`{key}` is not a non-negative integer: {v:?}"))
+            }),
         }
     };
     let Some(count) = int(KEY_SPLIT_COUNT)? else {
@@ -29,7 +28,9 @@ pub(crate) fn split_position(h: &Header) -> Result<Option<(u64, u64)>, GgufError
     match (no, count) {
         (_, 0) => Err(GgufError::Split("`split.count` is 0".into())),
         (None | Some(0), 1) => Ok(None),
-        (None, _) => Err(GgufError::Split(format!("`split.count` is {count} but `split.no` is missing"))),
+        (None, _) => Err(GgufError::Split(format!(
+            "`split.count` is {count} but `split.no` is missing"
+        ))),
         (Some(no), count) if no >= count => Err(GgufError::Split(format!(
             "`split.no` is {no} but `split.count` is {count}"
         ))),
@@ -109,7 +110,8 @@ mod tests {
 
     #[test]
     fn parses_llama_cpp_names() {
-        let n = SplitName::parse(Path::new("/m/Qwen3-Next-80B-Q4_K_M-00002-of-00003.gguf")).unwrap();
+        let n =
+            SplitName::parse(Path::new("/m/Qwen3-Next-80B-Q4_K_M-00002-of-00003.gguf")).unwrap();
         assert_eq!((n.no, n.count), (2, 3));
         assert_eq!(
             n.sibling(0),

@@ -68,8 +68,8 @@ impl ValueType {
             U16 | I16 => 2,
             U32 | I32 | F32 => 4,
             U64 | I64 | F64 => 8,
-            Str => 8,          // the length prefix
-            Array => 4 + 8,    // element type + count
+            Str => 8,       // the length prefix
+            Array => 4 + 8, // element type + count
         }
     }
 

@@ -50,7 +50,8 @@ impl GgufWriter {
         self.metadata.retain(|(k, _)| k != ALIGNMENT_KEY);
         if alignment != DEFAULT_ALIGNMENT {
             let a = u32::try_from(alignment).unwrap_or(u32::MAX);
-            self.metadata.push((ALIGNMENT_KEY.into(), MetaValue::U32(a)));
+            self.metadata
+                .push((ALIGNMENT_KEY.into(), MetaValue::U32(a)));
         }
         self
     }
@@ -63,7 +64,13 @@ impl GgufWriter {
 
     /// Add a tensor. `shape` is in ggml order; `data` is written as given (its length is not
     /// checked against the shape, so tests can write inconsistent files).
-    pub fn tensor(&mut self, name: impl Into<String>, shape: &[u64], ggml_type: u32, data: Vec<u8>) -> &mut Self {
+    pub fn tensor(
+        &mut self,
+        name: impl Into<String>,
+        shape: &[u64],
+        ggml_type: u32,
+        data: Vec<u8>,
+    ) -> &mut Self {
         self.tensors.push(WriterTensor {
             name: name.into(),
             shape: shape.to_vec(),
@@ -78,7 +85,9 @@ impl GgufWriter {
     pub fn to_bytes(&self) -> Result<Vec<u8>, GgufError> {
         let align = self.alignment;
         if align == 0 || !align.is_power_of_two() {
-            return Err(GgufError::Write(format!("alignment {align} is not a non-zero power of two")));
+            return Err(GgufError::Write(format!(
+                "alignment {align} is not a non-zero power of two"
+            )));
         }
         let pad = |n: u64| n.div_ceil(align) * align;
         let mut out = Vec::new();
