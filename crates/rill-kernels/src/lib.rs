@@ -1,2 +1,13 @@
 //! Numeric kernels. They know tensors and encodings, nothing of models or files.
+//!
+//! - [`quant`]: decoding of every supported weight encoding, fused decode+dot.
+//! - [`matmul`]: weight matrix × activations, threaded over output rows.
+//! - [`ops`]: element-wise and row-wise f32 operations (norms, activations, softmax).
+//! - [`threads`]: the thread pool the forward pass runs on.
+pub mod matmul;
+pub mod ops;
 pub mod quant;
+pub mod threads;
+
+pub use matmul::{matmul, MatRef};
+pub use threads::Threads;

@@ -1,0 +1,69 @@
+//! `rill logits`: the reference-comparison entry point.
+
+use crate::{load, npy};
+use anyhow::{bail, Context, Result};
+use rill_kernels::Threads;
+use rill_model::{Logits, SequenceState};
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Model file (GGUF; the first file of a split set).
+    #[arg(short, long)]
+    model: PathBuf,
+    /// Comma-separated token ids.
+    #[arg(long)]
+    tokens: String,
+    /// Output .npy file, float32 [n_tokens, n_vocab].
+    #[arg(long)]
+    out: PathBuf,
+    /// Worker threads (0 = all cores).
+    #[arg(short, long, default_value_t = 0)]
+    threads: usize,
+    /// Feed the tokens one at a time instead of as one batch (checks the
+    /// decode path: state and KV cache).
+    #[arg(long)]
+    one_by_one: bool,
+}
+
+pub fn parse_tokens(s: &str) -> Result<Vec<u32>> {
+    let ids = s
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            p.parse::<u32>()
+                .with_context(|| format!("bad token id '{p}'"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if ids.is_empty() {
+        bail!("no token ids given");
+    }
+    Ok(ids)
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let tokens = parse_tokens(&a.tokens)?;
+    let model = load::open_model(&a.model)?;
+    let threads = Threads::new(a.threads);
+    let mut state = SequenceState::new(&model, tokens.len());
+    let logits = if a.one_by_one {
+        let mut all = Vec::with_capacity(tokens.len() * model.config.n_vocab);
+        for &t in &tokens {
+            all.extend(model.forward(&threads, &mut state, &[t], Logits::Last)?);
+        }
+        all
+    } else {
+        model.forward(&threads, &mut state, &tokens, Logits::All)?
+    };
+    let f = File::create(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
+    npy::write_f32(
+        BufWriter::new(f),
+        &[tokens.len(), model.config.n_vocab],
+        &logits,
+    )
+    .with_context(|| format!("cannot write {}", a.out.display()))?;
+    Ok(())
+}

@@ -1,0 +1,42 @@
+//! `rill`: run Qwen3.5 / Qwen3-Next hybrid models from the command line.
+
+mod commands;
+mod load;
+mod npy;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "rill",
+    version,
+    about = "Inference engine for hybrid Gated-DeltaNet + attention models"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write the logits of every position of a token sequence as a .npy file.
+    Logits(commands::logits::Args),
+    /// Print a model file's architecture, hyperparameters and tensor summary.
+    Inspect(commands::inspect::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Logits(a) => commands::logits::run(a),
+        Command::Inspect(a) => commands::inspect::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! Row-wise f32 operations of the forward pass. All accumulate in f32
+//! (sums of squares in f64 would differ from the references, which use f32).
+
+/// `out = x / sqrt(mean(x²) + eps) ⊙ w`.
+pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    debug_assert_eq!(x.len(), w.len());
+    debug_assert_eq!(x.len(), out.len());
+    let scale = rms_scale(x, eps);
+    for ((o, &xi), &wi) in out.iter_mut().zip(x).zip(w) {
+        *o = xi * scale * wi;
+    }
+}
+
+/// In-place RMSNorm.
+pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
+    debug_assert_eq!(x.len(), w.len());
+    let scale = rms_scale(x, eps);
+    for (xi, &wi) in x.iter_mut().zip(w) {
+        *xi = *xi * scale * wi;
+    }
+}
+
+/// `1 / sqrt(mean(x²) + eps)`.
+pub fn rms_scale(x: &[f32], eps: f32) -> f32 {
+    let ss = sum_squares(x);
+    1.0 / (ss / x.len() as f32 + eps).sqrt()
+}
+
+/// In-place L2 normalisation: `x / sqrt(Σx² + eps)`.
+pub fn l2_norm_inplace(x: &mut [f32], eps: f32) {
+    let scale = 1.0 / (sum_squares(x) + eps).sqrt();
+    for v in x {
+        *v *= scale;
+    }
+}
+
+fn sum_squares(x: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..8 {
+            acc[i] += c[i] * c[i];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for v in rest {
+        s += v * v;
+    }
+    s
+}
+
+/// f32 dot product with several accumulators (vectorisable).
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    debug_assert_eq!(a.len(), b.len());
+    let mut acc = [0f32; 8];
+    let ca = a.chunks_exact(8);
+    let cb = b.chunks_exact(8);
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for (x, y) in ra.iter().zip(rb) {
+        s += x * y;
+    }
+    s
+}
+
+/// `y += a · x`.
+pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
+    debug_assert_eq!(x.len(), y.len());
+    for (yi, &xi) in y.iter_mut().zip(x) {
+        *yi += a * xi;
+    }
+}
+
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+pub fn silu(x: f32) -> f32 {
+    x * sigmoid(x)
+}
+
+/// `ln(1 + eˣ)`, linear above 20 as PyTorch's `softplus` (threshold 20).
+pub fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+/// In-place numerically stable softmax.
+pub fn softmax_inplace(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rms_norm_matches_definition() {
+        let x = [1.0f32, -2.0, 3.0, 0.5];
+        let w = [1.0f32, 2.0, 0.5, -1.0];
+        let mut out = [0f32; 4];
+        rms_norm(&x, &w, 1e-6, &mut out);
+        let ms = x.iter().map(|v| v * v).sum::<f32>() / 4.0;
+        for i in 0..4 {
+            let want = x[i] / (ms + 1e-6).sqrt() * w[i];
+            assert!((out[i] - want).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn softmax_sums_to_one_and_survives_large_inputs() {
+        let mut x = [1000.0f32, 1001.0, 999.0];
+        softmax_inplace(&mut x);
+        assert!((x.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert!(x[1] > x[0] && x[0] > x[2]);
+    }
+
+    #[test]
+    fn softplus_is_stable() {
+        assert!((softplus(0.0) - std::f32::consts::LN_2).abs() < 1e-7);
+        assert_eq!(softplus(100.0), 100.0);
+        assert!(softplus(-100.0) >= 0.0);
+    }
+
+    #[test]
+    fn dot_handles_remainders() {
+        let a: Vec<f32> = (0..19).map(|i| i as f32).collect();
+        let b: Vec<f32> = (0..19).map(|i| 1.0 - i as f32 * 0.5).collect();
+        let want: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        assert!((dot_f32(&a, &b) - want).abs() < 1e-3);
+    }
+}

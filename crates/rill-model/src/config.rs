@@ -1,0 +1,349 @@
+//! Hyperparameters, read from a GGUF's metadata (`{arch}.*` keys).
+//!
+//! Nothing here is tied to a model size: every dimension comes from the file,
+//! and the binder cross-checks them against the tensor shapes.
+
+use crate::error::ModelError;
+use rill_gguf::{GgufFile, MetaValue};
+
+/// The architectures of the family rill runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// Qwen3.5 / 3.6 mixture of experts (`qwen35moe`).
+    Qwen35Moe,
+    /// Qwen3.5 dense (`qwen35`).
+    Qwen35,
+    /// Qwen3-Next (`qwen3next`).
+    Qwen3Next,
+}
+
+impl Arch {
+    pub fn from_name(name: &str) -> Option<Arch> {
+        match name {
+            "qwen35moe" => Some(Arch::Qwen35Moe),
+            "qwen35" => Some(Arch::Qwen35),
+            "qwen3next" => Some(Arch::Qwen3Next),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Qwen35Moe => "qwen35moe",
+            Arch::Qwen35 => "qwen35",
+            Arch::Qwen3Next => "qwen3next",
+        }
+    }
+
+    /// How GDN value heads map to key heads in this architecture's GGUF files.
+    /// llama.cpp's converter tiles the value heads of Qwen3.5 (`h % nk`) but
+    /// keeps Qwen3-Next's grouped order (`h / (nv / nk)`).
+    pub fn value_head_order(self) -> HeadOrder {
+        match self {
+            Arch::Qwen35Moe | Arch::Qwen35 => HeadOrder::Tiled,
+            Arch::Qwen3Next => HeadOrder::Grouped,
+        }
+    }
+}
+
+/// Which key head value head `h` reads, when there are more value heads than key heads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadOrder {
+    /// `h % n_k_heads`
+    Tiled,
+    /// `h / (n_v_heads / n_k_heads)`
+    Grouped,
+}
+
+impl HeadOrder {
+    pub fn key_head(self, h: usize, n_k: usize, n_v: usize) -> usize {
+        match self {
+            HeadOrder::Tiled => h % n_k,
+            HeadOrder::Grouped => h / (n_v / n_k),
+        }
+    }
+}
+
+/// The mixer of one layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerKind {
+    /// Gated DeltaNet (linear attention with a recurrent state).
+    Recurrent,
+    /// Gated full attention with a KV cache.
+    Attention,
+}
+
+/// Every hyperparameter the forward pass uses.
+#[derive(Clone, Debug)]
+pub struct ModelConfig {
+    pub arch: Arch,
+    /// Trunk layers (MTP layers excluded).
+    pub n_layer: usize,
+    /// MTP (`nextn`) layers stored after the trunk.
+    pub n_nextn: usize,
+    pub n_embd: usize,
+    pub n_vocab: usize,
+    pub n_ctx_train: usize,
+    pub rms_eps: f32,
+    pub layer_kinds: Vec<LayerKind>,
+    // Full attention.
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub rope_theta: f32,
+    pub n_rot: usize,
+    // Gated DeltaNet.
+    pub conv_kernel: usize,
+    pub ssm_head_dim: usize,
+    pub ssm_n_k_heads: usize,
+    pub ssm_n_v_heads: usize,
+    // Mixture of experts (zero experts for dense models).
+    pub n_expert: usize,
+    pub n_expert_used: usize,
+}
+
+impl ModelConfig {
+    /// Key/value channels of the GDN convolution: q, k and v.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.ssm_n_k_heads * self.ssm_head_dim + self.ssm_n_v_heads * self.ssm_head_dim
+    }
+
+    pub fn ssm_value_dim(&self) -> usize {
+        self.ssm_n_v_heads * self.ssm_head_dim
+    }
+
+    pub fn ssm_key_dim(&self) -> usize {
+        self.ssm_n_k_heads * self.ssm_head_dim
+    }
+
+    /// Read the hyperparameters of `file`. `n_vocab` comes from the embedding
+    /// tensor, since the token list may be padded differently.
+    pub fn from_gguf(file: &GgufFile) -> Result<ModelConfig, ModelError> {
+        let arch_name = file
+            .get("general.architecture")
+            .and_then(MetaValue::as_str)
+            .ok_or_else(|| ModelError::MissingKey("general.architecture".into()))?;
+        let arch = Arch::from_name(arch_name)
+            .ok_or_else(|| ModelError::UnsupportedArch(arch_name.into()))?;
+        let m = Meta {
+            file,
+            arch: arch_name,
+        };
+
+        let n_block = m.usize("block_count")?;
+        let n_nextn = m.opt_usize("nextn_predict_layers")?.unwrap_or(0);
+        if n_nextn >= n_block {
+            return Err(ModelError::Inconsistent(format!(
+                "{n_nextn} MTP layers but only {n_block} blocks"
+            )));
+        }
+        let n_layer = n_block - n_nextn;
+        let n_embd = m.usize("embedding_length")?;
+        let n_head = m.per_layer_max("attention.head_count")?;
+        let n_head_kv = m.per_layer_max("attention.head_count_kv")?;
+        let head_dim = match m.opt_usize("attention.key_length")? {
+            Some(d) => d,
+            None => n_embd / n_head.max(1),
+        };
+        if let Some(v) = m.opt_usize("attention.value_length")? {
+            if v != head_dim {
+                return Err(ModelError::Inconsistent(format!(
+                    "attention key length {head_dim} != value length {v}"
+                )));
+            }
+        }
+        let n_rot = m.opt_usize("rope.dimension_count")?.unwrap_or(head_dim);
+        let layer_kinds = layer_kinds(&m, n_layer)?;
+
+        let cfg = ModelConfig {
+            arch,
+            n_layer,
+            n_nextn,
+            n_embd,
+            n_vocab: 0,
+            n_ctx_train: m.opt_usize("context_length")?.unwrap_or(0),
+            rms_eps: m.f32("attention.layernorm_rms_epsilon")?,
+            layer_kinds,
+            n_head,
+            n_head_kv,
+            head_dim,
+            rope_theta: m.opt_f32("rope.freq_base")?.unwrap_or(10000.0),
+            n_rot,
+            conv_kernel: m.usize("ssm.conv_kernel")?,
+            ssm_head_dim: m.usize("ssm.state_size")?,
+            ssm_n_k_heads: m.usize("ssm.group_count")?,
+            ssm_n_v_heads: m.usize("ssm.time_step_rank")?,
+            n_expert: m.opt_usize("expert_count")?.unwrap_or(0),
+            n_expert_used: m.opt_usize("expert_used_count")?.unwrap_or(0),
+        };
+        cfg.validate(&m)?;
+        Ok(cfg)
+    }
+
+    fn validate(&self, m: &Meta) -> Result<(), ModelError> {
+        let bad = |s: String| Err(ModelError::Inconsistent(s));
+        if self.n_embd == 0 || self.n_layer == 0 {
+            return bad("zero embedding length or layer count".into());
+        }
+        if self.layer_kinds.contains(&LayerKind::Attention) {
+            if self.n_head == 0 || self.n_head_kv == 0 || self.n_head % self.n_head_kv != 0 {
+                return bad(format!(
+                    "{} attention heads over {} KV heads",
+                    self.n_head, self.n_head_kv
+                ));
+            }
+            if self.n_rot > self.head_dim || self.n_rot % 2 != 0 {
+                return bad(format!(
+                    "rotary dims {} for head dim {}",
+                    self.n_rot, self.head_dim
+                ));
+            }
+        }
+        if self.layer_kinds.contains(&LayerKind::Recurrent) {
+            let (nk, nv) = (self.ssm_n_k_heads, self.ssm_n_v_heads);
+            if nk == 0 || nv == 0 || nv % nk != 0 || self.ssm_head_dim == 0 || self.conv_kernel == 0
+            {
+                return bad(format!("GDN with {nk} key heads, {nv} value heads"));
+            }
+            if let Some(inner) = m.opt_usize("ssm.inner_size")? {
+                if inner != self.ssm_value_dim() {
+                    return bad(format!(
+                        "ssm.inner_size {inner} != {nv} value heads × {}",
+                        self.ssm_head_dim
+                    ));
+                }
+            }
+        }
+        if self.arch != Arch::Qwen35 {
+            if self.n_expert == 0 || self.n_expert_used == 0 || self.n_expert_used > self.n_expert {
+                return bad(format!(
+                    "{} of {} experts per token",
+                    self.n_expert_used, self.n_expert
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Layer kinds: an explicit per-layer list wins over the interval rule.
+fn layer_kinds(m: &Meta, n_layer: usize) -> Result<Vec<LayerKind>, ModelError> {
+    let key = m.key("attention.recurrent_layers");
+    if let Some(v) = m.file.get(&key) {
+        let arr = v.as_array().ok_or_else(|| ModelError::BadKey {
+            key: key.clone(),
+            why: "not an array".into(),
+        })?;
+        if arr.len() < n_layer {
+            return Err(ModelError::BadKey {
+                key,
+                why: format!("{} entries for {n_layer} layers", arr.len()),
+            });
+        }
+        return arr[..n_layer]
+            .iter()
+            .map(|v| {
+                let rec = v
+                    .as_bool()
+                    .or_else(|| v.as_u64().map(|x| x != 0))
+                    .ok_or_else(|| ModelError::BadKey {
+                        key: key.clone(),
+                        why: "entries must be booleans".into(),
+                    })?;
+                Ok(if rec {
+                    LayerKind::Recurrent
+                } else {
+                    LayerKind::Attention
+                })
+            })
+            .collect();
+    }
+    let interval = m.opt_usize("full_attention_interval")?.unwrap_or(4);
+    if interval == 0 {
+        return Err(ModelError::BadKey {
+            key: m.key("full_attention_interval"),
+            why: "must be positive".into(),
+        });
+    }
+    Ok((0..n_layer)
+        .map(|i| {
+            if (i + 1) % interval == 0 {
+                LayerKind::Attention
+            } else {
+                LayerKind::Recurrent
+            }
+        })
+        .collect())
+}
+
+/// Typed access to `{arch}.*` metadata.
+struct Meta<'a> {
+    file: &'a GgufFile,
+    arch: &'a str,
+}
+
+impl Meta<'_> {
+    fn key(&self, k: &str) -> String {
+        format!("{}.{k}", self.arch)
+    }
+
+    fn opt_usize(&self, k: &str) -> Result<Option<usize>, ModelError> {
+        let key = self.key(k);
+        match self.file.get(&key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .and_then(|x| usize::try_from(x).ok())
+                .map(Some)
+                .ok_or(ModelError::BadKey {
+                    key,
+                    why: format!("expected a non-negative integer, found {v:?}"),
+                }),
+        }
+    }
+
+    fn usize(&self, k: &str) -> Result<usize, ModelError> {
+        self.opt_usize(k)?
+            .ok_or_else(|| ModelError::MissingKey(self.key(k)))
+    }
+
+    /// A count that may be stored per layer (an array); the largest value is
+    /// the one attention layers use (recurrent layers store 0 there).
+    fn per_layer_max(&self, k: &str) -> Result<usize, ModelError> {
+        let key = self.key(k);
+        match self.file.get(&key) {
+            None => Ok(0),
+            Some(MetaValue::Array(a)) => {
+                let mut best = 0;
+                for v in a {
+                    let x = v.as_u64().ok_or_else(|| ModelError::BadKey {
+                        key: key.clone(),
+                        why: "array entries must be integers".into(),
+                    })?;
+                    best = best.max(x as usize);
+                }
+                Ok(best)
+            }
+            Some(_) => self.usize(k),
+        }
+    }
+
+    fn opt_f32(&self, k: &str) -> Result<Option<f32>, ModelError> {
+        let key = self.key(k);
+        match self.file.get(&key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(|x| Some(x as f32))
+                .ok_or(ModelError::BadKey {
+                    key,
+                    why: format!("expected a number, found {v:?}"),
+                }),
+        }
+    }
+
+    fn f32(&self, k: &str) -> Result<f32, ModelError> {
+        self.opt_f32(k)?
+            .ok_or_else(|| ModelError::MissingKey(self.key(k)))
+    }
+}

@@ -1,0 +1,37 @@
+use rill_dtype::DType;
+
+/// Why a model file could not be bound.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Gguf(#[from] rill_gguf::GgufError),
+    #[error("unsupported architecture '{0}' (rill runs qwen35moe, qwen35 and qwen3next)")]
+    UnsupportedArch(String),
+    #[error("missing metadata key '{0}'")]
+    MissingKey(String),
+    #[error("metadata key '{key}': {why}")]
+    BadKey { key: String, why: String },
+    #[error("missing tensor '{0}'")]
+    MissingTensor(String),
+    #[error("tensor '{name}' has shape {got:?}, expected {want:?}")]
+    BadShape {
+        name: String,
+        got: Vec<u64>,
+        want: Vec<u64>,
+    },
+    #[error("tensor '{name}' has type {dtype}, which rill cannot compute with")]
+    UnsupportedType { name: String, dtype: DType },
+    #[error("inconsistent hyperparameters: {0}")]
+    Inconsistent(String),
+}
+
+/// Why a forward pass was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    #[error("token id {id} is out of range (vocabulary has {n_vocab} tokens)")]
+    TokenOutOfRange { id: u32, n_vocab: usize },
+    #[error("context full: {needed} positions needed, the sequence state holds {capacity}")]
+    ContextFull { needed: usize, capacity: usize },
+    #[error("empty batch")]
+    Empty,
+}

@@ -1,0 +1,154 @@
+//! Gated full attention (DESIGN.md §2.1): per-head QK RMSNorm, partial NeoX
+//! RoPE, grouped-query attention over the KV cache, sigmoid output gate.
+
+use crate::config::ModelConfig;
+use crate::error::ModelError;
+use crate::weights::{Binder, Matrix};
+use rill_kernels::ops::{dot_f32, rms_norm_inplace, sigmoid, softmax_inplace};
+use rill_kernels::{matmul, Threads};
+
+pub(crate) struct AttentionWeights {
+    /// `[2·n_head·head_dim × n_embd]`: per head, Q then the gate.
+    q: Matrix,
+    k: Matrix,
+    v: Matrix,
+    o: Matrix,
+    q_norm: Vec<f32>,
+    k_norm: Vec<f32>,
+}
+
+impl AttentionWeights {
+    pub fn bind(b: &Binder, c: &ModelConfig, p: &str) -> Result<Self, ModelError> {
+        let (h, hd) = (c.n_embd, c.head_dim);
+        Ok(AttentionWeights {
+            q: b.matrix(&format!("{p}.attn_q.weight"), 2 * c.n_head * hd, h)?,
+            k: b.matrix(&format!("{p}.attn_k.weight"), c.n_head_kv * hd, h)?,
+            v: b.matrix(&format!("{p}.attn_v.weight"), c.n_head_kv * hd, h)?,
+            o: b.matrix(&format!("{p}.attn_output.weight"), h, c.n_head * hd)?,
+            q_norm: b.vector(&format!("{p}.attn_q_norm.weight"), hd)?,
+            k_norm: b.vector(&format!("{p}.attn_k_norm.weight"), hd)?,
+        })
+    }
+}
+
+/// Rotate the first `2·inv_freq.len()` dims of `x` (NeoX pairing: i with i + rot/2).
+fn rope_neox(x: &mut [f32], pos: usize, inv_freq: &[f32]) {
+    let half = inv_freq.len();
+    for (i, &f) in inv_freq.iter().enumerate() {
+        // f32 angle, as the references compute it.
+        let angle = pos as f32 * f;
+        let (sin, cos) = angle.sin_cos();
+        let (a, b) = (x[i], x[i + half]);
+        x[i] = a * cos - b * sin;
+        x[i + half] = a * sin + b * cos;
+    }
+}
+
+/// Attention for `n` tokens at positions `pos0..pos0+n`; appends to the cache.
+/// `x` is the normed input `[n × n_embd]`; returns `[n × n_embd]`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn forward(
+    w: &AttentionWeights,
+    c: &ModelConfig,
+    inv_freq: &[f32],
+    threads: &Threads,
+    x: &[f32],
+    n: usize,
+    pos0: usize,
+    k_cache: &mut Vec<f32>,
+    v_cache: &mut Vec<f32>,
+) -> Vec<f32> {
+    let (nh, nkv, hd) = (c.n_head, c.n_head_kv, c.head_dim);
+    let mut qg = vec![0f32; n * 2 * nh * hd];
+    let mut k = vec![0f32; n * nkv * hd];
+    let mut v = vec![0f32; n * nkv * hd];
+    matmul(threads, w.q.view(), x, n, &mut qg);
+    matmul(threads, w.k.view(), x, n, &mut k);
+    matmul(threads, w.v.view(), x, n, &mut v);
+
+    // Split Q from its gate, norm and rotate Q and K.
+    let mut q = vec![0f32; n * nh * hd];
+    let mut gate = vec![0f32; n * nh * hd];
+    for t in 0..n {
+        for hh in 0..nh {
+            let src = &qg[(t * nh + hh) * 2 * hd..(t * nh + hh + 1) * 2 * hd];
+            let qh = &mut q[(t * nh + hh) * hd..(t * nh + hh + 1) * hd];
+            qh.copy_from_slice(&src[..hd]);
+            gate[(t * nh + hh) * hd..(t * nh + hh + 1) * hd].copy_from_slice(&src[hd..]);
+            rms_norm_inplace(qh, &w.q_norm, c.rms_eps);
+            rope_neox(qh, pos0 + t, inv_freq);
+        }
+        for hh in 0..nkv {
+            let kh = &mut k[(t * nkv + hh) * hd..(t * nkv + hh + 1) * hd];
+            rms_norm_inplace(kh, &w.k_norm, c.rms_eps);
+            rope_neox(kh, pos0 + t, inv_freq);
+        }
+    }
+    k_cache.extend_from_slice(&k);
+    v_cache.extend_from_slice(&v);
+
+    // Causal GQA softmax attention, one task per (token, head).
+    let scale = 1.0 / (hd as f32).sqrt();
+    let group = nh / nkv;
+    let mut attn = vec![0f32; n * nh * hd];
+    let out_ptr = SendPtr(attn.as_mut_ptr());
+    let (kc, vc) = (&k_cache[..], &v_cache[..]);
+    threads.for_ranges(n * nh, 1, |a, b| {
+        let out_ptr = out_ptr;
+        let mut scores = Vec::new();
+        for job in a..b {
+            let (t, hh) = (job / nh, job % nh);
+            let kvh = hh / group;
+            let qh = &q[job * hd..(job + 1) * hd];
+            let len = pos0 + t + 1;
+            scores.clear();
+            for p in 0..len {
+                let kp = &kc[(p * nkv + kvh) * hd..(p * nkv + kvh + 1) * hd];
+                scores.push(dot_f32(qh, kp) * scale);
+            }
+            softmax_inplace(&mut scores);
+            // SAFETY: each job owns the disjoint output slice of (t, hh).
+            let out = unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(job * hd), hd) };
+            out.fill(0.0);
+            for (p, &s) in scores.iter().enumerate() {
+                let vp = &vc[(p * nkv + kvh) * hd..(p * nkv + kvh + 1) * hd];
+                for (o, &vv) in out.iter_mut().zip(vp) {
+                    *o += s * vv;
+                }
+            }
+        }
+    });
+
+    for (a, &g) in attn.iter_mut().zip(&gate) {
+        *a *= sigmoid(g);
+    }
+    let mut out = vec![0f32; n * c.n_embd];
+    matmul(threads, w.o.view(), &attn, n, &mut out);
+    out
+}
+
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+#[cfg(test)]
+mod tests {
+    use super::rope_neox;
+
+    #[test]
+    fn rope_rotates_pairs_and_keeps_norm() {
+        let inv = [1.0f32, 0.01];
+        let mut x = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let norm0: f32 = x[..4].iter().map(|v| v * v).sum();
+        rope_neox(&mut x, 3, &inv);
+        let norm1: f32 = x[..4].iter().map(|v| v * v).sum();
+        assert!((norm0 - norm1).abs() < 1e-4);
+        // dims past the rotary part pass through
+        assert_eq!(&x[4..], &[5.0, 6.0]);
+        // pair (0, 2) rotated by angle 3
+        let (s, c) = 3f32.sin_cos();
+        assert!((x[0] - (1.0 * c - 3.0 * s)).abs() < 1e-6);
+        assert!((x[2] - (1.0 * s + 3.0 * c)).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,222 @@
+//! Feed-forward blocks: the routed mixture of experts with a gated shared
+//! expert (DESIGN.md §2.3), and the dense SwiGLU of `qwen35`.
+
+use crate::config::ModelConfig;
+use crate::error::ModelError;
+use crate::weights::{Binder, Experts, Matrix};
+use rill_kernels::ops::{axpy, dot_f32, sigmoid, silu, softmax_inplace};
+use rill_kernels::{matmul, MatRef, Threads};
+
+pub(crate) enum Ffn {
+    Moe(MoeWeights),
+    Dense(DenseWeights),
+}
+
+/// Gate and up projections of the experts: two tensors, or one fused
+/// `ffn_gate_up_exps` holding the gate rows first.
+enum GateUp {
+    Split { gate: Experts, up: Experts },
+    Fused(Experts),
+}
+
+struct SharedExpert {
+    /// Router of the shared expert's sigmoid gate, `[n_embd]`.
+    gate_inp: Vec<f32>,
+    mlp: DenseWeights,
+}
+
+pub(crate) struct MoeWeights {
+    router: Matrix,
+    gate_up: GateUp,
+    down: Experts,
+    n_ff: usize,
+    shared: Option<SharedExpert>,
+}
+
+pub(crate) struct DenseWeights {
+    gate: Matrix,
+    up: Matrix,
+    down: Matrix,
+}
+
+fn dim(b: &Binder, name: &str, axis: usize) -> Result<usize, ModelError> {
+    let shape = b
+        .shape(name)
+        .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+    shape
+        .get(axis)
+        .map(|&d| d as usize)
+        .ok_or_else(|| ModelError::BadShape {
+            name: name.to_string(),
+            got: shape.clone(),
+            want: vec![],
+        })
+}
+
+impl DenseWeights {
+    /// Binds `{p}.ffn_{gate,up,down}{suffix}.weight`; the hidden size comes
+    /// from the tensor shapes.
+    fn bind_named(b: &Binder, c: &ModelConfig, p: &str, suffix: &str) -> Result<Self, ModelError> {
+        let h = c.n_embd;
+        let gate_name = format!("{p}.ffn_gate{suffix}.weight");
+        let ff = dim(b, &gate_name, 1)?;
+        Ok(DenseWeights {
+            gate: b.matrix(&gate_name, ff, h)?,
+            up: b.matrix(&format!("{p}.ffn_up{suffix}.weight"), ff, h)?,
+            down: b.matrix(&format!("{p}.ffn_down{suffix}.weight"), h, ff)?,
+        })
+    }
+
+    pub fn bind(b: &Binder, c: &ModelConfig, p: &str) -> Result<Self, ModelError> {
+        Self::bind_named(b, c, p, "")
+    }
+
+    /// SwiGLU for `n` tokens: `down(silu(gate x) ⊙ up x)`.
+    fn forward(&self, threads: &Threads, x: &[f32], n: usize) -> Vec<f32> {
+        swiglu(
+            threads,
+            self.gate.view(),
+            self.up.view(),
+            self.down.view(),
+            x,
+            n,
+        )
+    }
+}
+
+fn swiglu(
+    threads: &Threads,
+    gate: MatRef,
+    up: MatRef,
+    down: MatRef,
+    x: &[f32],
+    n: usize,
+) -> Vec<f32> {
+    let ff = gate.rows;
+    let mut g = vec![0f32; n * ff];
+    let mut u = vec![0f32; n * ff];
+    matmul(threads, gate, x, n, &mut g);
+    matmul(threads, up, x, n, &mut u);
+    for (gi, &ui) in g.iter_mut().zip(&u) {
+        *gi = silu(*gi) * ui;
+    }
+    let mut out = vec![0f32; n * down.rows];
+    matmul(threads, down, &g, n, &mut out);
+    out
+}
+
+impl MoeWeights {
+    pub fn bind(b: &Binder, c: &ModelConfig, p: &str) -> Result<Self, ModelError> {
+        let (h, e) = (c.n_embd, c.n_expert);
+        let router = b.matrix(&format!("{p}.ffn_gate_inp.weight"), e, h)?;
+        let down_name = format!("{p}.ffn_down_exps.weight");
+        let n_ff = dim(b, &down_name, 0)?;
+        let down = b.experts(&down_name, e, h, n_ff)?;
+        let fused = format!("{p}.ffn_gate_up_exps.weight");
+        let gate_up = if b.has(&fused) {
+            GateUp::Fused(b.experts(&fused, e, 2 * n_ff, h)?)
+        } else {
+            GateUp::Split {
+                gate: b.experts(&format!("{p}.ffn_gate_exps.weight"), e, n_ff, h)?,
+                up: b.experts(&format!("{p}.ffn_up_exps.weight"), e, n_ff, h)?,
+            }
+        };
+        let shared = if b.has(&format!("{p}.ffn_gate_shexp.weight")) {
+            Some(SharedExpert {
+                gate_inp: b.vector(&format!("{p}.ffn_gate_inp_shexp.weight"), h)?,
+                mlp: DenseWeights::bind_named(b, c, p, "_shexp")?,
+            })
+        } else {
+            None
+        };
+        Ok(MoeWeights {
+            router,
+            gate_up,
+            down,
+            n_ff,
+            shared,
+        })
+    }
+
+    fn gate_up(&self, e: usize) -> (MatRef<'_>, MatRef<'_>) {
+        match &self.gate_up {
+            GateUp::Split { gate, up } => (gate.expert(e), up.expert(e)),
+            GateUp::Fused(gu) => (
+                gu.expert_rows(e, 0, self.n_ff),
+                gu.expert_rows(e, self.n_ff, 2 * self.n_ff),
+            ),
+        }
+    }
+
+    /// Routed experts plus the gated shared expert, for `n` tokens. Tokens
+    /// are grouped by expert so each expert's weights are read once per batch.
+    fn forward(&self, c: &ModelConfig, threads: &Threads, x: &[f32], n: usize) -> Vec<f32> {
+        let h = c.n_embd;
+        let routes = route(self, c, threads, x, n);
+
+        let mut out = vec![0f32; n * h];
+        for (e, tokens) in routes.iter().enumerate() {
+            if tokens.is_empty() {
+                continue;
+            }
+            let m = tokens.len();
+            let mut xs = Vec::with_capacity(m * h);
+            for &(t, _) in tokens {
+                xs.extend_from_slice(&x[t * h..(t + 1) * h]);
+            }
+            let (gate, up) = self.gate_up(e);
+            let y = swiglu(threads, gate, up, self.down.expert(e), &xs, m);
+            for (i, &(t, wgt)) in tokens.iter().enumerate() {
+                axpy(wgt, &y[i * h..(i + 1) * h], &mut out[t * h..(t + 1) * h]);
+            }
+        }
+
+        if let Some(sh) = &self.shared {
+            let y = sh.mlp.forward(threads, x, n);
+            for t in 0..n {
+                let gate = sigmoid(dot_f32(&sh.gate_inp, &x[t * h..(t + 1) * h]));
+                axpy(gate, &y[t * h..(t + 1) * h], &mut out[t * h..(t + 1) * h]);
+            }
+        }
+        out
+    }
+}
+
+/// Softmax over all experts, top-k (ties to the lower id), renormalised.
+/// Returns, per expert, the `(token, weight)` pairs routed to it.
+fn route(
+    w: &MoeWeights,
+    c: &ModelConfig,
+    threads: &Threads,
+    x: &[f32],
+    n: usize,
+) -> Vec<Vec<(usize, f32)>> {
+    let e = c.n_expert;
+    let mut logits = vec![0f32; n * e];
+    matmul(threads, w.router.view(), x, n, &mut logits);
+    let mut routes = vec![Vec::new(); e];
+    let mut order: Vec<usize> = Vec::with_capacity(e);
+    for t in 0..n {
+        let p = &mut logits[t * e..(t + 1) * e];
+        softmax_inplace(p);
+        order.clear();
+        order.extend(0..e);
+        // Stable sort by descending probability keeps lower ids first on ties.
+        order.sort_by(|&a, &b| p[b].total_cmp(&p[a]));
+        let top = &order[..c.n_expert_used];
+        let sum: f32 = top.iter().map(|&i| p[i]).sum();
+        for &i in top {
+            routes[i].push((t, p[i] / sum));
+        }
+    }
+    routes
+}
+
+impl Ffn {
+    pub fn forward(&self, c: &ModelConfig, threads: &Threads, x: &[f32], n: usize) -> Vec<f32> {
+        match self {
+            Ffn::Moe(m) => m.forward(c, threads, x, n),
+            Ffn::Dense(d) => d.forward(threads, x, n),
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! Gated DeltaNet (DESIGN.md §2.2): projections, causal depthwise conv with a
+//! carried window, L2-normed q/k, the gated delta rule per value head, and
+//! the gated RMSNorm on the way out.
+
+use crate::config::{HeadOrder, ModelConfig};
+use crate::error::ModelError;
+use crate::weights::{Binder, Matrix};
+use rill_kernels::ops::{l2_norm_inplace, rms_norm_inplace, sigmoid, silu, softplus};
+use rill_kernels::{matmul, Threads};
+
+/// How the input projections are stored.
+enum Projections {
+    /// `attn_qkv` (conv channels q, k, v) and `attn_gate` (z), as Qwen3.5 and
+    /// current Qwen3-Next conversions write them.
+    Split { qkv: Matrix, gate: Matrix },
+    /// Qwen3-Next's fused `ssm_in`: per key head `[q, k, v·r, z·r]` (r = n_v/n_k).
+    FusedQkvz(Matrix),
+}
+
+enum BetaAlpha {
+    /// `ssm_beta`, `ssm_alpha`: one row per value head.
+    Split { beta: Matrix, alpha: Matrix },
+    /// Qwen3-Next's `ssm_ba`: per key head `[b·r, a·r]`.
+    Fused(Matrix),
+}
+
+pub(crate) struct GdnWeights {
+    proj: Projections,
+    ba: BetaAlpha,
+    /// `[conv_dim × K]`, kernel taps oldest first.
+    conv: Vec<f32>,
+    dt_bias: Vec<f32>,
+    /// `−exp(A_log)`, per value head.
+    a: Vec<f32>,
+    /// Gated RMSNorm weight over one value head.
+    norm: Vec<f32>,
+    out: Matrix,
+    order: HeadOrder,
+}
+
+impl GdnWeights {
+    pub fn bind(b: &Binder, c: &ModelConfig, p: &str) -> Result<Self, ModelError> {
+        let h = c.n_embd;
+        let (nv, dv, kk) = (c.ssm_n_v_heads, c.ssm_head_dim, c.conv_kernel);
+        let conv_dim = c.conv_dim();
+        let proj = if b.has(&format!("{p}.attn_qkv.weight")) {
+            Projections::Split {
+                qkv: b.matrix(&format!("{p}.attn_qkv.weight"), conv_dim, h)?,
+                gate: b.matrix(&format!("{p}.attn_gate.weight"), nv * dv, h)?,
+            }
+        } else {
+            Projections::FusedQkvz(b.matrix(
+                &format!("{p}.ssm_in.weight"),
+                conv_dim + nv * dv,
+                h,
+            )?)
+        };
+        let ba = if b.has(&format!("{p}.ssm_ba.weight")) {
+            BetaAlpha::Fused(b.matrix(&format!("{p}.ssm_ba.weight"), 2 * nv, h)?)
+        } else {
+            BetaAlpha::Split {
+                beta: b.matrix(&format!("{p}.ssm_beta.weight"), nv, h)?,
+                alpha: b.matrix(&format!("{p}.ssm_alpha.weight"), nv, h)?,
+            }
+        };
+        Ok(GdnWeights {
+            proj,
+            ba,
+            conv: b.small(
+                &format!("{p}.ssm_conv1d.weight"),
+                &[kk as u64, conv_dim as u64],
+            )?,
+            dt_bias: b.vector(&format!("{p}.ssm_dt.bias"), nv)?,
+            a: b.vector(&format!("{p}.ssm_a"), nv)?,
+            norm: b.vector(&format!("{p}.ssm_norm.weight"), dv)?,
+            out: b.matrix(&format!("{p}.ssm_out.weight"), h, nv * dv)?,
+            order: c.arch.value_head_order(),
+        })
+    }
+}
+
+/// Project `x` `[n × n_embd]` to the conv input `[n × conv_dim]` and the
+/// output gate z `[n × n_v·d_v]`.
+fn project(
+    w: &GdnWeights,
+    c: &ModelConfig,
+    threads: &Threads,
+    x: &[f32],
+    n: usize,
+) -> (Vec<f32>, Vec<f32>) {
+    let conv_dim = c.conv_dim();
+    let vdim = c.ssm_value_dim();
+    let mut qkv = vec![0f32; n * conv_dim];
+    let mut z = vec![0f32; n * vdim];
+    match &w.proj {
+        Projections::Split { qkv: wq, gate } => {
+            matmul(threads, wq.view(), x, n, &mut qkv);
+            matmul(threads, gate.view(), x, n, &mut z);
+        }
+        Projections::FusedQkvz(m) => {
+            let mut mixed = vec![0f32; n * (conv_dim + vdim)];
+            matmul(threads, m.view(), x, n, &mut mixed);
+            // De-interleave per key head into [q_all, k_all, v_all] and z.
+            let (nk, dk, dv) = (c.ssm_n_k_heads, c.ssm_head_dim, c.ssm_head_dim);
+            let r = c.ssm_n_v_heads / nk;
+            let group = 2 * dk + 2 * r * dv;
+            for t in 0..n {
+                let src = &mixed[t * (conv_dim + vdim)..(t + 1) * (conv_dim + vdim)];
+                let dst = &mut qkv[t * conv_dim..(t + 1) * conv_dim];
+                let zt = &mut z[t * vdim..(t + 1) * vdim];
+                for g in 0..nk {
+                    let s = &src[g * group..(g + 1) * group];
+                    dst[g * dk..(g + 1) * dk].copy_from_slice(&s[..dk]);
+                    dst[nk * dk + g * dk..nk * dk + (g + 1) * dk].copy_from_slice(&s[dk..2 * dk]);
+                    let vs = 2 * nk * dk + g * r * dv;
+                    dst[vs..vs + r * dv].copy_from_slice(&s[2 * dk..2 * dk + r * dv]);
+                    zt[g * r * dv..(g + 1) * r * dv].copy_from_slice(&s[2 * dk + r * dv..]);
+                }
+            }
+        }
+    }
+    (qkv, z)
+}
+
+/// Per token and value head: the decay `g` and the write strength `β`.
+fn gates(
+    w: &GdnWeights,
+    c: &ModelConfig,
+    threads: &Threads,
+    x: &[f32],
+    n: usize,
+) -> (Vec<f32>, Vec<f32>) {
+    let nv = c.ssm_n_v_heads;
+    let mut b = vec![0f32; n * nv];
+    let mut a = vec![0f32; n * nv];
+    match &w.ba {
+        BetaAlpha::Split { beta, alpha } => {
+            matmul(threads, beta.view(), x, n, &mut b);
+            matmul(threads, alpha.view(), x, n, &mut a);
+        }
+        BetaAlpha::Fused(m) => {
+            let mut ba = vec![0f32; n * 2 * nv];
+            matmul(threads, m.view(), x, n, &mut ba);
+            let r = nv / c.ssm_n_k_heads;
+            for t in 0..n {
+                for g in 0..c.ssm_n_k_heads {
+                    let s = &ba[t * 2 * nv + g * 2 * r..t * 2 * nv + (g + 1) * 2 * r];
+                    b[t * nv + g * r..t * nv + (g + 1) * r].copy_from_slice(&s[..r]);
+                    a[t * nv + g * r..t * nv + (g + 1) * r].copy_from_slice(&s[r..]);
+                }
+            }
+        }
+    }
+    for t in 0..n {
+        for h in 0..nv {
+            let i = t * nv + h;
+            a[i] = w.a[h] * softplus(a[i] + w.dt_bias[h]);
+            b[i] = sigmoid(b[i]);
+        }
+    }
+    (a, b)
+}
+
+/// Causal depthwise conv + SiLU over `qkv` `[n × conv_dim]`, in place,
+/// carrying the last `K−1` raw inputs in `window`.
+fn conv_silu(w: &GdnWeights, c: &ModelConfig, qkv: &mut [f32], n: usize, window: &mut [f32]) {
+    let cd = c.conv_dim();
+    let kk = c.conv_kernel;
+    let mut raw = vec![0f32; cd];
+    for t in 0..n {
+        let row = &mut qkv[t * cd..(t + 1) * cd];
+        raw.copy_from_slice(row);
+        for ch in 0..cd {
+            let taps = &w.conv[ch * kk..(ch + 1) * kk];
+            let mut acc = taps[kk - 1] * raw[ch];
+            for j in 0..kk - 1 {
+                acc += taps[j] * window[j * cd + ch];
+            }
+            row[ch] = silu(acc);
+        }
+        // Slide the window: drop the oldest row, append this token's raw input.
+        if kk > 1 {
+            window.copy_within(cd.., 0);
+            window[(kk - 2) * cd..].copy_from_slice(&raw);
+        }
+    }
+}
+
+/// The gated delta rule for `n` tokens, token by token; value heads in
+/// parallel. `qkv` holds the conv outputs; writes `[n × n_v·d_v]`.
+#[allow(clippy::too_many_arguments)]
+fn delta_rule(
+    w: &GdnWeights,
+    c: &ModelConfig,
+    threads: &Threads,
+    qkv: &mut [f32],
+    g: &[f32],
+    beta: &[f32],
+    n: usize,
+    ssm: &mut [f32],
+) -> Vec<f32> {
+    let (nk, nv, d) = (c.ssm_n_k_heads, c.ssm_n_v_heads, c.ssm_head_dim);
+    let cd = c.conv_dim();
+    // L2-normalise q and k per key head; fold 1/√d_k into q.
+    let q_scale = 1.0 / (d as f32).sqrt();
+    for t in 0..n {
+        let row = &mut qkv[t * cd..(t + 1) * cd];
+        for hh in 0..2 * nk {
+            let head = &mut row[hh * d..(hh + 1) * d];
+            l2_norm_inplace(head, c.rms_eps);
+            if hh < nk {
+                head.iter_mut().for_each(|v| *v *= q_scale);
+            }
+        }
+    }
+    let mut out = vec![0f32; n * nv * d];
+    let out_ptr = SendPtr(out.as_mut_ptr());
+    let ssm_ptr = SendPtr(ssm.as_mut_ptr());
+    let qkv = &*qkv;
+    threads.for_ranges(nv, 1, |h0, h1| {
+        let (out_ptr, ssm_ptr) = (out_ptr, ssm_ptr);
+        let mut u = vec![0f32; d];
+        for h in h0..h1 {
+            let kh = w.order.key_head(h, nk, nv);
+            // SAFETY: value head h's state and output columns belong to this task only.
+            let s = unsafe { std::slice::from_raw_parts_mut(ssm_ptr.0.add(h * d * d), d * d) };
+            for t in 0..n {
+                let row = &qkv[t * cd..(t + 1) * cd];
+                let q = &row[kh * d..(kh + 1) * d];
+                let k = &row[(nk + kh) * d..(nk + kh + 1) * d];
+                let v = &row[2 * nk * d + h * d..2 * nk * d + (h + 1) * d];
+                let decay = g[t * nv + h].exp();
+                let bt = beta[t * nv + h];
+                // S ← exp(g)·S ; u = β (v − Sᵀk)
+                u.copy_from_slice(v);
+                for i in 0..d {
+                    let srow = &mut s[i * d..(i + 1) * d];
+                    let ki = k[i];
+                    for j in 0..d {
+                        srow[j] *= decay;
+                        u[j] -= srow[j] * ki;
+                    }
+                }
+                u.iter_mut().for_each(|x| *x *= bt);
+                // S ← S + k uᵀ ; o = Sᵀq (read after write)
+                let o =
+                    unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add((t * nv + h) * d), d) };
+                o.fill(0.0);
+                for i in 0..d {
+                    let srow = &mut s[i * d..(i + 1) * d];
+                    let (ki, qi) = (k[i], q[i]);
+                    for j in 0..d {
+                        srow[j] += ki * u[j];
+                        o[j] += srow[j] * qi;
+                    }
+                }
+            }
+        }
+    });
+    out
+}
+
+/// GDN mixer for `n` tokens of one sequence. `x` is the normed input.
+pub(crate) fn forward(
+    w: &GdnWeights,
+    c: &ModelConfig,
+    threads: &Threads,
+    x: &[f32],
+    n: usize,
+    conv_window: &mut [f32],
+    ssm: &mut [f32],
+) -> Vec<f32> {
+    let (mut qkv, z) = project(w, c, threads, x, n);
+    let (g, beta) = gates(w, c, threads, x, n);
+    conv_silu(w, c, &mut qkv, n, conv_window);
+    let mut y = delta_rule(w, c, threads, &mut qkv, &g, &beta, n, ssm);
+    // Gated RMSNorm per value head: norm(o) ⊙ silu(z).
+    let d = c.ssm_head_dim;
+    for (head, zh) in y.chunks_exact_mut(d).zip(z.chunks_exact(d)) {
+        rms_norm_inplace(head, &w.norm, c.rms_eps);
+        for (o, &zz) in head.iter_mut().zip(zh) {
+            *o *= silu(zz);
+        }
+    }
+    let mut out = vec![0f32; n * c.n_embd];
+    matmul(threads, w.out.view(), &y, n, &mut out);
+    out
+}
+
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}

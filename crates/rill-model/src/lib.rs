@@ -1,0 +1,21 @@
+//! Model binding and forward pass for the hybrid Gated-DeltaNet + gated
+//! attention family: Qwen3.5 / 3.6 (`qwen35moe`, `qwen35`) and Qwen3-Next
+//! (`qwen3next`). See DESIGN.md §2–3 for the math.
+//!
+//! - [`config`]: hyperparameters read from the file.
+//! - [`Model`]: immutable, shared weights; [`SequenceState`]: what one sequence carries.
+//! - `layers`: one file per block type; `forward`: the pass over all layers.
+
+pub mod config;
+mod error;
+mod forward;
+mod layers;
+mod model;
+mod state;
+mod weights;
+
+pub use config::{Arch, LayerKind, ModelConfig};
+pub use error::{ForwardError, ModelError};
+pub use forward::Logits;
+pub use model::Model;
+pub use state::SequenceState;

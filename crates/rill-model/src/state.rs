@@ -1,0 +1,67 @@
+//! What one sequence carries between forward calls.
+//!
+//! GDN layers hold a fixed-size state (conv window + recurrent matrix) that
+//! cannot be rewound; attention layers hold a KV cache that grows with the
+//! sequence. The whole value is `Clone`, which is how snapshots are taken.
+
+use crate::config::{LayerKind, ModelConfig};
+use crate::model::Model;
+
+#[derive(Clone, Debug)]
+pub(crate) enum LayerState {
+    Recurrent {
+        /// The last `K−1` raw conv inputs, oldest first: `[(K−1) × conv_dim]`.
+        conv: Vec<f32>,
+        /// Per value head a `d_k × d_v` matrix, row-major: `[n_v × d_k × d_v]`.
+        ssm: Vec<f32>,
+    },
+    Attention {
+        /// Post-norm, post-RoPE keys: `[pos × n_head_kv × head_dim]`.
+        k: Vec<f32>,
+        /// Values: `[pos × n_head_kv × head_dim]`.
+        v: Vec<f32>,
+    },
+}
+
+/// The state of one sequence: position, recurrent states and KV caches.
+#[derive(Clone, Debug)]
+pub struct SequenceState {
+    pub(crate) pos: usize,
+    pub(crate) capacity: usize,
+    pub(crate) layers: Vec<LayerState>,
+}
+
+impl SequenceState {
+    /// An empty state for `model` that can hold up to `capacity` positions.
+    pub fn new(model: &Model, capacity: usize) -> SequenceState {
+        let c: &ModelConfig = &model.config;
+        let layers = c
+            .layer_kinds
+            .iter()
+            .map(|k| match k {
+                LayerKind::Recurrent => LayerState::Recurrent {
+                    conv: vec![0.0; (c.conv_kernel - 1) * c.conv_dim()],
+                    ssm: vec![0.0; c.ssm_n_v_heads * c.ssm_head_dim * c.ssm_head_dim],
+                },
+                LayerKind::Attention => LayerState::Attention {
+                    k: Vec::new(),
+                    v: Vec::new(),
+                },
+            })
+            .collect();
+        SequenceState {
+            pos: 0,
+            capacity,
+            layers,
+        }
+    }
+
+    /// Tokens processed so far.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
