@@ -3,6 +3,17 @@
 //! Everything a file says is checked when it is opened (see [`GgufFile::open`]), so afterwards
 //! [`GgufFile::tensor_data`] can hand out slices of the mapping without further checks.
 //! Only GGUF versions 2 and 3, little-endian, are read.
+//!
+//! What is checked at open time: magic and version; every length and count against the bytes
+//! left (nothing is allocated from an unchecked length); value types; bools are 0/1; strings
+//! are UTF-8; no duplicate keys or tensor names; `general.alignment` is a power of two; at most
+//! 4 dimensions and an element count that fits in int64; rows are whole blocks of the type;
+//! offsets are aligned; data lies inside the file; tensors do not overlap.
+//!
+//! Tensors of a ggml type rill does not know are kept (with their raw id) so the rest of the
+//! file stays usable, but they cannot be sized: only their offset is checked, `dtype()` and
+//! [`GgufFile::try_tensor_data`] report them, and [`GgufFile::tensor_data`] gives an empty
+//! slice for them.
 
 mod cursor;
 mod error;
@@ -315,3 +326,9 @@ fn assemble(parts: Vec<(Header, Part)>) -> Result<GgufFile, GgufError> {
         parts: out_parts,
     })
 }
+
+// A model is shared by every thread that runs it.
+const _: fn() = || {
+    fn check<T: Send + Sync>() {}
+    check::<GgufFile>();
+};
