@@ -201,7 +201,11 @@ mod tests {
         for t in ALL {
             assert_eq!(DType::from_ggml_id(t.ggml_id()), Some(t));
         }
-        assert_eq!(DType::from_ggml_id(31), None, "31 was a removed repacked type");
+        assert_eq!(
+            DType::from_ggml_id(31),
+            None,
+            "31 was a removed repacked type"
+        );
         assert_eq!(DType::from_ggml_id(1000), None);
     }
 

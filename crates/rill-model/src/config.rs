@@ -162,7 +162,7 @@ impl ModelConfig {
             n_embd,
             n_vocab: 0,
             n_ctx_train: m.opt_usize("context_length")?.unwrap_or(0),
-            rms_eps: m.f32("attention.layernorm_rms_epsilon")?,
+            rms_eps: m.f32("attention.layer_norm_rms_epsilon")?,
             layer_kinds,
             n_head,
             n_head_kv,
