@@ -56,16 +56,15 @@ pub fn matmul(threads: &Threads, w: MatRef<'_>, x: &[f32], n: usize, out: &mut [
     assert_eq!(x.len(), n * w.cols, "activation size");
     assert_eq!(out.len(), n * w.rows, "output size");
     let rows = w.rows;
-    let out_ptr = SharedMut(out.as_mut_ptr());
+    let out_ptr = SharedMut::new(out);
     // Enough rows per task that scheduling overhead stays small.
     let min_rows = (16384 / w.cols.max(1)).max(1);
     threads.for_ranges(rows, min_rows, |r0, r1| {
-        let out_ptr = out_ptr;
         if n == 1 {
             for r in r0..r1 {
                 let v = quant::dot(w.dtype, w.row(r), x);
                 // SAFETY: each task writes only rows r0..r1, disjoint across tasks.
-                unsafe { *out_ptr.0.add(r) = v };
+                unsafe { *out_ptr.at(r) = v };
             }
         } else {
             let mut row = vec![0f32; w.cols];
@@ -74,7 +73,7 @@ pub fn matmul(threads: &Threads, w: MatRef<'_>, x: &[f32], n: usize, out: &mut [
                 for t in 0..n {
                     let v = dot_f32(&row, &x[t * w.cols..(t + 1) * w.cols]);
                     // SAFETY: element (t, r) belongs to this task's rows only.
-                    unsafe { *out_ptr.0.add(t * rows + r) = v };
+                    unsafe { *out_ptr.at(t * rows + r) = v };
                 }
             }
         }

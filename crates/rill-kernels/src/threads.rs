@@ -58,11 +58,27 @@ impl Threads {
 }
 
 /// A raw pointer that may be shared between threads that write disjoint
-/// elements of the buffer it points into.
+/// elements of the buffer it points into. Every write through it must be to
+/// elements no other task touches.
 #[derive(Clone, Copy)]
-pub(crate) struct SharedMut<T>(pub *mut T);
+pub struct SharedMut<T>(*mut T);
 unsafe impl<T: Send> Send for SharedMut<T> {}
 unsafe impl<T: Send> Sync for SharedMut<T> {}
+
+impl<T> SharedMut<T> {
+    pub fn new(buf: &mut [T]) -> SharedMut<T> {
+        SharedMut(buf.as_mut_ptr())
+    }
+
+    /// The element pointer `i` places from the start.
+    ///
+    /// # Safety
+    /// `i` must be inside the buffer this was made from, and that buffer must
+    /// outlive every use of the pointer.
+    pub unsafe fn at(self, i: usize) -> *mut T {
+        self.0.add(i)
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -186,13 +186,16 @@ impl ModelConfig {
             return bad("zero embedding length or layer count".into());
         }
         if self.layer_kinds.contains(&LayerKind::Attention) {
-            if self.n_head == 0 || self.n_head_kv == 0 || self.n_head % self.n_head_kv != 0 {
+            if self.n_head == 0
+                || self.n_head_kv == 0
+                || !self.n_head.is_multiple_of(self.n_head_kv)
+            {
                 return bad(format!(
                     "{} attention heads over {} KV heads",
                     self.n_head, self.n_head_kv
                 ));
             }
-            if self.n_rot > self.head_dim || self.n_rot % 2 != 0 {
+            if self.n_rot > self.head_dim || !self.n_rot.is_multiple_of(2) {
                 return bad(format!(
                     "rotary dims {} for head dim {}",
                     self.n_rot, self.head_dim
@@ -201,7 +204,11 @@ impl ModelConfig {
         }
         if self.layer_kinds.contains(&LayerKind::Recurrent) {
             let (nk, nv) = (self.ssm_n_k_heads, self.ssm_n_v_heads);
-            if nk == 0 || nv == 0 || nv % nk != 0 || self.ssm_head_dim == 0 || self.conv_kernel == 0
+            if nk == 0
+                || nv == 0
+                || !nv.is_multiple_of(nk)
+                || self.ssm_head_dim == 0
+                || self.conv_kernel == 0
             {
                 return bad(format!("GDN with {nk} key heads, {nv} value heads"));
             }
@@ -214,13 +221,13 @@ impl ModelConfig {
                 }
             }
         }
-        if self.arch != Arch::Qwen35 {
-            if self.n_expert == 0 || self.n_expert_used == 0 || self.n_expert_used > self.n_expert {
-                return bad(format!(
-                    "{} of {} experts per token",
-                    self.n_expert_used, self.n_expert
-                ));
-            }
+        let experts_ok =
+            self.n_expert > 0 && self.n_expert_used > 0 && self.n_expert_used <= self.n_expert;
+        if self.arch != Arch::Qwen35 && !experts_ok {
+            return bad(format!(
+                "{} of {} experts per token",
+                self.n_expert_used, self.n_expert
+            ));
         }
         Ok(())
     }

@@ -81,7 +81,9 @@ impl Model {
             };
             let ffn = match config.arch {
                 Arch::Qwen35 => Ffn::Dense(DenseWeights::bind(&b, &config, &p)?),
-                Arch::Qwen35Moe | Arch::Qwen3Next => Ffn::Moe(MoeWeights::bind(&b, &config, &p)?),
+                Arch::Qwen35Moe | Arch::Qwen3Next => {
+                    Ffn::Moe(Box::new(MoeWeights::bind(&b, &config, &p)?))
+                }
             };
             layers.push(Layer {
                 attn_norm: b.vector(&format!("{p}.attn_norm.weight"), h)?,

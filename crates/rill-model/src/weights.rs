@@ -169,7 +169,7 @@ impl Binder<'_> {
         } else {
             self.check(info, &want)?
         };
-        if n % dtype.block_len() != 0 {
+        if !n.is_multiple_of(dtype.block_len()) {
             return Err(ModelError::BadShape {
                 name: name.into(),
                 got: info.shape.clone(),

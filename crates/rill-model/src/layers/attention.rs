@@ -5,6 +5,7 @@ use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::weights::{Binder, Matrix};
 use rill_kernels::ops::{dot_f32, rms_norm_inplace, sigmoid, softmax_inplace};
+use rill_kernels::threads::SharedMut;
 use rill_kernels::{matmul, Threads};
 
 pub(crate) struct AttentionWeights {
@@ -91,10 +92,9 @@ pub(crate) fn forward(
     let scale = 1.0 / (hd as f32).sqrt();
     let group = nh / nkv;
     let mut attn = vec![0f32; n * nh * hd];
-    let out_ptr = SendPtr(attn.as_mut_ptr());
+    let out_ptr = SharedMut::new(&mut attn);
     let (kc, vc) = (&k_cache[..], &v_cache[..]);
     threads.for_ranges(n * nh, 1, |a, b| {
-        let out_ptr = out_ptr;
         let mut scores = Vec::new();
         for job in a..b {
             let (t, hh) = (job / nh, job % nh);
@@ -108,7 +108,7 @@ pub(crate) fn forward(
             }
             softmax_inplace(&mut scores);
             // SAFETY: each job owns the disjoint output slice of (t, hh).
-            let out = unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(job * hd), hd) };
+            let out = unsafe { std::slice::from_raw_parts_mut(out_ptr.at(job * hd), hd) };
             out.fill(0.0);
             for (p, &s) in scores.iter().enumerate() {
                 let vp = &vc[(p * nkv + kvh) * hd..(p * nkv + kvh + 1) * hd];
@@ -126,11 +126,6 @@ pub(crate) fn forward(
     matmul(threads, w.o.view(), &attn, n, &mut out);
     out
 }
-
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
 
 #[cfg(test)]
 mod tests {

@@ -8,7 +8,7 @@ use rill_kernels::ops::{axpy, dot_f32, sigmoid, silu, softmax_inplace};
 use rill_kernels::{matmul, MatRef, Threads};
 
 pub(crate) enum Ffn {
-    Moe(MoeWeights),
+    Moe(Box<MoeWeights>),
     Dense(DenseWeights),
 }
 

@@ -6,6 +6,7 @@ use crate::config::{HeadOrder, ModelConfig};
 use crate::error::ModelError;
 use crate::weights::{Binder, Matrix};
 use rill_kernels::ops::{l2_norm_inplace, rms_norm_inplace, sigmoid, silu, softplus};
+use rill_kernels::threads::SharedMut;
 use rill_kernels::{matmul, Threads};
 
 /// How the input projections are stored.
@@ -214,16 +215,15 @@ fn delta_rule(
         }
     }
     let mut out = vec![0f32; n * nv * d];
-    let out_ptr = SendPtr(out.as_mut_ptr());
-    let ssm_ptr = SendPtr(ssm.as_mut_ptr());
+    let out_ptr = SharedMut::new(&mut out);
+    let ssm_ptr = SharedMut::new(ssm);
     let qkv = &*qkv;
     threads.for_ranges(nv, 1, |h0, h1| {
-        let (out_ptr, ssm_ptr) = (out_ptr, ssm_ptr);
         let mut u = vec![0f32; d];
         for h in h0..h1 {
             let kh = w.order.key_head(h, nk, nv);
             // SAFETY: value head h's state and output columns belong to this task only.
-            let s = unsafe { std::slice::from_raw_parts_mut(ssm_ptr.0.add(h * d * d), d * d) };
+            let s = unsafe { std::slice::from_raw_parts_mut(ssm_ptr.at(h * d * d), d * d) };
             for t in 0..n {
                 let row = &qkv[t * cd..(t + 1) * cd];
                 let q = &row[kh * d..(kh + 1) * d];
@@ -243,8 +243,7 @@ fn delta_rule(
                 }
                 u.iter_mut().for_each(|x| *x *= bt);
                 // S ← S + k uᵀ ; o = Sᵀq (read after write)
-                let o =
-                    unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add((t * nv + h) * d), d) };
+                let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.at((t * nv + h) * d), d) };
                 o.fill(0.0);
                 for i in 0..d {
                     let srow = &mut s[i * d..(i + 1) * d];
@@ -286,8 +285,3 @@ pub(crate) fn forward(
     matmul(threads, w.out.view(), &y, n, &mut out);
     out
 }
-
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
