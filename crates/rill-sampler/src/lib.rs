@@ -1,0 +1,245 @@
+//! Picking the next token from a row of logits.
+//!
+//! The chain, in order (as llama.cpp applies it): repetition / presence /
+//! frequency penalties over the recent history → top-k → top-p → min-p →
+//! temperature → a draw from the remaining distribution. Temperature 0 is
+//! greedy (argmax after penalties; ties go to the lower id). A seed makes the
+//! draws reproducible.
+
+mod rng;
+
+pub use rng::Rng;
+
+/// Sampling parameters. `Default` is greedy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplerConfig {
+    /// 0 = greedy.
+    pub temperature: f32,
+    /// 0 = off.
+    pub top_k: usize,
+    /// 1.0 = off.
+    pub top_p: f32,
+    /// 0.0 = off.
+    pub min_p: f32,
+    /// Multiplicative penalty on tokens seen in the window (1.0 = off),
+    /// as in HF / llama.cpp: positive logits are divided, negative multiplied.
+    pub repetition_penalty: f32,
+    /// Subtracted once from every token seen in the window (OpenAI semantics).
+    pub presence_penalty: f32,
+    /// Subtracted per occurrence in the window.
+    pub frequency_penalty: f32,
+    /// How many most recent tokens the penalties look at (0 = all).
+    pub penalty_window: usize,
+    pub seed: u64,
+}
+
+impl Default for SamplerConfig {
+    fn default() -> Self {
+        SamplerConfig {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            penalty_window: 64,
+            seed: 0,
+        }
+    }
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl SamplerConfig {
+    /// Check ranges, so bad user input is an error rather than NaNs.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let finite = [
+            self.temperature,
+            self.top_p,
+            self.min_p,
+            self.repetition_penalty,
+            self.presence_penalty,
+            self.frequency_penalty,
+        ];
+        if finite.iter().any(|v| !v.is_finite()) {
+            return Err(ConfigError(
+                "sampling parameters must be finite numbers".into(),
+            ));
+        }
+        if self.temperature < 0.0 {
+            return Err(ConfigError(format!(
+                "temperature {} must be >= 0",
+                self.temperature
+            )));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(ConfigError(format!(
+                "top_p {} must be in (0, 1]",
+                self.top_p
+            )));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return Err(ConfigError(format!(
+                "min_p {} must be in [0, 1]",
+                self.min_p
+            )));
+        }
+        if self.repetition_penalty <= 0.0 {
+            return Err(ConfigError(format!(
+                "repetition_penalty {} must be > 0",
+                self.repetition_penalty
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A sampler with its own random stream.
+#[derive(Clone, Debug)]
+pub struct Sampler {
+    config: SamplerConfig,
+    rng: Rng,
+    /// Scratch: (token, logit) candidates.
+    cand: Vec<(u32, f32)>,
+}
+
+impl Sampler {
+    pub fn new(config: SamplerConfig) -> Result<Sampler, ConfigError> {
+        config.validate()?;
+        let rng = Rng::new(config.seed);
+        Ok(Sampler {
+            config,
+            rng,
+            cand: Vec::new(),
+        })
+    }
+
+    pub fn config(&self) -> &SamplerConfig {
+        &self.config
+    }
+
+    /// Pick the next token given `logits` (one row) and the tokens so far.
+    pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+        let c = &self.config;
+        let mut row = logits.to_vec();
+        apply_penalties(c, &mut row, history);
+
+        if c.temperature == 0.0 {
+            return argmax(&row);
+        }
+        self.cand.clear();
+        self.cand
+            .extend(row.iter().enumerate().map(|(i, &l)| (i as u32, l)));
+        // Descending by logit; ties to the lower id.
+        self.cand
+            .sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        if c.top_k > 0 && c.top_k < self.cand.len() {
+            self.cand.truncate(c.top_k);
+        }
+        // Probabilities at temperature 1 decide the top-p / min-p cut, as in llama.cpp.
+        let probs = softmax(&self.cand, 1.0);
+        let mut keep = probs.len();
+        if c.top_p < 1.0 {
+            let mut cum = 0.0;
+            for (i, p) in probs.iter().enumerate() {
+                cum += p;
+                if cum >= c.top_p as f64 {
+                    keep = i + 1;
+                    break;
+                }
+            }
+        }
+        if c.min_p > 0.0 {
+            let floor = probs[0] * c.min_p as f64;
+            keep = keep.min(probs.iter().take_while(|&&p| p >= floor).count().max(1));
+        }
+        self.cand.truncate(keep.max(1));
+        let probs = softmax(&self.cand, c.temperature);
+        let r = self.rng.next_f64();
+        let mut cum = 0.0;
+        for (i, p) in probs.iter().enumerate() {
+            cum += p;
+            if r < cum {
+                return self.cand[i].0;
+            }
+        }
+        self.cand[self.cand.len() - 1].0
+    }
+}
+
+fn apply_penalties(c: &SamplerConfig, row: &mut [f32], history: &[u32]) {
+    let off =
+        c.repetition_penalty == 1.0 && c.presence_penalty == 0.0 && c.frequency_penalty == 0.0;
+    if off || history.is_empty() {
+        return;
+    }
+    let window = if c.penalty_window == 0 {
+        history
+    } else {
+        &history[history.len().saturating_sub(c.penalty_window)..]
+    };
+    let mut counts: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
+    for &t in window {
+        *counts.entry(t).or_default() += 1;
+    }
+    for (&t, &n) in &counts {
+        let Some(l) = row.get_mut(t as usize) else {
+            continue;
+        };
+        if *l > 0.0 {
+            *l /= c.repetition_penalty;
+        } else {
+            *l *= c.repetition_penalty;
+        }
+        *l -= c.presence_penalty + c.frequency_penalty * n as f32;
+    }
+}
+
+/// Index of the largest logit; ties go to the lower id.
+pub fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Softmax of the candidates' logits at temperature `t`, in f64.
+fn softmax(cand: &[(u32, f32)], t: f32) -> Vec<f64> {
+    let max = cand.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max) as f64;
+    let mut p: Vec<f64> = cand
+        .iter()
+        .map(|c| ((c.1 as f64 - max) / t as f64).exp())
+        .collect();
+    let s: f64 = p.iter().sum();
+    p.iter_mut().for_each(|v| *v /= s);
+    p
+}
+
+/// Log-probabilities of a logits row (for `logprobs` in APIs).
+pub fn log_softmax(row: &[f32]) -> Vec<f32> {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let lse = row
+        .iter()
+        .map(|&v| ((v - max) as f64).exp())
+        .sum::<f64>()
+        .ln() as f32
+        + max;
+    row.iter().map(|&v| v - lse).collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,159 @@
+use super::*;
+
+fn cfg(t: f32) -> SamplerConfig {
+    SamplerConfig {
+        temperature: t,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn greedy_takes_argmax_and_lower_id_on_ties() {
+    let mut s = Sampler::new(cfg(0.0)).unwrap();
+    assert_eq!(s.sample(&[0.1, 2.0, -1.0, 2.0], &[]), 1);
+}
+
+#[test]
+fn same_seed_same_draws_different_seed_different_draws() {
+    let logits: Vec<f32> = (0..50).map(|i| (i as f32 * 0.37).sin()).collect();
+    let draw = |seed| {
+        let mut s = Sampler::new(SamplerConfig { seed, ..cfg(1.0) }).unwrap();
+        (0..64).map(|_| s.sample(&logits, &[])).collect::<Vec<_>>()
+    };
+    assert_eq!(draw(7), draw(7));
+    assert_ne!(draw(7), draw(8));
+}
+
+#[test]
+fn sampling_follows_the_distribution() {
+    // p = softmax([ln 1, ln 3]) = [0.25, 0.75]
+    let logits = [0.0f32, 3f32.ln()];
+    let mut s = Sampler::new(SamplerConfig {
+        seed: 3,
+        ..cfg(1.0)
+    })
+    .unwrap();
+    let n = 20000;
+    let ones = (0..n).filter(|_| s.sample(&logits, &[]) == 1).count();
+    let frac = ones as f64 / n as f64;
+    assert!((frac - 0.75).abs() < 0.02, "{frac}");
+}
+
+#[test]
+fn top_k_one_is_greedy() {
+    let logits = [0.5f32, 0.4, 3.0, 0.2];
+    let mut s = Sampler::new(SamplerConfig {
+        top_k: 1,
+        ..cfg(5.0)
+    })
+    .unwrap();
+    for _ in 0..100 {
+        assert_eq!(s.sample(&logits, &[]), 2);
+    }
+}
+
+#[test]
+fn top_p_cuts_the_tail() {
+    // probabilities ≈ [0.665, 0.245, 0.090]: top_p 0.8 keeps ids 0 and 1 only
+    let logits = [2.0f32, 1.0, 0.0];
+    let mut s = Sampler::new(SamplerConfig {
+        top_p: 0.8,
+        seed: 1,
+        ..cfg(1.0)
+    })
+    .unwrap();
+    let mut seen = [0; 3];
+    for _ in 0..2000 {
+        seen[s.sample(&logits, &[]) as usize] += 1;
+    }
+    assert_eq!(seen[2], 0);
+    assert!(seen[0] > 0 && seen[1] > 0);
+}
+
+#[test]
+fn min_p_cuts_relative_to_the_best() {
+    let logits = [2.0f32, 1.0, -3.0];
+    let mut s = Sampler::new(SamplerConfig {
+        min_p: 0.2,
+        seed: 1,
+        ..cfg(1.0)
+    })
+    .unwrap();
+    for _ in 0..2000 {
+        assert_ne!(s.sample(&logits, &[]), 2);
+    }
+}
+
+#[test]
+fn penalties_change_the_greedy_choice() {
+    let logits = [1.0f32, 0.9];
+    let mut rep = Sampler::new(SamplerConfig {
+        repetition_penalty: 1.2,
+        ..cfg(0.0)
+    })
+    .unwrap();
+    assert_eq!(rep.sample(&logits, &[0]), 1);
+    let mut pres = Sampler::new(SamplerConfig {
+        presence_penalty: 0.2,
+        ..cfg(0.0)
+    })
+    .unwrap();
+    assert_eq!(pres.sample(&logits, &[0]), 1);
+    let mut freq = Sampler::new(SamplerConfig {
+        frequency_penalty: 0.04,
+        ..cfg(0.0)
+    })
+    .unwrap();
+    assert_eq!(
+        freq.sample(&logits, &[0]),
+        0,
+        "one occurrence: 1.0 - 0.04 > 0.9"
+    );
+    assert_eq!(
+        freq.sample(&logits, &[0, 0, 0]),
+        1,
+        "three: 1.0 - 0.12 < 0.9"
+    );
+    // negative logits are multiplied, pushing them further down
+    let mut neg = Sampler::new(SamplerConfig {
+        repetition_penalty: 2.0,
+        ..cfg(0.0)
+    })
+    .unwrap();
+    assert_eq!(neg.sample(&[-1.0, -1.5], &[0]), 1);
+}
+
+#[test]
+fn bad_configs_are_refused() {
+    for bad in [
+        SamplerConfig {
+            temperature: -1.0,
+            ..Default::default()
+        },
+        SamplerConfig {
+            top_p: 0.0,
+            ..Default::default()
+        },
+        SamplerConfig {
+            min_p: 1.5,
+            ..Default::default()
+        },
+        SamplerConfig {
+            temperature: f32::NAN,
+            ..Default::default()
+        },
+        SamplerConfig {
+            repetition_penalty: 0.0,
+            ..Default::default()
+        },
+    ] {
+        assert!(Sampler::new(bad).is_err());
+    }
+}
+
+#[test]
+fn log_softmax_normalises() {
+    let lp = log_softmax(&[1.0, 2.0, 3.0]);
+    let s: f32 = lp.iter().map(|v| v.exp()).sum();
+    assert!((s - 1.0).abs() < 1e-6);
+}
