@@ -111,13 +111,13 @@ pub fn pre_tokenize<'a>(pre: PreTokenizer, text: &'a str, mut f: impl FnMut(&'a 
         return;
     }
     // byte offset and class of every char, plus a sentinel offset at the end
-    let mut offs: Vec<u32> = Vec::with_capacity(text.len() + 1);
+    let mut offs: Vec<usize> = Vec::with_capacity(text.len() + 1);
     let mut cls: Vec<u8> = Vec::with_capacity(text.len());
     for (o, c) in text.char_indices() {
-        offs.push(o as u32);
+        offs.push(o);
         cls.push(char_class(c));
     }
-    offs.push(text.len() as u32);
+    offs.push(text.len());
     let m = Matcher {
         pre,
         text: text.as_bytes(),
@@ -128,7 +128,7 @@ pub fn pre_tokenize<'a>(pre: PreTokenizer, text: &'a str, mut f: impl FnMut(&'a 
     let mut i = 0;
     while i < n {
         let end = m.match_at(i).max(i + 1);
-        f(&text[offs[i] as usize..offs[end] as usize]);
+        f(&text[offs[i]..offs[end]]);
         i = end;
     }
 }
@@ -147,7 +147,7 @@ pub fn pre_tokenize_ranges(pre: PreTokenizer, text: &str) -> Vec<(usize, usize)>
 struct Matcher<'t> {
     pre: PreTokenizer,
     text: &'t [u8],
-    offs: &'t [u32],
+    offs: &'t [usize],
     cls: &'t [u8],
 }
 
@@ -182,7 +182,7 @@ impl Matcher<'_> {
     #[inline]
     fn ascii_at(&self, i: usize) -> u8 {
         if i + 1 < self.offs.len() {
-            let (a, b) = (self.offs[i] as usize, self.offs[i + 1] as usize);
+            let (a, b) = (self.offs[i], self.offs[i + 1]);
             if b == a + 1 {
                 return self.text[a];
             }
