@@ -24,6 +24,12 @@ enum Command {
     Logits(commands::logits::Args),
     /// Print a model file's architecture, hyperparameters and tensor summary.
     Inspect(commands::inspect::Args),
+    /// Generate text from a prompt, streamed as it comes.
+    Run(commands::run::Args),
+    /// Print the token ids of a text.
+    Tokenize(commands::tokenize::TokenizeArgs),
+    /// Print the text of token ids.
+    Detokenize(commands::tokenize::DetokenizeArgs),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +37,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Logits(a) => commands::logits::run(a),
         Command::Inspect(a) => commands::inspect::run(a),
+        Command::Run(a) => commands::run::run(a),
+        Command::Tokenize(a) => commands::tokenize::run_tokenize(a),
+        Command::Detokenize(a) => commands::tokenize::run_detokenize(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,2 +1,4 @@
 pub mod inspect;
 pub mod logits;
+pub mod run;
+pub mod tokenize;

@@ -1,0 +1,70 @@
+//! `rill tokenize` / `rill detokenize`: the model's tokenizer on its own.
+
+use super::logits::parse_tokens;
+use anyhow::{Context, Result};
+use rill_tokenizer::Tokenizer;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct TokenizeArgs {
+    /// Model file (GGUF) whose tokenizer to use.
+    #[arg(short, long)]
+    model: PathBuf,
+    /// Text to tokenize.
+    #[arg(long, conflicts_with = "file")]
+    text: Option<String>,
+    /// File whose contents to tokenize (UTF-8).
+    #[arg(long)]
+    file: Option<PathBuf>,
+    /// Print a JSON array.
+    #[arg(long)]
+    json: bool,
+    /// Treat special-token text (e.g. `<|im_start|>`) as plain text.
+    #[arg(long)]
+    no_parse_special: bool,
+}
+
+#[derive(clap::Args)]
+pub struct DetokenizeArgs {
+    /// Model file (GGUF) whose tokenizer to use.
+    #[arg(short, long)]
+    model: PathBuf,
+    /// Comma-separated token ids.
+    #[arg(long)]
+    tokens: String,
+}
+
+pub fn load_tokenizer(path: &std::path::Path) -> Result<Tokenizer> {
+    Tokenizer::from_gguf_path(path)
+        .with_context(|| format!("cannot load the tokenizer of {}", path.display()))
+}
+
+pub fn run_tokenize(a: TokenizeArgs) -> Result<()> {
+    let text = match (&a.text, &a.file) {
+        (Some(t), _) => t.clone(),
+        (None, Some(f)) => {
+            std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?
+        }
+        (None, None) => anyhow::bail!("give --text TEXT or --file FILE"),
+    };
+    let tok = load_tokenizer(&a.model)?;
+    let ids = tok.encode(&text, !a.no_parse_special);
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string(&ids)?)?;
+    } else {
+        let s: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
+        writeln!(out, "{}", s.join(" "))?;
+    }
+    Ok(())
+}
+
+pub fn run_detokenize(a: DetokenizeArgs) -> Result<()> {
+    let ids = parse_tokens(&a.tokens)?;
+    let tok = load_tokenizer(&a.model)?;
+    let text = tok.decode(&ids)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}")?;
+    Ok(())
+}

@@ -1,0 +1,166 @@
+//! Files and inputs a user can get wrong: each is a typed error with a
+//! message naming the problem, never a panic.
+
+mod common;
+
+use common::*;
+use rill_gguf::writer::GgufWriter;
+use rill_gguf::{GgufFile, MetaValue};
+use rill_kernels::Threads;
+use rill_model::{ForwardError, Logits, Model, ModelError, SequenceState};
+use std::sync::Arc;
+
+/// Re-write the first F32 fixture with `edit` applied to each tensor
+/// (`None` drops it) and `meta` applied to each metadata entry.
+fn rewrite(
+    edit: impl Fn(&str, Vec<u64>, u32, Vec<u8>) -> Option<(Vec<u64>, u32, Vec<u8>)>,
+    meta: impl Fn(&str, MetaValue) -> MetaValue,
+) -> Result<Model, ModelError> {
+    let f = &fixtures("f32")[0];
+    let src = GgufFile::open(&fixtures_dir().join(f["gguf"].as_str().unwrap())).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in src.metadata() {
+        w.kv(k, meta(k, v.clone()));
+    }
+    for t in src.tensors() {
+        let data = src.tensor_data(t).to_vec();
+        if let Some((shape, ty, data)) = edit(&t.name, t.shape.clone(), t.ggml_type, data) {
+            w.tensor(t.name.clone(), &shape, ty, data);
+        }
+    }
+    let file = GgufFile::from_bytes(w.to_bytes().unwrap())?;
+    Model::from_gguf(Arc::new(file))
+}
+
+fn keep(_: &str, s: Vec<u64>, t: u32, d: Vec<u8>) -> Option<(Vec<u64>, u32, Vec<u8>)> {
+    Some((s, t, d))
+}
+
+fn same(_: &str, v: MetaValue) -> MetaValue {
+    v
+}
+
+fn err_text(r: Result<Model, ModelError>) -> String {
+    match r {
+        Ok(_) => panic!("a broken model loaded"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn the_unmodified_rewrite_loads() {
+    assert!(rewrite(keep, same).is_ok());
+}
+
+#[test]
+fn unsupported_quant_type_names_the_tensor_and_type() {
+    // Q8_1 (ggml type 9) is a valid encoding rill does not compute with.
+    let msg = err_text(rewrite(
+        |n, s, t, d| {
+            if n == "blk.0.attn_qkv.weight" {
+                let blocks = s.iter().product::<u64>() as usize / 32;
+                Some((s, 9, vec![0; blocks * 36]))
+            } else {
+                Some((s, t, d))
+            }
+        },
+        same,
+    ));
+    assert!(
+        msg.contains("blk.0.attn_qkv.weight") && msg.contains("Q8_1"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn unknown_type_id_names_the_tensor() {
+    let msg = err_text(rewrite(
+        |n, s, t, d| Some((s, if n == "blk.1.ssm_out.weight" { 31 } else { t }, d)),
+        same,
+    ));
+    assert!(
+        msg.contains("blk.1.ssm_out.weight") && msg.contains("31"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn missing_tensor_is_named() {
+    let msg = err_text(rewrite(
+        |n, s, t, d| (n != "blk.2.ssm_norm.weight").then_some((s, t, d)),
+        same,
+    ));
+    assert!(
+        msg.contains("missing tensor 'blk.2.ssm_norm.weight'"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn wrong_shape_is_named() {
+    let msg = err_text(rewrite(
+        |n, s, t, d| {
+            if n == "output_norm.weight" {
+                let half = d.len() / 2;
+                Some((vec![s[0] / 2], t, d[..half].to_vec()))
+            } else {
+                Some((s, t, d))
+            }
+        },
+        same,
+    ));
+    assert!(msg.contains("output_norm.weight"), "{msg}");
+}
+
+#[test]
+fn foreign_architecture_and_bad_hyperparameters_are_refused() {
+    let msg = err_text(rewrite(keep, |k, v| {
+        if k == "general.architecture" {
+            MetaValue::Str("llama".into())
+        } else {
+            v
+        }
+    }));
+    assert!(msg.contains("llama"), "{msg}");
+    let msg = err_text(rewrite(keep, |k, v| {
+        if k.ends_with(".ssm.time_step_rank") {
+            MetaValue::U32(5) // not a multiple of the key heads
+        } else {
+            v
+        }
+    }));
+    assert!(msg.contains("GDN") || msg.contains("ssm"), "{msg}");
+    let msg = err_text(rewrite(keep, |k, v| {
+        if k.ends_with(".embedding_length") {
+            MetaValue::Str("wide".into())
+        } else {
+            v
+        }
+    }));
+    assert!(msg.contains("embedding_length"), "{msg}");
+}
+
+#[test]
+fn forward_refuses_bad_tokens_and_overflow() {
+    let f = &fixtures("f32")[0];
+    let model = load(f);
+    let threads = Threads::new(1);
+    let mut st = SequenceState::new(&model, 4);
+    let bad = model.config.n_vocab as u32;
+    assert!(matches!(
+        model.forward(&threads, &mut st, &[1, bad], Logits::Last),
+        Err(ForwardError::TokenOutOfRange { .. })
+    ));
+    assert_eq!(st.position(), 0, "a refused batch leaves the state alone");
+    assert!(matches!(
+        model.forward(&threads, &mut st, &[1, 2, 3, 4, 5], Logits::Last),
+        Err(ForwardError::ContextFull { .. })
+    ));
+    assert!(matches!(
+        model.forward(&threads, &mut st, &[], Logits::Last),
+        Err(ForwardError::Empty)
+    ));
+    assert!(model
+        .forward(&threads, &mut st, &[1, 2, 3, 4], Logits::Last)
+        .is_ok());
+}

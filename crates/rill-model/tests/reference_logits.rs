@@ -1,0 +1,115 @@
+//! The forward pass against transformers' float32 logits (and, for quantized
+//! files, against the exact model of the file, with llama.cpp's error as the
+//! bar), on the committed fixtures (`scripts/fixtures/` makes them).
+
+mod common;
+
+use common::*;
+use rill_kernels::Threads;
+use rill_model::{Logits, SequenceState};
+
+#[test]
+fn f32_prompt_logits_match_transformers() {
+    let threads = Threads::new(2);
+    for f in fixtures("f32") {
+        let name = f["name"].as_str().unwrap();
+        let model = load(&f);
+        let ids = ids(&f["prompt"]["ids"]);
+        assert!(ids.len() >= 200, "{name}: prompt of {} tokens", ids.len());
+        let (shape, want) = read_npy(f["prompt"]["logits"].as_str().unwrap());
+        assert_eq!(shape, vec![ids.len(), model.config.n_vocab], "{name}");
+        let got = batch_logits(&model, &threads, &ids);
+        let (max, mean) = diff(&got, &want);
+        eprintln!(
+            "{name}: max |Δ| {max:.2e}, mean {mean:.2e} over {} positions",
+            ids.len()
+        );
+        assert!(max <= 1e-4, "{name}: max |Δlogit| {max:e} > 1e-4");
+    }
+}
+
+#[test]
+fn decoding_token_by_token_equals_the_batch() {
+    let threads = Threads::new(2);
+    for f in fixtures("f32") {
+        let name = f["name"].as_str().unwrap();
+        let model = load(&f);
+        let ids = ids(&f["prompt"]["ids"]);
+        let batch = batch_logits(&model, &threads, &ids);
+        // Half as a prompt batch, then one token at a time.
+        let split = ids.len() / 2;
+        let v = model.config.n_vocab;
+        let mut st = SequenceState::new(&model, ids.len());
+        let mut got = model
+            .forward(&threads, &mut st, &ids[..split], Logits::All)
+            .unwrap();
+        for &t in &ids[split..] {
+            got.extend(
+                model
+                    .forward(&threads, &mut st, &[t], Logits::Last)
+                    .unwrap(),
+            );
+        }
+        assert_eq!(st.position(), ids.len());
+        let (max, _) = diff(&got, &batch);
+        eprintln!("{name}: decode vs batch max |Δ| {max:.2e}");
+        assert!(max <= 1e-4, "{name}: decode vs batch {max:e}");
+        assert_eq!(got.len(), ids.len() * v);
+    }
+}
+
+#[test]
+fn greedy_generation_matches_transformers() {
+    let threads = Threads::new(2);
+    for f in fixtures("f32") {
+        let name = f["name"].as_str().unwrap();
+        let model = load(&f);
+        let g = &f["generation"];
+        let prompt = ids(&g["prompt_ids"]);
+        let want_ids = ids(&g["ids"]);
+        let (_, want_logits) = read_npy(g["logits"].as_str().unwrap());
+        let v = model.config.n_vocab;
+        let mut st = SequenceState::new(&model, prompt.len() + want_ids.len());
+        let mut row = model
+            .forward(&threads, &mut st, &prompt, Logits::Last)
+            .unwrap();
+        let mut got = Vec::new();
+        for (step, &want) in want_ids.iter().enumerate() {
+            let (max, _) = diff(&row, &want_logits[step * v..(step + 1) * v]);
+            assert!(max <= 1e-4, "{name}: step {step} logits differ by {max:e}");
+            let next = argmax(&row);
+            got.push(next);
+            if next != want {
+                break;
+            }
+            row = model
+                .forward(&threads, &mut st, &[next], Logits::Last)
+                .unwrap();
+        }
+        assert_eq!(got, want_ids, "{name}: greedy tokens");
+    }
+}
+
+#[test]
+fn quantized_files_are_at_least_as_accurate_as_llama_cpp() {
+    let threads = Threads::new(2);
+    for f in fixtures("quant") {
+        let name = f["name"].as_str().unwrap();
+        let model = load(&f);
+        let ids = ids(&f["prompt"]["ids"]);
+        let (_, want) = read_npy(f["prompt"]["logits"].as_str().unwrap());
+        let got = batch_logits(&model, &threads, &ids);
+        let (max, mean) = diff(&got, &want);
+        let bar_max = f["tolerance"]["max_abs"].as_f64().unwrap() as f32;
+        let bar_mean = f["tolerance"]["mean_abs"].as_f64().unwrap() as f32;
+        eprintln!("{name}: rill max {max:.2e} mean {mean:.2e}; llama.cpp max {bar_max:.2e} mean {bar_mean:.2e}");
+        assert!(
+            max <= bar_max,
+            "{name}: max error {max:e} > llama.cpp's {bar_max:e}"
+        );
+        assert!(
+            mean <= bar_mean,
+            "{name}: mean error {mean:e} > llama.cpp's {bar_mean:e}"
+        );
+    }
+}
