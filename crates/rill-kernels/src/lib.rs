@@ -1,9 +1,11 @@
 //! Numeric kernels. They know tensors and encodings, nothing of models or files.
 //!
 //! - [`quant`]: decoding of every supported weight encoding, fused decode+dot.
+//! - [`gdn`]: the gated delta rule, token by token and chunkwise.
 //! - [`matmul`]: weight matrix × activations, threaded over output rows.
 //! - [`ops`]: element-wise and row-wise f32 operations (norms, activations, softmax).
 //! - [`threads`]: the thread pool the forward pass runs on.
+pub mod gdn;
 pub mod matmul;
 pub mod ops;
 pub mod quant;

@@ -5,6 +5,7 @@
 use crate::config::{HeadOrder, ModelConfig};
 use crate::error::ModelError;
 use crate::weights::{Binder, Matrix};
+use rill_kernels::gdn::{delta_rule_chunked, delta_rule_recurrent, HeadInputs};
 use rill_kernels::ops::{l2_norm_inplace, rms_norm_inplace, sigmoid, silu, softplus};
 use rill_kernels::threads::SharedMut;
 use rill_kernels::{matmul, Threads};
@@ -187,8 +188,9 @@ fn conv_silu(w: &GdnWeights, c: &ModelConfig, qkv: &mut [f32], n: usize, window:
     }
 }
 
-/// The gated delta rule for `n` tokens, token by token; value heads in
-/// parallel. `qkv` holds the conv outputs; writes `[n × n_v·d_v]`.
+/// The gated delta rule for `n` tokens, value heads in parallel: token by
+/// token for decode, chunkwise for prefill (the same result within f32
+/// rounding). `qkv` holds the conv outputs; returns `[n × n_v·d_v]`.
 #[allow(clippy::too_many_arguments)]
 fn delta_rule(
     w: &GdnWeights,
@@ -219,40 +221,41 @@ fn delta_rule(
     let ssm_ptr = SharedMut::new(ssm);
     let qkv = &*qkv;
     threads.for_ranges(nv, 1, |h0, h1| {
-        let mut u = vec![0f32; d];
+        let (mut q, mut k, mut v) = (vec![0f32; n * d], vec![0f32; n * d], vec![0f32; n * d]);
+        let (mut gh, mut bh, mut o) = (vec![0f32; n], vec![0f32; n], vec![0f32; n * d]);
         for h in h0..h1 {
             let kh = w.order.key_head(h, nk, nv);
-            // SAFETY: value head h's state and output columns belong to this task only.
-            let s = unsafe { std::slice::from_raw_parts_mut(ssm_ptr.at(h * d * d), d * d) };
+            // Gather this head's inputs contiguously.
             for t in 0..n {
                 let row = &qkv[t * cd..(t + 1) * cd];
-                let q = &row[kh * d..(kh + 1) * d];
-                let k = &row[(nk + kh) * d..(nk + kh + 1) * d];
-                let v = &row[2 * nk * d + h * d..2 * nk * d + (h + 1) * d];
-                let decay = g[t * nv + h].exp();
-                let bt = beta[t * nv + h];
-                // S ← exp(g)·S ; u = β (v − Sᵀk)
-                u.copy_from_slice(v);
-                for i in 0..d {
-                    let srow = &mut s[i * d..(i + 1) * d];
-                    let ki = k[i];
-                    for j in 0..d {
-                        srow[j] *= decay;
-                        u[j] -= srow[j] * ki;
-                    }
-                }
-                u.iter_mut().for_each(|x| *x *= bt);
-                // S ← S + k uᵀ ; o = Sᵀq (read after write)
-                let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.at((t * nv + h) * d), d) };
-                o.fill(0.0);
-                for i in 0..d {
-                    let srow = &mut s[i * d..(i + 1) * d];
-                    let (ki, qi) = (k[i], q[i]);
-                    for j in 0..d {
-                        srow[j] += ki * u[j];
-                        o[j] += srow[j] * qi;
-                    }
-                }
+                q[t * d..(t + 1) * d].copy_from_slice(&row[kh * d..(kh + 1) * d]);
+                k[t * d..(t + 1) * d].copy_from_slice(&row[(nk + kh) * d..(nk + kh + 1) * d]);
+                let vs = 2 * nk * d + h * d;
+                v[t * d..(t + 1) * d].copy_from_slice(&row[vs..vs + d]);
+                gh[t] = g[t * nv + h];
+                bh[t] = beta[t * nv + h];
+            }
+            let inputs = HeadInputs {
+                q: &q,
+                k: &k,
+                v: &v,
+                g: &gh,
+                beta: &bh,
+                d_k: d,
+                d_v: d,
+            };
+            // SAFETY: value head h's state belongs to this task only.
+            let s = unsafe { std::slice::from_raw_parts_mut(ssm_ptr.at(h * d * d), d * d) };
+            if n == 1 {
+                delta_rule_recurrent(&inputs, s, &mut o);
+            } else {
+                delta_rule_chunked(&inputs, s, &mut o);
+            }
+            for t in 0..n {
+                // SAFETY: the output columns of head h belong to this task only.
+                let dst =
+                    unsafe { std::slice::from_raw_parts_mut(out_ptr.at((t * nv + h) * d), d) };
+                dst.copy_from_slice(&o[t * d..(t + 1) * d]);
             }
         }
     });
