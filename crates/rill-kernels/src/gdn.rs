@@ -229,12 +229,10 @@ mod tests {
         }
     }
 
-    fn inputs(
-        n: usize,
-        dk: usize,
-        dv: usize,
-        seed: u64,
-    ) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+    /// q, k, v, g, beta of `n` tokens.
+    type Owned = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>);
+
+    fn inputs(n: usize, dk: usize, dv: usize, seed: u64) -> Owned {
         let mut q = noise(seed, n * dk);
         let mut k = noise(seed + 1, n * dk);
         l2(&mut q, dk);
