@@ -26,6 +26,8 @@ enum Command {
     Inspect(commands::inspect::Args),
     /// Generate text from a prompt, streamed as it comes.
     Run(commands::run::Args),
+    /// Measure prompt processing and generation speed (like llama-bench).
+    Bench(commands::bench::Args),
     /// Print the token ids of a text.
     Tokenize(commands::tokenize::TokenizeArgs),
     /// Print the text of token ids.
@@ -38,6 +40,7 @@ fn main() -> ExitCode {
         Command::Logits(a) => commands::logits::run(a),
         Command::Inspect(a) => commands::inspect::run(a),
         Command::Run(a) => commands::run::run(a),
+        Command::Bench(a) => commands::bench::run(a),
         Command::Tokenize(a) => commands::tokenize::run_tokenize(a),
         Command::Detokenize(a) => commands::tokenize::run_detokenize(a),
     };

@@ -69,6 +69,19 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
+/// Σ x (several accumulators; used by the bandwidth probe).
+pub fn sum(x: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let rest: f32 = chunks.remainder().iter().sum();
+    for c in chunks {
+        for i in 0..8 {
+            acc[i] += c[i];
+        }
+    }
+    acc.iter().sum::<f32>() + rest
+}
+
 /// `y += a · x`.
 pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
     debug_assert_eq!(x.len(), y.len());

@@ -114,6 +114,11 @@ impl Model {
         &self.file
     }
 
+    /// Whether the output projection has its own matrix (not tied to the embedding).
+    pub fn has_output_matrix(&self) -> bool {
+        self.output.is_some()
+    }
+
     pub(crate) fn output_matrix(&self) -> &Matrix {
         self.output.as_ref().unwrap_or(&self.token_embd)
     }
