@@ -38,7 +38,9 @@ pub fn build_environment() -> Environment<'static> {
 
     env.add_filter("tojson", tojson);
     env.add_filter("string", string_filter);
-    env.add_filter("trim", |v: &Value, chars: Option<String>| trim_filter(v, chars.as_deref()));
+    env.add_filter("trim", |v: &Value, chars: Option<String>| {
+        trim_filter(v, chars.as_deref())
+    });
     env.add_filter("items", items_filter);
     env.add_filter("join", join_filter);
     env.add_filter("length", length_filter);
@@ -51,7 +53,11 @@ pub fn build_environment() -> Environment<'static> {
 }
 
 /// `{{ value }}` prints Python's `str(value)` (`True`, `None`, `['a', 1]`, `1e+16`, ...).
-fn format_value(out: &mut minijinja::Output<'_>, _state: &State, value: &Value) -> Result<(), Error> {
+fn format_value(
+    out: &mut minijinja::Output<'_>,
+    _state: &State,
+    value: &Value,
+) -> Result<(), Error> {
     let res = match value.as_str() {
         Some(s) => out.write_str(s),
         None => out.write_str(&py_str(value)),
@@ -87,7 +93,9 @@ fn tojson(
 ) -> Result<Value, Error> {
     let ensure_ascii = match ensure_ascii {
         Some(v) => v,
-        None => kwargs.get::<Option<Value>>("ensure_ascii")?.unwrap_or(Value::from(false)),
+        None => kwargs
+            .get::<Option<Value>>("ensure_ascii")?
+            .unwrap_or(Value::from(false)),
     };
     let indent = match indent {
         Some(v) => Some(v),
@@ -105,7 +113,10 @@ fn tojson(
             ValueKind::Bool => " ".repeat(usize::from(v.is_true())),
             _ => {
                 let n = v.as_i64().ok_or_else(|| {
-                    Error::new(ErrorKind::InvalidOperation, "tojson: indent must be an int or a str")
+                    Error::new(
+                        ErrorKind::InvalidOperation,
+                        "tojson: indent must be an int or a str",
+                    )
                 })?;
                 " ".repeat(n.clamp(0, 1024) as usize)
             }
@@ -210,14 +221,21 @@ fn length_filter(value: &Value) -> Result<Value, Error> {
 
 /// jinja2 `sequence`: has `len()` and `__getitem__` (str, list, dict).
 fn is_sequence(value: &Value) -> bool {
-    matches!(value.kind(), ValueKind::String | ValueKind::Seq | ValueKind::Map)
+    matches!(
+        value.kind(),
+        ValueKind::String | ValueKind::Seq | ValueKind::Map
+    )
 }
 
 /// jinja2 `iterable`: `iter(value)` works (str, list, dict, and jinja2's `Undefined`).
 fn is_iterable(value: &Value) -> bool {
     matches!(
         value.kind(),
-        ValueKind::Undefined | ValueKind::String | ValueKind::Seq | ValueKind::Map | ValueKind::Iterable
+        ValueKind::Undefined
+            | ValueKind::String
+            | ValueKind::Seq
+            | ValueKind::Map
+            | ValueKind::Iterable
     )
 }
 
@@ -240,7 +258,9 @@ pub fn rewrite_generation_tags(source: &str) -> String {
             return out;
         };
         let inner = &tag[2..end];
-        let body = inner.trim_start_matches(['-', '+']).trim_end_matches(['-', '+']);
+        let body = inner
+            .trim_start_matches(['-', '+'])
+            .trim_end_matches(['-', '+']);
         let replacement = match body.trim() {
             "generation" => Some("if true"),
             "endgeneration" => Some("endif"),

@@ -17,6 +17,11 @@
 //!   aliased), `tools` (`none` when absent), `documents` (`none`), `add_generation_prompt`,
 //!   `bos_token`/`eos_token` when set, `enable_thinking` when set, and any other kwargs.
 //!
+//! Known differences from jinja2, none of which the Qwen templates exercise: `~` concatenation
+//! formats booleans/`none` the minijinja way (`true`, `none`) rather than Python's; tuples print as
+//! lists; `x.items`-style attribute access on a dict returns the key, not the dict method; Python
+//! `%`-formatting is not available.
+//!
 //! ```
 //! use rill_chat::{ChatRequest, ChatTemplate, Message};
 //! let t = ChatTemplate::new(
@@ -49,13 +54,19 @@ const RESERVED_KWARGS: [&str; 4] = ["messages", "tools", "documents", "add_gener
 pub enum TemplateError {
     /// The template source does not compile.
     #[error("chat template syntax error{}: {message}", fmt_line(*.line))]
-    Syntax { message: String, line: Option<usize> },
+    Syntax {
+        message: String,
+        line: Option<usize>,
+    },
     /// The template called `raise_exception(message)` (e.g. a bad role order).
     #[error("chat template raised an exception: {0}")]
     Raised(String),
     /// Rendering failed (undefined value, type error, bad filter argument, ...).
     #[error("chat template render error{}: {message}", fmt_line(*.line))]
-    Render { message: String, line: Option<usize> },
+    Render {
+        message: String,
+        line: Option<usize>,
+    },
     /// The request cannot be turned into a template context.
     #[error("invalid chat request: {0}")]
     InvalidRequest(String),
@@ -127,7 +138,11 @@ impl ChatTemplate {
 
     /// The template context, as transformers' `apply_chat_template` builds it.
     fn context(&self, request: &ChatRequest) -> Result<Map<String, Json>, TemplateError> {
-        if let Some(key) = request.extra.keys().find(|k| RESERVED_KWARGS.contains(&k.as_str())) {
+        if let Some(key) = request
+            .extra
+            .keys()
+            .find(|k| RESERVED_KWARGS.contains(&k.as_str()))
+        {
             return Err(TemplateError::InvalidRequest(format!(
                 "chat-template kwarg {key:?} is reserved"
             )));

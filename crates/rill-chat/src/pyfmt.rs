@@ -25,13 +25,6 @@ pub fn py_str(value: &Value) -> String {
     }
 }
 
-/// Python `repr(value)`.
-pub fn py_repr(value: &Value) -> String {
-    let mut out = String::new();
-    write_repr(&mut out, value, 0);
-    out
-}
-
 const MAX_DEPTH: usize = 256;
 
 fn write_repr(out: &mut String, value: &Value, depth: usize) {
@@ -98,7 +91,11 @@ pub fn py_float_repr(f: f64) -> String {
         return if f > 0.0 { "inf".into() } else { "-inf".into() };
     }
     if f == 0.0 {
-        return if f.is_sign_negative() { "-0.0".into() } else { "0.0".into() };
+        return if f.is_sign_negative() {
+            "-0.0".into()
+        } else {
+            "0.0".into()
+        };
     }
     // `{:e}` gives the shortest round-trip digits: "-1.2345e17", "5e-324".
     let sci = format!("{f:e}");
@@ -241,7 +238,12 @@ fn newline_indent(out: &mut String, opts: &JsonOptions, level: usize) {
     }
 }
 
-fn write_json(out: &mut String, value: &Value, opts: &JsonOptions, depth: usize) -> Result<(), Error> {
+fn write_json(
+    out: &mut String,
+    value: &Value,
+    opts: &JsonOptions,
+    depth: usize,
+) -> Result<(), Error> {
     if depth > MAX_DEPTH {
         return Err(Error::new(
             ErrorKind::InvalidOperation,
@@ -265,7 +267,9 @@ fn write_json(out: &mut String, value: &Value, opts: &JsonOptions, depth: usize)
                 }
             }
         }
-        ValueKind::String => write_json_str(out, value.as_str().unwrap_or_default(), opts.ensure_ascii),
+        ValueKind::String => {
+            write_json_str(out, value.as_str().unwrap_or_default(), opts.ensure_ascii)
+        }
         ValueKind::Seq | ValueKind::Iterable => {
             let items: Vec<Value> = value.try_iter()?.collect();
             if items.is_empty() {
@@ -325,7 +329,10 @@ fn json_key(key: &Value) -> Result<String, Error> {
         _ => {
             return Err(Error::new(
                 ErrorKind::InvalidOperation,
-                format!("keys must be str, int, float, bool or None, not {}", key.kind()),
+                format!(
+                    "keys must be str, int, float, bool or None, not {}",
+                    key.kind()
+                ),
             ))
         }
     })
@@ -397,6 +404,9 @@ mod tests {
     fn json_ensure_ascii() {
         let v = Value::from("é😀\u{7f}");
         let opts = JsonOptions::new(true, None, false);
-        assert_eq!(json_dumps(&v, &opts).unwrap(), "\"\\u00e9\\ud83d\\ude00\\u007f\"");
+        assert_eq!(
+            json_dumps(&v, &opts).unwrap(),
+            "\"\\u00e9\\ud83d\\ude00\\u007f\""
+        );
     }
 }

@@ -53,17 +53,22 @@ pub fn py_strip<'a>(s: &'a str, chars: Option<&str>, side: Side) -> &'a str {
 }
 
 fn bad_args(method: &str, detail: &str) -> Error {
-    Error::new(ErrorKind::InvalidOperation, format!("str.{method}(): {detail}"))
+    Error::new(
+        ErrorKind::InvalidOperation,
+        format!("str.{method}(): {detail}"),
+    )
 }
 
 fn arg_str<'a>(args: &'a [Value], i: usize, method: &str) -> Result<Option<&'a str>, Error> {
     match args.get(i) {
         None => Ok(None),
         Some(v) if v.is_none() => Ok(None),
-        Some(v) => v
-            .as_str()
-            .map(Some)
-            .ok_or_else(|| bad_args(method, &format!("argument {} must be str or None, not {}", i + 1, v.kind()))),
+        Some(v) => v.as_str().map(Some).ok_or_else(|| {
+            bad_args(
+                method,
+                &format!("argument {} must be str or None, not {}", i + 1, v.kind()),
+            )
+        }),
     }
 }
 
@@ -80,13 +85,21 @@ fn arg_int(args: &[Value], i: usize, method: &str) -> Result<Option<i64>, Error>
 
 fn max_args(args: &[Value], n: usize, method: &str) -> Result<(), Error> {
     if args.len() > n {
-        return Err(bad_args(method, &format!("takes at most {n} arguments ({} given)", args.len())));
+        return Err(bad_args(
+            method,
+            &format!("takes at most {n} arguments ({} given)", args.len()),
+        ));
     }
     Ok(())
 }
 
 fn str_list<I: IntoIterator<Item = S>, S: Into<String>>(items: I) -> Value {
-    Value::from(items.into_iter().map(|s| Value::from(s.into())).collect::<Vec<_>>())
+    Value::from(
+        items
+            .into_iter()
+            .map(|s| Value::from(s.into()))
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// Python slice bounds (`s[start:end]`) over characters, returned as byte offsets.
@@ -98,13 +111,22 @@ fn char_slice(s: &str, start: Option<i64>, end: Option<i64>) -> &str {
     if a >= b {
         return "";
     }
-    let byte = |ci: i64| s.char_indices().nth(ci as usize).map(|(b, _)| b).unwrap_or(s.len());
+    let byte = |ci: i64| {
+        s.char_indices()
+            .nth(ci as usize)
+            .map(|(b, _)| b)
+            .unwrap_or(s.len())
+    };
     &s[byte(a)..byte(b)]
 }
 
 /// Python `str.split()` with no separator: runs of whitespace, at most `maxsplit` splits.
 fn split_whitespace(s: &str, maxsplit: i64, from_right: bool) -> Vec<String> {
-    let chars: Vec<char> = if from_right { s.chars().rev().collect() } else { s.chars().collect() };
+    let chars: Vec<char> = if from_right {
+        s.chars().rev().collect()
+    } else {
+        s.chars().collect()
+    };
     let mut parts: Vec<String> = Vec::new();
     let mut i = 0;
     let mut splits = 0;
@@ -163,7 +185,15 @@ fn splitlines(s: &str, keepends: bool) -> Vec<String> {
     let is_break = |c: char| {
         matches!(
             c,
-            '\n' | '\r' | '\u{b}' | '\u{c}' | '\u{1c}' | '\u{1d}' | '\u{1e}' | '\u{85}' | '\u{2028}' | '\u{2029}'
+            '\n' | '\r'
+                | '\u{b}'
+                | '\u{c}'
+                | '\u{1c}'
+                | '\u{1d}'
+                | '\u{1e}'
+                | '\u{85}'
+                | '\u{2028}'
+                | '\u{2029}'
         )
     };
     let mut out = Vec::new();
@@ -196,7 +226,13 @@ fn affix_match(s: &str, args: &[Value], method: &str) -> Result<Value, Error> {
         return Err(bad_args(method, "takes at least 1 argument (0 given)"));
     };
     let hay = char_slice(s, arg_int(args, 1, method)?, arg_int(args, 2, method)?);
-    let test = |p: &str| if method == "startswith" { hay.starts_with(p) } else { hay.ends_with(p) };
+    let test = |p: &str| {
+        if method == "startswith" {
+            hay.starts_with(p)
+        } else {
+            hay.ends_with(p)
+        }
+    };
     if let Some(p) = pat.as_str() {
         return Ok(Value::from(test(p)));
     }
@@ -204,7 +240,12 @@ fn affix_match(s: &str, args: &[Value], method: &str) -> Result<Value, Error> {
         for p in pat.try_iter()? {
             let p = p
                 .as_str()
-                .ok_or_else(|| bad_args(method, "tuple for startswith/endswith must only contain str"))?
+                .ok_or_else(|| {
+                    bad_args(
+                        method,
+                        "tuple for startswith/endswith must only contain str",
+                    )
+                })?
                 .to_string();
             if test(&p) {
                 return Ok(Value::from(true));
@@ -218,7 +259,10 @@ fn affix_match(s: &str, args: &[Value], method: &str) -> Result<Value, Error> {
 fn py_capitalize(s: &str) -> String {
     let mut chars = s.chars();
     match chars.next() {
-        Some(first) => first.to_uppercase().chain(chars.as_str().to_lowercase().chars()).collect(),
+        Some(first) => first
+            .to_uppercase()
+            .chain(chars.as_str().to_lowercase().chars())
+            .collect(),
         None => String::new(),
     }
 }
@@ -246,9 +290,15 @@ fn find(s: &str, args: &[Value], method: &str) -> Result<Option<usize>, Error> {
     let hay = char_slice(s, start, arg_int(args, 2, method)?);
     let offset = {
         let n = s.chars().count() as i64;
-        start.map(|i| if i < 0 { (n + i).max(0) } else { i.min(n) }).unwrap_or(0) as usize
+        start
+            .map(|i| if i < 0 { (n + i).max(0) } else { i.min(n) })
+            .unwrap_or(0) as usize
     };
-    let pos = if method == "rfind" || method == "rindex" { hay.rfind(sub) } else { hay.find(sub) };
+    let pos = if method == "rfind" || method == "rindex" {
+        hay.rfind(sub)
+    } else {
+        hay.find(sub)
+    };
     Ok(pos.map(|b| offset + hay[..b].chars().count()))
 }
 
@@ -272,8 +322,10 @@ pub fn call_str_method(s: &str, method: &str, args: &[Value]) -> Result<Option<V
         }
         "replace" => {
             max_args(args, 3, method)?;
-            let old = arg_str(args, 0, method)?.ok_or_else(|| bad_args(method, "old must be str"))?;
-            let new = arg_str(args, 1, method)?.ok_or_else(|| bad_args(method, "new must be str"))?;
+            let old =
+                arg_str(args, 0, method)?.ok_or_else(|| bad_args(method, "old must be str"))?;
+            let new =
+                arg_str(args, 1, method)?.ok_or_else(|| bad_args(method, "new must be str"))?;
             match arg_int(args, 2, method)? {
                 Some(n) if n >= 0 => Value::from(s.replacen(old, new, n as usize)),
                 _ => Value::from(s.replace(old, new)),
@@ -288,18 +340,29 @@ pub fn call_str_method(s: &str, method: &str, args: &[Value]) -> Result<Option<V
         "find" | "rfind" => Value::from(find(s, args, method)?.map(|i| i as i64).unwrap_or(-1)),
         "index" | "rindex" => match find(s, args, method)? {
             Some(i) => Value::from(i as i64),
-            None => return Err(Error::new(ErrorKind::InvalidOperation, "substring not found")),
+            None => {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    "substring not found",
+                ))
+            }
         },
         "count" => {
             max_args(args, 3, method)?;
             let sub = arg_str(args, 0, method)?.ok_or_else(|| bad_args(method, "must be str"))?;
             let hay = char_slice(s, arg_int(args, 1, method)?, arg_int(args, 2, method)?);
-            let n = if sub.is_empty() { hay.chars().count() + 1 } else { hay.matches(sub).count() };
+            let n = if sub.is_empty() {
+                hay.chars().count() + 1
+            } else {
+                hay.matches(sub).count()
+            };
             Value::from(n as i64)
         }
         "join" => {
             max_args(args, 1, method)?;
-            let items = args.first().ok_or_else(|| bad_args(method, "takes exactly one argument"))?;
+            let items = args
+                .first()
+                .ok_or_else(|| bad_args(method, "takes exactly one argument"))?;
             let mut parts = Vec::new();
             for item in items.try_iter()? {
                 match item.as_str() {
@@ -307,7 +370,11 @@ pub fn call_str_method(s: &str, method: &str, args: &[Value]) -> Result<Option<V
                     None => {
                         return Err(Error::new(
                             ErrorKind::InvalidOperation,
-                            format!("sequence item {}: expected str instance, {} found", parts.len(), item.kind()),
+                            format!(
+                                "sequence item {}: expected str instance, {} found",
+                                parts.len(),
+                                item.kind()
+                            ),
                         ))
                     }
                 }
@@ -320,7 +387,12 @@ pub fn call_str_method(s: &str, method: &str, args: &[Value]) -> Result<Option<V
 }
 
 /// The environment's unknown-method callback: Python `str` methods first, then `pycompat`.
-pub fn unknown_method(state: &State, value: &Value, method: &str, args: &[Value]) -> Result<Value, Error> {
+pub fn unknown_method(
+    state: &State,
+    value: &Value,
+    method: &str,
+    args: &[Value],
+) -> Result<Value, Error> {
     if let Some(s) = value.as_str() {
         if let Some(v) = call_str_method(s, method, args)? {
             // Keep the "safe" marker like Markup methods do in jinja2.
@@ -356,10 +428,22 @@ mod tests {
     #[test]
     fn python_split_semantics() {
         assert_eq!(call("  a b  c ", "split", &[]), "['a', 'b', 'c']");
-        assert_eq!(call("  a b  c ", "split", &[Value::from(()), Value::from(1)]), "['a', 'b  c ']");
-        assert_eq!(call("  a b  c ", "rsplit", &[Value::from(()), Value::from(1)]), "['  a b', 'c']");
-        assert_eq!(call("a,b,,c", "split", &[Value::from(","), Value::from(2)]), "['a', 'b', ',c']");
-        assert_eq!(call("a,b,,c", "rsplit", &[Value::from(","), Value::from(1)]), "['a,b,', 'c']");
+        assert_eq!(
+            call("  a b  c ", "split", &[Value::from(()), Value::from(1)]),
+            "['a', 'b  c ']"
+        );
+        assert_eq!(
+            call("  a b  c ", "rsplit", &[Value::from(()), Value::from(1)]),
+            "['  a b', 'c']"
+        );
+        assert_eq!(
+            call("a,b,,c", "split", &[Value::from(","), Value::from(2)]),
+            "['a', 'b', ',c']"
+        );
+        assert_eq!(
+            call("a,b,,c", "rsplit", &[Value::from(","), Value::from(1)]),
+            "['a,b,', 'c']"
+        );
         assert_eq!(call("", "split", &[]), "[]");
         assert_eq!(call("", "split", &[Value::from("x")]), "['']");
         assert!(call_str_method("a", "split", &[Value::from("")]).is_err());
@@ -367,7 +451,10 @@ mod tests {
 
     #[test]
     fn python_strip_semantics() {
-        assert_eq!(py_strip("\u{1f}\u{a0} x \u{3000}\u{1c}", None, Side::Both), "x");
+        assert_eq!(
+            py_strip("\u{1f}\u{a0} x \u{3000}\u{1c}", None, Side::Both),
+            "x"
+        );
         assert_eq!(py_strip("\u{200b}x", None, Side::Both), "\u{200b}x");
         assert_eq!(py_strip("xxhixx", Some("x"), Side::Left), "hixx");
     }
@@ -375,10 +462,19 @@ mod tests {
     #[test]
     fn misc_methods() {
         assert_eq!(call("they're bill's", "title", &[]), "They'Re Bill'S");
-        assert_eq!(call("hello world", "find", &[Value::from("o"), Value::from(5)]), "7");
+        assert_eq!(
+            call("hello world", "find", &[Value::from("o"), Value::from(5)]),
+            "7"
+        );
         assert_eq!(call("a\r\nb\rc\n", "splitlines", &[]), "['a', 'b', 'c']");
-        assert_eq!(call("abc", "startswith", &[Value::from("b"), Value::from(1)]), "True");
-        assert_eq!(call("ab", "replace", &[Value::from(""), Value::from("-")]), "-a-b-");
+        assert_eq!(
+            call("abc", "startswith", &[Value::from("b"), Value::from(1)]),
+            "True"
+        );
+        assert_eq!(
+            call("ab", "replace", &[Value::from(""), Value::from("-")]),
+            "-a-b-"
+        );
         assert_eq!(call("ab", "count", &[Value::from("")]), "3");
     }
 }

@@ -74,7 +74,11 @@ fn template_cases_match_transformers() {
         let template = match (&case.template, &case.template_source) {
             (Some(name), _) => &compiled[name],
             (None, Some(src)) => {
-                snippet = match ChatTemplate::new(src, fixture.bos_token.clone(), fixture.eos_token.clone()) {
+                snippet = match ChatTemplate::new(
+                    src,
+                    fixture.bos_token.clone(),
+                    fixture.eos_token.clone(),
+                ) {
                     Ok(t) => t,
                     Err(e) => {
                         failures.push(format!("{}: compile failed: {e}", case.name));
@@ -91,7 +95,11 @@ fn template_cases_match_transformers() {
                 if &got == want {
                     n_ok += 1;
                 } else {
-                    failures.push(format!("{}: output differs; {}", case.name, first_difference(&got, want)));
+                    failures.push(format!(
+                        "{}: output differs; {}",
+                        case.name,
+                        first_difference(&got, want)
+                    ));
                 }
             }
             (Some(_), _, Err(e)) => failures.push(format!("{}: unexpected error: {e}", case.name)),
@@ -109,13 +117,24 @@ fn template_cases_match_transformers() {
                 if ok {
                     n_err += 1;
                 } else {
-                    failures.push(format!("{}: error mismatch: got {e:?}, want {} ({})", case.name, pe.kind, pe.message));
+                    failures.push(format!(
+                        "{}: error mismatch: got {e:?}, want {} ({})",
+                        case.name, pe.kind, pe.message
+                    ));
                 }
             }
             (None, None, _) => panic!("{}: case has neither expected nor error", case.name),
         }
     }
-    eprintln!("{n_ok} outputs identical, {n_err} errors matched, {} failures", failures.len());
-    assert!(failures.is_empty(), "{} failing cases:\n{}", failures.len(), failures.join("\n"));
+    eprintln!(
+        "{n_ok} outputs identical, {n_err} errors matched, {} failures",
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} failing cases:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     assert!(n_ok + n_err >= 30);
 }
