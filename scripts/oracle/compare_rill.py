@@ -39,7 +39,8 @@ import models  # noqa: E402
 import gguf_inverse as gi  # noqa: E402
 
 ORACLE_DIR = Path(os.environ.get("RILL_ORACLE_DIR", Path.home() / ".cache" / "rill-oracle"))
-LLAMA_ORACLE = ORACLE_DIR / "llama_oracle"
+sys.path.insert(0, str(REPO / "scripts" / "fixtures"))
+from make_model_fixtures import LLAMA_ORACLE, build_harness  # noqa: E402  (scripts/oracle/llama_oracle.cpp)
 LLAMA_QUANTIZE = ORACLE_DIR / "llama-build" / "bin" / "llama-quantize"
 CAUSAL = {"qwen3_5_moe": "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
           "qwen3_5": "Qwen3_5ForCausalLM", "qwen3_5_text": "Qwen3_5ForCausalLM", "qwen3_next": "Qwen3NextForCausalLM"}
@@ -78,7 +79,7 @@ def run_rill(rill, gguf, ids, work, threads):
 
 def run_llama(gguf, ids, work, threads):
     prefix = str(work / f"{Path(gguf).stem}.llama")
-    env = dict(os.environ, ORACLE_KV_F32="1", ORACLE_FA_OFF="1")
+    env = dict(os.environ, ORACLE_KV_F32="1", ORACLE_FA_OFF="1", ORACLE_NO_REPACK="1")
     t0 = time.time()
     r = run([LLAMA_ORACLE, gguf, prefix, 1, threads] + list(ids), env=env)
     lines = dict((l.split(" ", 1) + [""])[:2] for l in r.stdout.strip().splitlines())
@@ -155,6 +156,8 @@ def main():
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if not args.no_llama:
+        build_harness()
     work = Path(args.work or tempfile.mkdtemp(prefix="rill-compare-"))
     work.mkdir(parents=True, exist_ok=True)
 
