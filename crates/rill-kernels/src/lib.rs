@@ -4,11 +4,13 @@
 //! - [`gdn`]: the gated delta rule, token by token and chunkwise.
 //! - [`matmul`]: weight matrix × activations, threaded over output rows.
 //! - [`ops`]: element-wise and row-wise f32 operations (norms, activations, softmax).
+//! - [`simd`]: run-time choice of the SIMD kernel path ([`simd::Isa`]).
 //! - [`threads`]: the thread pool the forward pass runs on.
 pub mod gdn;
 pub mod matmul;
 pub mod ops;
 pub mod quant;
+pub mod simd;
 pub mod threads;
 
 pub use matmul::{matmul, MatRef};

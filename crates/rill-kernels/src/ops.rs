@@ -50,9 +50,28 @@ fn sum_squares(x: &[f32]) -> f32 {
     s
 }
 
-/// f32 dot product with several accumulators (vectorisable).
+use crate::simd::Isa;
+
+/// f32 dot product, with the fastest kernels this CPU supports.
+#[inline]
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    debug_assert_eq!(a.len(), b.len());
+    dot_f32_with(Isa::best(), a, b)
+}
+
+/// [`dot_f32`] with an explicit kernel path. Panics if the CPU cannot run `isa`.
+pub fn dot_f32_with(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
+    isa.check();
+    assert_eq!(a.len(), b.len(), "dot_f32: length mismatch");
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar {
+        // SAFETY: `isa.check()` confirmed AVX2+FMA+F16C; lengths are equal.
+        return unsafe { crate::simd::x86::dot_f32(a, b) };
+    }
+    dot_f32_scalar(a, b)
+}
+
+/// The reference f32 dot: several accumulators (vectorisable).
+fn dot_f32_scalar(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let ca = a.chunks_exact(8);
     let cb = b.chunks_exact(8);
@@ -82,9 +101,22 @@ pub fn sum(x: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + rest
 }
 
-/// `y += a · x`.
+/// `y += a · x`, with the fastest kernels this CPU supports (fused
+/// multiply-add on x86-64, so it may differ from the scalar path in the last bit).
+#[inline]
 pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
-    debug_assert_eq!(x.len(), y.len());
+    axpy_with(Isa::best(), a, x, y)
+}
+
+/// [`axpy`] with an explicit kernel path. Panics if the CPU cannot run `isa`.
+pub fn axpy_with(isa: Isa, a: f32, x: &[f32], y: &mut [f32]) {
+    isa.check();
+    assert_eq!(x.len(), y.len(), "axpy: length mismatch");
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar {
+        // SAFETY: `isa.check()` confirmed AVX2+FMA+F16C; lengths are equal.
+        return unsafe { crate::simd::x86::axpy(a, x, y) };
+    }
     for (yi, &xi) in y.iter_mut().zip(x) {
         *yi += a * xi;
     }

@@ -107,7 +107,18 @@ fn assert_bits_eq(dtype: DType, got: &[f32], want: &[f32], what: &str) {
     }
 }
 
+/// `x` with the activations of near-`f32::MAX` weights (the BF16 fixture has
+/// `±3.39e38`) scaled down: with such a term, whether an f32 partial sum
+/// overflows depends on the summation order, and no order is the right one.
+fn tame(w: &[f32], x: &[f32]) -> Vec<f32> {
+    w.iter()
+        .zip(x)
+        .map(|(&a, &b)| if a.abs() > 1e36 { b * 1e-3 } else { b })
+        .collect()
+}
+
 fn check_dot(dtype: DType, row: &[u8], w: &[f32], x: &[f32], what: &str) {
+    let x = &tame(w, x)[..];
     let got = dot(dtype, row, x);
     let exact: f64 = w.iter().zip(x).map(|(&a, &b)| a as f64 * b as f64).sum();
     let mag: f64 = w

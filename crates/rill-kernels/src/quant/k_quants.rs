@@ -54,7 +54,7 @@ pub fn decode_q2_k(b: &[u8; 84], out: &mut [f32; QK_K]) {
 /// nibble otherwise) and its high 2 bits in bits `2 * (k / 4)` of byte
 /// `8 + k % 4`; the stored value is offset by 32.
 #[inline(always)]
-fn q3_k_scales(s: &[u8]) -> [i8; 16] {
+pub(crate) fn q3_k_scales(s: &[u8]) -> [i8; 16] {
     let mut out = [0i8; 16];
     for (k, o) in out.iter_mut().enumerate() {
         let low = (s[k % 8] >> (4 * (k / 8))) & 0x0F;

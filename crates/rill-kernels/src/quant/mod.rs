@@ -10,9 +10,11 @@
 //! drives them over rows: [`dequantize`] writes whole rows, [`dot`] decodes one
 //! block at a time into a stack buffer and accumulates the dot product in f32.
 //!
-//! The code is scalar but written over fixed-length arrays and `chunks_exact`
-//! so the compiler can auto-vectorise it; a hand-written SIMD path will be
-//! tested against this one.
+//! The code here is scalar but written over fixed-length arrays and
+//! `chunks_exact` so the compiler can auto-vectorise it. It is the reference
+//! path: hand-written SIMD kernels (`crate::simd`) are chosen at run time by
+//! [`dot`] / [`dequantize`] and tested against it; [`dot_with`] /
+//! [`dequantize_with`] run one path explicitly.
 //!
 //! # Contract
 //! Callers pass validated sizes (the model loader checks tensor shapes when it
@@ -21,6 +23,8 @@
 //! encoding for which [`is_supported`] is false panics.
 
 use rill_dtype::DType;
+
+use crate::simd::Isa;
 
 pub mod float;
 pub mod iq4;
@@ -54,11 +58,19 @@ pub fn is_supported(dtype: DType) -> bool {
     )
 }
 
-/// Decode `dst.len()` elements (a whole number of blocks) from `src`.
+/// Decode `dst.len()` elements (a whole number of blocks) from `src`, with
+/// the fastest kernels this CPU supports (bit-identical to the scalar path).
 ///
 /// `src.len()` must be exactly the encoded size of `dst.len()` elements.
 /// Panics if `dtype` is not [`is_supported`].
+#[inline]
 pub fn dequantize(dtype: DType, src: &[u8], dst: &mut [f32]) {
+    dequantize_with(Isa::best(), dtype, src, dst)
+}
+
+/// [`dequantize`] with an explicit kernel path. Panics if the CPU cannot run
+/// `isa` (see [`Isa::is_available`]).
+pub fn dequantize_with(isa: Isa, dtype: DType, src: &[u8], dst: &mut [f32]) {
     debug_assert!(
         dst.len().is_multiple_of(dtype.block_len()),
         "{dtype}: {} elements is not a whole number of blocks",
@@ -69,6 +81,23 @@ pub fn dequantize(dtype: DType, src: &[u8], dst: &mut [f32]) {
         dst.len() / dtype.block_len() * dtype.block_bytes(),
         "{dtype}: encoded size does not match element count"
     );
+    isa.check();
+    if src.len() != dst.len() / dtype.block_len().max(1) * dtype.block_bytes() {
+        // Keeps the SIMD kernels (which use raw pointers) in bounds whatever
+        // the caller passes; the contract makes this unreachable.
+        size_mismatch(dtype);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar {
+        // SAFETY: `isa.check()` confirmed the CPU features; sizes are checked above.
+        if unsafe { crate::simd::x86::dequantize(isa == Isa::Avx512, dtype, src, dst) } {
+            return;
+        }
+    }
+    dequantize_scalar(dtype, src, dst)
+}
+
+fn dequantize_scalar(dtype: DType, src: &[u8], dst: &mut [f32]) {
     use DType::*;
     match dtype {
         F32 => float::dequantize_f32(src, dst),
@@ -96,8 +125,15 @@ pub fn dequantize(dtype: DType, src: &[u8], dst: &mut [f32]) {
 ///
 /// `row.len()` must be exactly the encoded size of `x.len()` elements, and
 /// `x.len()` a whole number of blocks. Accumulates in f32; allocates nothing.
+/// Uses the fastest kernels this CPU supports.
 /// Panics if `dtype` is not [`is_supported`].
+#[inline]
 pub fn dot(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
+    dot_with(Isa::best(), dtype, row, x)
+}
+
+/// [`dot`] with an explicit kernel path. Panics if the CPU cannot run `isa`.
+pub fn dot_with(isa: Isa, dtype: DType, row: &[u8], x: &[f32]) -> f32 {
     debug_assert!(
         x.len().is_multiple_of(dtype.block_len()),
         "{dtype}: {} elements is not a whole number of blocks",
@@ -108,6 +144,21 @@ pub fn dot(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
         x.len() / dtype.block_len() * dtype.block_bytes(),
         "{dtype}: encoded size does not match element count"
     );
+    isa.check();
+    if row.len() != x.len() / dtype.block_len().max(1) * dtype.block_bytes() {
+        size_mismatch(dtype);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar {
+        // SAFETY: `isa.check()` confirmed the CPU features; sizes are checked above.
+        if let Some(v) = unsafe { crate::simd::x86::dot(isa == Isa::Avx512, dtype, row, x) } {
+            return v;
+        }
+    }
+    dot_scalar(dtype, row, x)
+}
+
+fn dot_scalar(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
     use DType::*;
     match dtype {
         F32 => float::dot_row_f32(row, x),
@@ -128,6 +179,12 @@ pub fn dot(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
         MXFP4 => dot_blocks(row, x, mxfp4::decode_mxfp4),
         _ => unsupported(dtype),
     }
+}
+
+#[cold]
+#[inline(never)]
+fn size_mismatch(dtype: DType) -> ! {
+    panic!("rill-kernels: {dtype}: encoded size does not match element count")
 }
 
 #[cold]

@@ -1,0 +1,104 @@
+//! Instruction-set dispatch for the weight kernels.
+//!
+//! Every kernel has a portable scalar reference (in [`crate::quant`] and
+//! [`crate::ops`]) and, where the CPU allows, hand-written SIMD versions. Which
+//! one runs is an [`Isa`]: [`Isa::best`] is detected once per process (a cached
+//! fact about the CPU, not a setting) and used by the plain entry points
+//! (`quant::dot`, `quant::dequantize`, `ops::dot_f32`, ...); the `*_with`
+//! variants take the [`Isa`] explicitly so tests and benchmarks can run every
+//! path available on one machine against the scalar one.
+//!
+//! Layout: `x86` holds the x86-64 kernels (AVX2+FMA+F16C, plus AVX-512 for the
+//! hottest encodings), compiled only on x86-64. An aarch64 NEON path would be a
+//! sibling module (`neon`), a new [`Isa`] variant detected in [`detect`], and a
+//! match arm in each dispatching function (`quant::dot_with`, ...).
+
+use std::sync::OnceLock;
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86;
+
+/// A kernel implementation family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Isa {
+    /// The portable reference code (auto-vectorised where the compiler can).
+    Scalar,
+    /// x86-64 with AVX2, FMA and F16C.
+    Avx2,
+    /// x86-64 with AVX-512F/BW/VL on top of [`Isa::Avx2`]. Encodings without
+    /// an AVX-512 kernel use the AVX2 one.
+    Avx512,
+}
+
+impl Isa {
+    /// The fastest path this CPU supports, detected on first use.
+    #[inline]
+    pub fn best() -> Isa {
+        static BEST: OnceLock<Isa> = OnceLock::new();
+        *BEST.get_or_init(detect)
+    }
+
+    /// Every path this CPU can run, slowest (scalar) first.
+    pub fn available() -> Vec<Isa> {
+        [Isa::Scalar, Isa::Avx2, Isa::Avx512]
+            .into_iter()
+            .filter(|i| i.is_available())
+            .collect()
+    }
+
+    /// Whether this CPU can run the path.
+    pub fn is_available(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            Isa::Avx2 => matches!(Isa::best(), Isa::Avx2 | Isa::Avx512),
+            Isa::Avx512 => Isa::best() == Isa::Avx512,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+        }
+    }
+
+    /// Panics unless the CPU supports this path: the SIMD kernels must never
+    /// run on a CPU without their instructions.
+    #[inline]
+    pub(crate) fn check(self) {
+        if self != Isa::Scalar && !self.is_available() {
+            unavailable(self);
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn unavailable(isa: Isa) -> ! {
+    panic!(
+        "rill-kernels: this CPU cannot run the {} kernels",
+        isa.name()
+    )
+}
+
+/// Runtime CPU-feature detection. `RILL_ISA` is deliberately not consulted:
+/// tests and benchmarks pick a path with the `*_with` functions instead.
+fn detect() -> Isa {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let avx2 = std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c");
+        let avx512 = std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl");
+        if avx2 && avx512 {
+            return Isa::Avx512;
+        }
+        if avx2 {
+            return Isa::Avx2;
+        }
+    }
+    Isa::Scalar
+}
