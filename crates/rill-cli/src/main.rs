@@ -1,5 +1,6 @@
 //! `rill`: run Qwen3.5 / Qwen3-Next hybrid models from the command line.
 
+mod chat_prompt;
 mod commands;
 mod load;
 mod npy;
@@ -26,6 +27,8 @@ enum Command {
     Inspect(commands::inspect::Args),
     /// Generate text from a prompt, streamed as it comes.
     Run(commands::run::Args),
+    /// Chat with the model in the terminal.
+    Chat(commands::chat::Args),
     /// Measure prompt processing and generation speed (like llama-bench).
     Bench(commands::bench::Args),
     /// Print the token ids of a text.
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
         Command::Inspect(a) => commands::inspect::run(a),
         Command::Run(a) => commands::run::run(a),
         Command::Bench(a) => commands::bench::run(a),
+        Command::Chat(a) => commands::chat::run(a),
         Command::Tokenize(a) => commands::tokenize::run_tokenize(a),
         Command::Detokenize(a) => commands::tokenize::run_detokenize(a),
     };

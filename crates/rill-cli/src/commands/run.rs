@@ -88,12 +88,33 @@ pub struct Args {
     /// Print one JSON object (prompt_tokens, tokens, text, timings) instead of streaming.
     #[arg(long)]
     json: bool,
+    /// Wrap the prompt in the model's chat template (as a user message).
+    #[arg(long)]
+    chat: bool,
+    /// With --chat: answer without thinking first.
+    #[arg(long, requires = "chat")]
+    no_think: bool,
+    /// With --chat: a system prompt.
+    #[arg(long, requires = "chat")]
+    system: Option<String>,
 }
 
 pub fn run(a: Args) -> Result<()> {
     let model = load::open_model(&a.model)?;
     let tok = load_tokenizer(&a.model)?;
-    let prompt = tok.encode(&a.prompt, true);
+    let text = if a.chat {
+        let tmpl = crate::chat_prompt::load_template(model.file(), &tok)?;
+        let mut messages: Vec<rill_chat::Message> = a
+            .system
+            .iter()
+            .map(|s| rill_chat::Message::system(s.as_str()))
+            .collect();
+        messages.push(rill_chat::Message::user(a.prompt.as_str()));
+        crate::chat_prompt::render(&tmpl, &messages, !a.no_think)?
+    } else {
+        a.prompt.clone()
+    };
+    let prompt = tok.encode(&text, true);
     let threads = Threads::new(a.threads);
     let ctx = a.ctx_size.unwrap_or(prompt.len() + a.n_predict);
     anyhow::ensure!(
