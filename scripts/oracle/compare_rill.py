@@ -68,9 +68,8 @@ def run_rill(rill, gguf, ids, work, threads):
     if out.exists():
         out.unlink()
     t0 = time.time()
-    cmd = [rill, "logits", "-m", gguf, "--tokens", ",".join(str(i) for i in ids), "--out", out]
-    env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
-    run(cmd, env=env)
+    cmd = [rill, "logits", "-m", gguf, "--tokens", ",".join(str(i) for i in ids), "--out", out, "--threads", threads]
+    run(cmd)
     a = np.load(out)
     if a.dtype != np.float32 or a.ndim != 2 or a.shape[0] != len(ids):
         raise RuntimeError(f"rill logits: expected float32 [{len(ids)}, n_vocab], got {a.dtype} {a.shape}")
