@@ -1,4 +1,10 @@
 //! The forward pass: embeddings, the layer stack, the output head.
+//!
+//! A step runs any number of sequences at once, each with its own tokens
+//! (a prefill chunk or one decode token) and state. Every weight matrix is
+//! applied to all the step's tokens together, so its bytes are read once per
+//! step for everyone; the mixers (attention over a KV cache, the GDN
+//! recurrence) run per sequence on that sequence's slice of the rows.
 
 use crate::error::ForwardError;
 use crate::layers::{attention, gdn};
@@ -18,6 +24,13 @@ pub enum Logits {
     None,
 }
 
+/// One sequence's part of a batched step.
+pub struct BatchItem<'a> {
+    pub state: &'a mut SequenceState,
+    pub tokens: &'a [u32],
+    pub logits: Logits,
+}
+
 impl Model {
     /// Run `tokens` through the model, continuing `state`, and return the
     /// logits asked for. The state advances by `tokens.len()` positions.
@@ -28,32 +41,66 @@ impl Model {
         tokens: &[u32],
         want: Logits,
     ) -> Result<Vec<f32>, ForwardError> {
+        let mut items = [BatchItem {
+            state,
+            tokens,
+            logits: want,
+        }];
+        Ok(self
+            .forward_batch(threads, &mut items)?
+            .pop()
+            .unwrap_or_default())
+    }
+
+    fn check(&self, item: &BatchItem) -> Result<(), ForwardError> {
         let c = &self.config;
-        let n = tokens.len();
+        let n = item.tokens.len();
         if n == 0 {
             return Err(ForwardError::Empty);
         }
-        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= c.n_vocab) {
+        if let Some(&id) = item.tokens.iter().find(|&&t| t as usize >= c.n_vocab) {
             return Err(ForwardError::TokenOutOfRange {
                 id,
                 n_vocab: c.n_vocab,
             });
         }
-        if state.pos + n > state.capacity {
+        if item.state.pos + n > item.state.capacity {
             return Err(ForwardError::ContextFull {
-                needed: state.pos + n,
-                capacity: state.capacity,
+                needed: item.state.pos + n,
+                capacity: item.state.capacity,
             });
         }
+        Ok(())
+    }
+
+    /// One step over several sequences. Returns, per item, the logits it
+    /// asked for. Every item is checked before any state changes, so a
+    /// refused step leaves all states as they were.
+    pub fn forward_batch(
+        &self,
+        threads: &Threads,
+        items: &mut [BatchItem],
+    ) -> Result<Vec<Vec<f32>>, ForwardError> {
+        for item in items.iter() {
+            self.check(item)?;
+        }
+        let c = &self.config;
         let h = c.n_embd;
+        // Row ranges of each item in the step's activation matrix.
+        let mut spans = Vec::with_capacity(items.len());
+        let mut n = 0;
+        for item in items.iter() {
+            spans.push(n..n + item.tokens.len());
+            n += item.tokens.len();
+        }
         let mut x = vec![0f32; n * h];
         let embd = self.token_embd.view();
-        for (t, &id) in tokens.iter().enumerate() {
+        for (t, &id) in items.iter().flat_map(|i| i.tokens).enumerate() {
             embd.dequantize_row(id as usize, &mut x[t * h..(t + 1) * h]);
         }
 
         let mut xn = vec![0f32; n * h];
-        for (layer, ls) in self.layers.iter().zip(state.layers.iter_mut()) {
+        for (il, layer) in self.layers.iter().enumerate() {
             for t in 0..n {
                 rms_norm(
                     &x[t * h..(t + 1) * h],
@@ -62,17 +109,22 @@ impl Model {
                     &mut xn[t * h..(t + 1) * h],
                 );
             }
-            let mixed = match (&layer.mixer, ls) {
-                (Mixer::Attention(w), LayerState::Attention { k, v }) => {
-                    attention::forward(w, c, &self.rope_inv_freq, threads, &xn, n, state.pos, k, v)
+            for (item, span) in items.iter_mut().zip(&spans) {
+                let m = span.len();
+                let rows = &xn[span.start * h..span.end * h];
+                let pos = item.state.pos;
+                let mixed = match (&layer.mixer, &mut item.state.layers[il]) {
+                    (Mixer::Attention(w), LayerState::Attention { k, v }) => {
+                        attention::forward(w, c, &self.rope_inv_freq, threads, rows, m, pos, k, v)
+                    }
+                    (Mixer::Recurrent(w), LayerState::Recurrent { conv, ssm }) => {
+                        gdn::forward(w, c, threads, rows, m, conv, ssm)
+                    }
+                    _ => unreachable!("state layout is built from the same layer kinds"),
+                };
+                for (xi, mi) in x[span.start * h..span.end * h].iter_mut().zip(&mixed) {
+                    *xi += mi;
                 }
-                (Mixer::Recurrent(w), LayerState::Recurrent { conv, ssm }) => {
-                    gdn::forward(w, c, threads, &xn, n, conv, ssm)
-                }
-                _ => unreachable!("state layout is built from the same layer kinds"),
-            };
-            for (xi, mi) in x.iter_mut().zip(&mixed) {
-                *xi += mi;
             }
             for t in 0..n {
                 rms_norm(
@@ -87,31 +139,50 @@ impl Model {
                 *xi += fi;
             }
         }
-        state.pos += n;
+        for item in items.iter_mut() {
+            item.state.pos += item.tokens.len();
+        }
 
-        let rows: Vec<usize> = match want {
-            Logits::All => (0..n).collect(),
-            Logits::Last => vec![n - 1],
-            Logits::None => return Ok(Vec::new()),
-        };
-        let m = rows.len();
-        let mut normed = vec![0f32; m * h];
-        for (i, &t) in rows.iter().enumerate() {
-            rms_norm(
-                &x[t * h..(t + 1) * h],
-                &self.output_norm,
-                c.rms_eps,
-                &mut normed[i * h..(i + 1) * h],
+        // The output head, on the rows someone asked for, all at once.
+        let mut rows = Vec::new();
+        for (item, span) in items.iter().zip(&spans) {
+            match item.logits {
+                Logits::All => rows.extend(span.clone()),
+                Logits::Last => rows.push(span.end - 1),
+                Logits::None => {}
+            }
+        }
+        let v = c.n_vocab;
+        let mut logits = vec![0f32; rows.len() * v];
+        if !rows.is_empty() {
+            let mut normed = vec![0f32; rows.len() * h];
+            for (i, &t) in rows.iter().enumerate() {
+                rms_norm(
+                    &x[t * h..(t + 1) * h],
+                    &self.output_norm,
+                    c.rms_eps,
+                    &mut normed[i * h..(i + 1) * h],
+                );
+            }
+            matmul(
+                threads,
+                self.output_matrix().view(),
+                &normed,
+                rows.len(),
+                &mut logits,
             );
         }
-        let mut logits = vec![0f32; m * c.n_vocab];
-        matmul(
-            threads,
-            self.output_matrix().view(),
-            &normed,
-            m,
-            &mut logits,
-        );
-        Ok(logits)
+        let mut out = Vec::with_capacity(items.len());
+        let mut at = 0;
+        for (item, span) in items.iter().zip(&spans) {
+            let k = match item.logits {
+                Logits::All => span.len(),
+                Logits::Last => 1,
+                Logits::None => 0,
+            };
+            out.push(logits[at * v..(at + k) * v].to_vec());
+            at += k;
+        }
+        Ok(out)
     }
 }

@@ -16,6 +16,6 @@ mod weights;
 
 pub use config::{Arch, LayerKind, ModelConfig};
 pub use error::{ForwardError, ModelError};
-pub use forward::Logits;
+pub use forward::{BatchItem, Logits};
 pub use model::Model;
 pub use state::SequenceState;
