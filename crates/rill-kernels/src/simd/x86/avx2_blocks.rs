@@ -317,7 +317,7 @@ unsafe fn q3_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: u
 /// The 8 (d · scale, dmin · min) pairs of a Q4_K/Q5_K block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k4_scales(b: *const u8) -> ([f32; 8], [f32; 8]) {
+pub(super) unsafe fn k4_scales(b: *const u8) -> ([f32; 8], [f32; 8]) {
     let d = h2f(b);
     let dmin = h2f(b.add(2));
     let s = &*(b.add(4) as *const [u8; 12]);
@@ -437,9 +437,19 @@ macro_rules! row_kernels {
             debug_assert_eq!(row.len(), n * $bb);
             let mut acc = [_mm256_setzero_ps(); 4];
             let (rp, xp) = (row.as_ptr(), x.as_ptr() as *mut f32);
-            for i in 0..n {
-                // x is only read when S = false.
-                $block::<false>(rp.add(i * $bb), xp.add(i * $bl), &mut acc, i);
+            // Four blocks per step so that each gets a constant accumulator
+            // slot (a computed one would keep the accumulators in memory).
+            // x is only read (S = false).
+            let mut i = 0;
+            while i + 4 <= n {
+                for k in 0..4 {
+                    $block::<false>(rp.add((i + k) * $bb), xp.add((i + k) * $bl), &mut acc, k);
+                }
+                i += 4;
+            }
+            while i < n {
+                $block::<false>(rp.add(i * $bb), xp.add(i * $bl), &mut acc, 0);
+                i += 1;
             }
             hsum4(&acc)
         }
@@ -451,7 +461,7 @@ macro_rules! row_kernels {
             let mut acc = [_mm256_setzero_ps(); 4];
             let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
             for i in 0..n {
-                $block::<true>(sp.add(i * $bb), dp.add(i * $bl), &mut acc, i);
+                $block::<true>(sp.add(i * $bb), dp.add(i * $bl), &mut acc, 0);
             }
         }
     )*};

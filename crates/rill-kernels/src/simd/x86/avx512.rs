@@ -1,9 +1,373 @@
-//! AVX-512 kernels for the hottest encodings (others fall back to AVX2).
+//! AVX-512 kernels for the hottest encodings; the others use the AVX2 ones.
+//!
+//! The 4-bit (and Q5_K's 5-bit) encodings decode through a per-(sub-)block
+//! lookup table: the 16 (or 32) possible values of the block, computed with
+//! the scalar decoder's own f32 operations (`dl * q - ml`, `d * level`, ...),
+//! are one (or two) zmm registers, and `vpermps` / `vpermt2ps` picks each
+//! element's value by its quant. The permutes use only the low 4 (5) bits of
+//! each 32-bit index, so a quant byte zero-extended to 32 bits indexes its low
+//! nibble directly and, shifted right by 4, its high nibble — no masking.
+//! Q6_K and Q8_0 convert the integer quants with `cvtepi32_ps` instead.
+//!
+//! As in the AVX2 kernels, `S = true` stores the decoded values (bit-identical
+//! to the scalar decoders) and `S = false` FMAs them with `x`; in the dots the
+//! table may be built with a fused `fmsub` and the Q8_0 scale is factored out.
+//!
+//! Every function is `unsafe` with `#[target_feature]` AVX-512F/BW/VL plus
+//! AVX2/FMA/F16C: callers must have checked the CPU and pass whole blocks.
+
+// Index loops mirror the element offsets they compute.
+#![allow(clippy::needless_range_loop)]
+
+use std::arch::x86_64::*;
 
 use rill_dtype::DType;
 
+use super::avx2_blocks::k4_scales;
+use super::{h2f, hsum};
+use crate::quant::iq4::IQ4_NL_VALUES;
+use crate::quant::mxfp4::{e8m0_to_f32_half, E2M1_DOUBLED};
+use crate::quant::QK_K;
+
+type Acc = [__m512; 4];
+
+/// Emit 16 values for elements `off..off + 16` of the block at `p`: store
+/// them (`S`) or FMA them with `x` there into `acc[slot]`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn put<const S: bool>(p: *mut f32, off: usize, v: __m512, acc: &mut Acc, slot: usize) {
+    if S {
+        _mm512_storeu_ps(p.add(off), v);
+    } else {
+        let a = &mut acc[slot & 3];
+        *a = _mm512_fmadd_ps(v, _mm512_loadu_ps(p.add(off)), *a);
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn iota(from: f32) -> __m512 {
+    _mm512_add_ps(
+        _mm512_setr_ps(
+            0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0,
+        ),
+        _mm512_set1_ps(from),
+    )
+}
+
+/// `dl * q - ml` for the 16 quants in `q`: mul then sub (exact) when storing,
+/// fused in the dot.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn scale_min<const S: bool>(dl: f32, q: __m512, ml: f32) -> __m512 {
+    let (dl, ml) = (_mm512_set1_ps(dl), _mm512_set1_ps(ml));
+    if S {
+        _mm512_sub_ps(_mm512_mul_ps(dl, q), ml)
+    } else {
+        _mm512_fmsub_ps(dl, q, ml)
+    }
+}
+
+/// 16 bytes at `p` zero-extended to 16 × i32.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn ld16u(p: *const u8) -> __m512i {
+    _mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i))
+}
+
+/// A 32-element block of nibbles (element `j` low nibble of byte `j`,
+/// element `j + 16` its high nibble) through the 16-entry table `t`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn nib32<const S: bool>(t: __m512, qs: *const u8, p: *mut f32, acc: &mut Acc, slot: usize) {
+    let v = ld16u(qs);
+    put::<S>(p, 0, _mm512_permutexvar_ps(v, t), acc, slot);
+    put::<S>(
+        p,
+        16,
+        _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), t),
+        acc,
+        slot + 1,
+    );
+}
+
+/// The 16 i8 levels of a table encoding as f32.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn levels(t: &[i8; 16]) -> __m512 {
+    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+        t.as_ptr() as *const __m128i
+    )))
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn q4_0<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, slot: usize) {
+    // Scalar: d * (q - 8) as f32; (q - 8) as f32 is exact, so is the table.
+    let t = _mm512_mul_ps(_mm512_set1_ps(h2f(b)), iota(-8.0));
+    nib32::<S>(t, b.add(2), p, acc, 2 * slot);
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn q4_1<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, slot: usize) {
+    let (d, m) = (_mm512_set1_ps(h2f(b)), _mm512_set1_ps(h2f(b.add(2))));
+    let t = if S {
+        _mm512_add_ps(_mm512_mul_ps(d, iota(0.0)), m)
+    } else {
+        _mm512_fmadd_ps(d, iota(0.0), m)
+    };
+    nib32::<S>(t, b.add(4), p, acc, 2 * slot);
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn iq4_nl<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, slot: usize) {
+    let t = _mm512_mul_ps(_mm512_set1_ps(h2f(b)), levels(&IQ4_NL_VALUES));
+    nib32::<S>(t, b.add(2), p, acc, 2 * slot);
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn mxfp4<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, slot: usize) {
+    let t = _mm512_mul_ps(_mm512_set1_ps(e8m0_to_f32_half(*b)), levels(&E2M1_DOUBLED));
+    nib32::<S>(t, b.add(1), p, acc, 2 * slot);
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn iq4_xs<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: usize) {
+    let d = h2f(b);
+    let scales_h = u16::from_le_bytes([*b.add(2), *b.add(3)]);
+    let lv = levels(&IQ4_NL_VALUES);
+    for ib in 0..8 {
+        let low = (*b.add(4 + ib / 2) >> (4 * (ib % 2))) & 0x0F;
+        let high = ((scales_h >> (2 * ib)) & 3) as u8;
+        let ls = (low | (high << 4)) as i32 - 32;
+        let t = _mm512_mul_ps(_mm512_set1_ps(d * ls as f32), lv);
+        nib32::<S>(t, b.add(8 + 16 * ib), p.add(32 * ib), acc, 2 * ib);
+    }
+}
+
+/// 16 signed bytes at `p` as 16 f32.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn ld16s_f32(p: *const u8) -> __m512 {
+    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p as *const __m128i)))
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn q8_0<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, slot: usize) {
+    let d = _mm512_set1_ps(h2f(b));
+    let (q0, q1) = (ld16s_f32(b.add(2)), ld16s_f32(b.add(18)));
+    if S {
+        _mm512_storeu_ps(p, _mm512_mul_ps(d, q0));
+        _mm512_storeu_ps(p.add(16), _mm512_mul_ps(d, q1));
+    } else {
+        let s = _mm512_mul_ps(q0, _mm512_loadu_ps(p));
+        let s = _mm512_fmadd_ps(q1, _mm512_loadu_ps(p.add(16)), s);
+        let a = &mut acc[slot & 3];
+        *a = _mm512_fmadd_ps(d, s, *a);
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn q4_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: usize) {
+    let (dl, ml) = k4_scales(b);
+    let qs = b.add(16);
+    let q = iota(0.0);
+    for c in 0..4 {
+        let t0 = scale_min::<S>(dl[2 * c], q, ml[2 * c]);
+        let t1 = scale_min::<S>(dl[2 * c + 1], q, ml[2 * c + 1]);
+        let v0 = ld16u(qs.add(32 * c));
+        let v1 = ld16u(qs.add(32 * c + 16));
+        let o = 64 * c;
+        put::<S>(p, o, _mm512_permutexvar_ps(v0, t0), acc, 0);
+        put::<S>(p, o + 16, _mm512_permutexvar_ps(v1, t0), acc, 1);
+        put::<S>(
+            p,
+            o + 32,
+            _mm512_permutexvar_ps(_mm512_srli_epi32(v0, 4), t1),
+            acc,
+            2,
+        );
+        put::<S>(
+            p,
+            o + 48,
+            _mm512_permutexvar_ps(_mm512_srli_epi32(v1, 4), t1),
+            acc,
+            3,
+        );
+    }
+}
+
+/// `h` with its bit `g` moved to bit 4 (other bits land elsewhere).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn bit_to_4(h: __m512i, g: usize) -> __m512i {
+    if g <= 4 {
+        _mm512_sll_epi32(h, _mm_cvtsi32_si128(4 - g as i32))
+    } else {
+        _mm512_srl_epi32(h, _mm_cvtsi32_si128(g as i32 - 4))
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn q5_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: usize) {
+    let (dl, ml) = k4_scales(b);
+    let qh = [ld16u(b.add(16)), ld16u(b.add(32))];
+    let qs = b.add(48);
+    let (q_lo, q_hi) = (iota(0.0), iota(16.0));
+    let m15 = _mm512_set1_epi32(0x0F);
+    for c in 0..4 {
+        for (h, g) in [(0, 2 * c), (1, 2 * c + 1)] {
+            // 32-entry table: q = 0..16 in one register, 16..32 in the other.
+            let lo = scale_min::<S>(dl[g], q_lo, ml[g]);
+            let hi = scale_min::<S>(dl[g], q_hi, ml[g]);
+            for half in 0..2 {
+                let v = ld16u(qs.add(32 * c + 16 * half));
+                let nib = if h == 0 { v } else { _mm512_srli_epi32(v, 4) };
+                // Index = nibble (bits 0..4) | fifth bit at bit 4; the
+                // permute ignores bits 5 and up. 0xE4: c ? a : b, bitwise.
+                let idx = _mm512_ternarylogic_epi32(nib, bit_to_4(qh[half], g), m15, 0xE4);
+                let w = _mm512_permutex2var_ps(lo, idx, hi);
+                put::<S>(p, 64 * c + 32 * h + 16 * half, w, acc, 2 * h + half);
+            }
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn q6_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: usize) {
+    let d = h2f(b.add(208));
+    let mut dl = [0f32; 16];
+    for (g, o) in dl.iter_mut().enumerate() {
+        *o = d * (*b.add(192 + g) as i8) as f32;
+    }
+    let (m15, m3f, k32) = (
+        _mm512_set1_epi32(0x0F),
+        _mm512_set1_epi32(0x3F),
+        _mm512_set1_epi32(32),
+    );
+    for h in 0..2 {
+        let ql = b.add(64 * h);
+        let qh = b.add(128 + 32 * h);
+        for s in 0..2 {
+            // Elements l = 16s..16s + 16 of each 32-element slice j.
+            let a = ld16u(ql.add(16 * s));
+            let c = ld16u(ql.add(32 + 16 * s));
+            let hv = ld16u(qh.add(16 * s));
+            let lows = [a, c, _mm512_srli_epi32(a, 4), _mm512_srli_epi32(c, 4)];
+            for (j, lo) in lows.iter().enumerate() {
+                // Bits 2j..2j+2 of qh moved to bits 4..6.
+                let hs = if j < 2 {
+                    _mm512_sll_epi32(hv, _mm_cvtsi32_si128(4 - 2 * j as i32))
+                } else {
+                    _mm512_srl_epi32(hv, _mm_cvtsi32_si128(2 * j as i32 - 4))
+                };
+                // 0xE4: (lo & 0x0F) | (hs & !0x0F), then keep 6 bits.
+                let q = _mm512_and_si512(_mm512_ternarylogic_epi32(*lo, hs, m15, 0xE4), m3f);
+                let qf = _mm512_cvtepi32_ps(_mm512_sub_epi32(q, k32));
+                let w = _mm512_mul_ps(_mm512_set1_ps(dl[8 * h + 2 * j + s]), qf);
+                put::<S>(p, 128 * h + 32 * j + 16 * s, w, acc, j);
+            }
+        }
+    }
+}
+
+/// `dot_NAME(row, x)` and `deq_NAME(src, dst)` over whole blocks.
+macro_rules! row_kernels {
+    ($($block:ident: $dot:ident, $deq:ident, $bb:expr, $bl:expr;)*) => {$(
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+        unsafe fn $dot(row: &[u8], x: &[f32]) -> f32 {
+            let n = x.len() / $bl;
+            debug_assert_eq!(row.len(), n * $bb);
+            let mut acc = [_mm512_setzero_ps(); 4];
+            // x is only read when S = false.
+            let (rp, xp) = (row.as_ptr(), x.as_ptr() as *mut f32);
+            // Four blocks per step so that each gets a constant accumulator
+            // slot (a computed one would keep the accumulators in memory).
+            // x is only read (S = false).
+            let mut i = 0;
+            while i + 4 <= n {
+                for k in 0..4 {
+                    $block::<false>(rp.add((i + k) * $bb), xp.add((i + k) * $bl), &mut acc, k);
+                }
+                i += 4;
+            }
+            while i < n {
+                $block::<false>(rp.add(i * $bb), xp.add(i * $bl), &mut acc, 0);
+                i += 1;
+            }
+            let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+            hsum(_mm256_add_ps(
+                _mm512_castps512_ps256(s),
+                _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)),
+            ))
+        }
+
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+        unsafe fn $deq(src: &[u8], dst: &mut [f32]) {
+            let n = dst.len() / $bl;
+            debug_assert_eq!(src.len(), n * $bb);
+            let mut acc = [_mm512_setzero_ps(); 4];
+            let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
+            for i in 0..n {
+                $block::<true>(sp.add(i * $bb), dp.add(i * $bl), &mut acc, 0);
+            }
+        }
+    )*};
+}
+
+row_kernels! {
+    q4_0: dot_q4_0, deq_q4_0, 18, 32;
+    q4_1: dot_q4_1, deq_q4_1, 20, 32;
+    q8_0: dot_q8_0, deq_q8_0, 34, 32;
+    q4_k: dot_q4_k, deq_q4_k, 144, QK_K;
+    q5_k: dot_q5_k, deq_q5_k, 176, QK_K;
+    q6_k: dot_q6_k, deq_q6_k, 210, QK_K;
+    iq4_nl: dot_iq4_nl, deq_iq4_nl, 18, 32;
+    iq4_xs: dot_iq4_xs, deq_iq4_xs, 136, QK_K;
+    mxfp4: dot_mxfp4, deq_mxfp4, 17, 32;
+}
+
 /// # Safety
-/// The CPU must have AVX-512F/BW/VL plus AVX2+FMA+F16C.
-pub(super) unsafe fn dot(_dtype: DType, _row: &[u8], _x: &[f32]) -> Option<f32> {
-    None
+/// The CPU must have AVX-512F/BW/VL plus AVX2+FMA+F16C; whole blocks.
+pub(super) unsafe fn dot(dtype: DType, row: &[u8], x: &[f32]) -> Option<f32> {
+    use DType::*;
+    Some(match dtype {
+        Q4_0 => dot_q4_0(row, x),
+        Q4_1 => dot_q4_1(row, x),
+        Q8_0 => dot_q8_0(row, x),
+        Q4K => dot_q4_k(row, x),
+        Q5K => dot_q5_k(row, x),
+        Q6K => dot_q6_k(row, x),
+        IQ4NL => dot_iq4_nl(row, x),
+        IQ4XS => dot_iq4_xs(row, x),
+        MXFP4 => dot_mxfp4(row, x),
+        _ => return None,
+    })
+}
+
+/// # Safety
+/// As [`dot`].
+pub(super) unsafe fn dequantize(dtype: DType, src: &[u8], dst: &mut [f32]) -> bool {
+    use DType::*;
+    match dtype {
+        Q4_0 => deq_q4_0(src, dst),
+        Q4_1 => deq_q4_1(src, dst),
+        Q8_0 => deq_q8_0(src, dst),
+        Q4K => deq_q4_k(src, dst),
+        Q5K => deq_q5_k(src, dst),
+        Q6K => deq_q6_k(src, dst),
+        IQ4NL => deq_iq4_nl(src, dst),
+        IQ4XS => deq_iq4_xs(src, dst),
+        MXFP4 => deq_mxfp4(src, dst),
+        _ => return false,
+    }
+    true
 }

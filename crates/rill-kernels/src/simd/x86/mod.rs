@@ -99,9 +99,12 @@ pub(crate) unsafe fn dot(avx512: bool, dtype: DType, row: &[u8], x: &[f32]) -> O
 ///
 /// # Safety
 /// As [`dot`], with the `quant::dequantize` contract.
-pub(crate) unsafe fn dequantize(_avx512: bool, dtype: DType, src: &[u8], dst: &mut [f32]) -> bool {
+pub(crate) unsafe fn dequantize(avx512: bool, dtype: DType, src: &[u8], dst: &mut [f32]) -> bool {
     use avx2_blocks as b;
     use DType::*;
+    if avx512 && avx512::dequantize(dtype, src, dst) {
+        return true;
+    }
     match dtype {
         F32 => float::widen_f32(src, dst),
         F16 => float::widen_f16(src, dst),

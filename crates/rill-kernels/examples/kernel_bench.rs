@@ -1,0 +1,167 @@
+//! Weight-kernel micro-benchmark: GB/s of encoded weight bytes.
+//!
+//! `cargo run --release -p rill-kernels --example kernel_bench [-- ROWS COLS [TYPE...]]`
+//!
+//! For each encoding, a `ROWS × COLS` matrix (default 2048 × 4096) is built
+//! from the committed test-fixture blocks, then timed single-threaded for
+//! every kernel path this CPU has: `dot` over all rows (decode: n = 1) and
+//! `dequantize` of all rows (prefill), then `matmul` with n = 1 on 2 threads
+//! with the best path. Each figure is the best of a few short repetitions.
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use rill_dtype::DType;
+use rill_kernels::quant::{dequantize_with, dot_with};
+use rill_kernels::simd::Isa;
+use rill_kernels::{matmul, MatRef, Threads};
+
+const TYPES: [DType; 16] = [
+    DType::Q4K,
+    DType::Q6K,
+    DType::Q8_0,
+    DType::Q5K,
+    DType::IQ4XS,
+    DType::BF16,
+    DType::F16,
+    DType::F32,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q2K,
+    DType::Q3K,
+    DType::IQ4NL,
+    DType::MXFP4,
+];
+
+fn matrix(dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(format!("{}.bin", dtype.name()));
+    let raw = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let bb = dtype.block_bytes();
+    let blocks = raw.len() / bb;
+    let need = rows * cols / dtype.block_len();
+    let mut s = 0x1234_5678u64;
+    let mut out = Vec::with_capacity(need * bb);
+    for _ in 0..need {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let b = (s >> 33) as usize % blocks;
+        out.extend_from_slice(&raw[b * bb..(b + 1) * bb]);
+    }
+    // The fixtures hold extreme values (subnormals, huge scales) that would
+    // time the CPU's slow paths, not the kernels: use realistic ones.
+    match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => {
+            for (i, e) in out.chunks_exact_mut(bb).enumerate() {
+                let v = ((i * 7919 % 2001) as f32 - 1000.0) * 1e-4;
+                let bits = match dtype {
+                    DType::F32 => v.to_bits().to_le_bytes().to_vec(),
+                    DType::F16 => half::f16::from_f32(v).to_bits().to_le_bytes().to_vec(),
+                    _ => half::bf16::from_f32(v).to_bits().to_le_bytes().to_vec(),
+                };
+                e.copy_from_slice(&bits);
+            }
+        }
+        DType::MXFP4 => {
+            for (i, blk) in out.chunks_exact_mut(bb).enumerate() {
+                blk[0] = 118 + (i % 8) as u8;
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// Best time of `f` over repetitions lasting about `budget` in all.
+fn best_time(budget: Duration, mut f: impl FnMut()) -> Duration {
+    f(); // warm up
+    let start = Instant::now();
+    let mut best = Duration::MAX;
+    let mut reps = 0;
+    while reps < 3 || (start.elapsed() < budget && reps < 50) {
+        let t = Instant::now();
+        f();
+        best = best.min(t.elapsed());
+        reps += 1;
+    }
+    best
+}
+
+fn gbs(bytes: usize, t: Duration) -> f64 {
+    bytes as f64 / t.as_secs_f64() / 1e9
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let rows: usize = args.first().map_or(2048, |a| a.parse().expect("ROWS"));
+    let cols: usize = args.get(1).map_or(4096, |a| a.parse().expect("COLS"));
+    let only: Vec<&str> = args.iter().skip(2).map(String::as_str).collect();
+    let paths = Isa::available();
+    let budget = Duration::from_millis(120);
+    let threads = Threads::new(2);
+    println!(
+        "matrix {rows} x {cols}; paths {paths:?}; best {:?}",
+        Isa::best()
+    );
+    print!("{:<7} {:>8}", "type", "MiB");
+    for p in &paths {
+        print!(" {:>10}", format!("dot:{}", p.name()));
+    }
+    for p in &paths {
+        print!(" {:>10}", format!("deq:{}", p.name()));
+    }
+    println!(" {:>10}", "matmul-2t");
+    let x: Vec<f32> = (0..cols)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+        .collect();
+    let mut out = vec![0f32; rows];
+    let mut row_buf = vec![0f32; cols];
+    for dtype in TYPES {
+        if !only.is_empty() && !only.iter().any(|o| o.eq_ignore_ascii_case(dtype.name())) {
+            continue;
+        }
+        let data = matrix(dtype, rows, cols);
+        let w = MatRef {
+            dtype,
+            rows,
+            cols,
+            data: &data,
+        };
+        print!(
+            "{:<7} {:>8.1}",
+            dtype.name(),
+            data.len() as f64 / (1 << 20) as f64
+        );
+        for &isa in &paths {
+            let t = best_time(budget, || {
+                for r in 0..rows {
+                    out[r] = dot_with(isa, dtype, w.row(r), &x);
+                }
+                black_box(&out);
+            });
+            print!(" {:>10.2}", gbs(data.len(), t));
+        }
+        for &isa in &paths {
+            let t = best_time(budget, || {
+                for r in 0..rows {
+                    dequantize_with(isa, dtype, w.row(r), &mut row_buf);
+                    black_box(&row_buf);
+                }
+            });
+            print!(" {:>10.2}", gbs(data.len(), t));
+        }
+        let t = best_time(budget, || {
+            matmul(&threads, w, &x, 1, &mut out);
+            black_box(&out);
+        });
+        println!(" {:>10.2}", gbs(data.len(), t));
+    }
+    println!(
+        "(GB/s of encoded weight bytes; dot/deq single-thread, matmul n=1 on 2 threads, best path)"
+    );
+}
