@@ -139,8 +139,8 @@ fn main() {
         );
         for &isa in &paths {
             let t = best_time(budget, || {
-                for r in 0..rows {
-                    out[r] = dot_with(isa, dtype, w.row(r), &x);
+                for (r, o) in out.iter_mut().enumerate() {
+                    *o = dot_with(isa, dtype, w.row(r), &x);
                 }
                 black_box(&out);
             });
