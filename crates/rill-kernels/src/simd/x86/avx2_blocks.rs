@@ -20,7 +20,7 @@ use std::arch::x86_64::*;
 
 use super::{h2f, hsum4, ld8s, ld8u};
 use crate::quant::iq4::IQ4_NL_VALUES;
-use crate::quant::k_quants::{q3_k_scales, scale_min_k4};
+use crate::quant::k_quants::q3_k_scales;
 use crate::quant::mxfp4::{e8m0_to_f32_half, E2M1_DOUBLED};
 use crate::quant::QK_K;
 
@@ -314,19 +314,41 @@ unsafe fn q3_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: u
     }
 }
 
-/// The 8 (d · scale, dmin · min) pairs of a Q4_K/Q5_K block.
+/// The 8 `d · scale` and 8 `dmin · min` of a Q4_K/Q5_K block, as vectors.
+/// The 6-bit fields are unpacked four at a time from the three little-endian
+/// words of `scales` (layout: see `scale_min_k4`); `d * (field as f32)` as in
+/// the scalar decoder.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn k4_scales_vec(b: *const u8) -> (__m256, __m256) {
+    const M6: u32 = 0x3F3F_3F3F;
+    const M4: u32 = 0x0F0F_0F0F;
+    const M2: u32 = 0x0303_0303;
+    let w = |i: usize| u32::from_le_bytes(*(b.add(4 + 4 * i) as *const [u8; 4]));
+    let (w0, w1, w2) = (w(0), w(1), w(2));
+    let sc_lo = w0 & M6;
+    let sc_hi = (w2 & M4) | (((w0 >> 6) & M2) << 4);
+    let m_lo = w1 & M6;
+    let m_hi = ((w2 >> 4) & M4) | (((w1 >> 6) & M2) << 4);
+    let widen = |lo: u32, hi: u32| {
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(
+            0, 0, hi as i32, lo as i32,
+        )))
+    };
+    (
+        _mm256_mul_ps(_mm256_set1_ps(h2f(b)), widen(sc_lo, sc_hi)),
+        _mm256_mul_ps(_mm256_set1_ps(h2f(b.add(2))), widen(m_lo, m_hi)),
+    )
+}
+
+/// [`k4_scales_vec`] as arrays.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn k4_scales(b: *const u8) -> ([f32; 8], [f32; 8]) {
-    let d = h2f(b);
-    let dmin = h2f(b.add(2));
-    let s = &*(b.add(4) as *const [u8; 12]);
+    let (d, m) = k4_scales_vec(b);
     let (mut dl, mut ml) = ([0f32; 8], [0f32; 8]);
-    for g in 0..8 {
-        let (sc, m) = scale_min_k4(s, g);
-        dl[g] = d * sc as f32;
-        ml[g] = dmin * m as f32;
-    }
+    _mm256_storeu_ps(dl.as_mut_ptr(), d);
+    _mm256_storeu_ps(ml.as_mut_ptr(), m);
     (dl, ml)
 }
 

@@ -23,7 +23,7 @@ use std::arch::x86_64::*;
 
 use rill_dtype::DType;
 
-use super::avx2_blocks::k4_scales;
+use super::avx2_blocks::k4_scales_vec;
 use super::{h2f, hsum};
 use crate::quant::iq4::IQ4_NL_VALUES;
 use crate::quant::mxfp4::{e8m0_to_f32_half, E2M1_DOUBLED};
@@ -59,13 +59,40 @@ unsafe fn iota(from: f32) -> __m512 {
 /// fused in the dot.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn scale_min<const S: bool>(dl: f32, q: __m512, ml: f32) -> __m512 {
-    let (dl, ml) = (_mm512_set1_ps(dl), _mm512_set1_ps(ml));
+unsafe fn scale_min<const S: bool>(dl: __m512, q: __m512, ml: __m512) -> __m512 {
     if S {
         _mm512_sub_ps(_mm512_mul_ps(dl, q), ml)
     } else {
         _mm512_fmsub_ps(dl, q, ml)
     }
+}
+
+/// `*p` in all 16 lanes, loaded with a memory-operand `vbroadcastss` (load
+/// ports only). Written as asm because the compiler would otherwise forward
+/// the just-stored scale through shuffle-port instructions.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn bcast(p: *const f32) -> __m512 {
+    let r: __m512;
+    // SAFETY: `p` points to a readable, initialised f32; the asm only reads it.
+    std::arch::asm!(
+        "vbroadcastss {r}, dword ptr [{p}]",
+        r = out(zmm_reg) r,
+        p = in(reg) p,
+        options(pure, readonly, nostack, preserves_flags)
+    );
+    r
+}
+
+/// The Q4_K/Q5_K block scales: `d · scale` in 0..8, `dmin · min` in 8..16.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn k4_scales16(b: *const u8) -> [f32; 16] {
+    let (dl, ml) = k4_scales_vec(b);
+    let mut s = [0f32; 16];
+    _mm256_storeu_ps(s.as_mut_ptr(), dl);
+    _mm256_storeu_ps(s.as_mut_ptr().add(8), ml);
+    s
 }
 
 /// 16 bytes at `p` zero-extended to 16 × i32.
@@ -175,12 +202,13 @@ unsafe fn q8_0<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, slot: us
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 unsafe fn q4_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: usize) {
-    let (dl, ml) = k4_scales(b);
+    let s = k4_scales16(b);
+    let sp = s.as_ptr();
     let qs = b.add(16);
     let q = iota(0.0);
     for c in 0..4 {
-        let t0 = scale_min::<S>(dl[2 * c], q, ml[2 * c]);
-        let t1 = scale_min::<S>(dl[2 * c + 1], q, ml[2 * c + 1]);
+        let t0 = scale_min::<S>(bcast(sp.add(2 * c)), q, bcast(sp.add(8 + 2 * c)));
+        let t1 = scale_min::<S>(bcast(sp.add(2 * c + 1)), q, bcast(sp.add(9 + 2 * c)));
         let v0 = ld16u(qs.add(32 * c));
         let v1 = ld16u(qs.add(32 * c + 16));
         let o = 64 * c;
@@ -217,7 +245,8 @@ unsafe fn bit_to_4(h: __m512i, g: usize) -> __m512i {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 unsafe fn q5_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: usize) {
-    let (dl, ml) = k4_scales(b);
+    let s = k4_scales16(b);
+    let sp = s.as_ptr();
     let qh = [ld16u(b.add(16)), ld16u(b.add(32))];
     let qs = b.add(48);
     let (q_lo, q_hi) = (iota(0.0), iota(16.0));
@@ -225,8 +254,9 @@ unsafe fn q5_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: u
     for c in 0..4 {
         for (h, g) in [(0, 2 * c), (1, 2 * c + 1)] {
             // 32-entry table: q = 0..16 in one register, 16..32 in the other.
-            let lo = scale_min::<S>(dl[g], q_lo, ml[g]);
-            let hi = scale_min::<S>(dl[g], q_hi, ml[g]);
+            let (dl, ml) = (bcast(sp.add(g)), bcast(sp.add(8 + g)));
+            let lo = scale_min::<S>(dl, q_lo, ml);
+            let hi = scale_min::<S>(dl, q_hi, ml);
             for half in 0..2 {
                 let v = ld16u(qs.add(32 * c + 16 * half));
                 let nib = if h == 0 { v } else { _mm512_srli_epi32(v, 4) };
