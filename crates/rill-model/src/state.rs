@@ -64,4 +64,25 @@ impl SequenceState {
     pub fn capacity(&self) -> usize {
         self.capacity
     }
+
+    /// A copy that can hold up to `capacity` positions (at least the current
+    /// position). Used to restore a cached snapshot into a new request.
+    pub fn with_capacity(&self, capacity: usize) -> SequenceState {
+        let mut s = self.clone();
+        s.capacity = capacity.max(self.pos);
+        s
+    }
+
+    /// Bytes of state held (recurrent states, conv windows, KV caches).
+    pub fn bytes(&self) -> usize {
+        let floats: usize = self
+            .layers
+            .iter()
+            .map(|l| match l {
+                LayerState::Recurrent { conv, ssm } => conv.len() + ssm.len(),
+                LayerState::Attention { k, v } => k.len() + v.len(),
+            })
+            .sum();
+        floats * std::mem::size_of::<f32>()
+    }
 }

@@ -25,6 +25,7 @@ fn f32_prompt_logits_match_transformers() {
             ids.len()
         );
         assert!(max <= 1e-4, "{name}: max |Δlogit| {max:e} > 1e-4");
+        assert!(mean <= 1e-5, "{name}: mean |Δlogit| {mean:e} > 1e-5");
     }
 }
 
