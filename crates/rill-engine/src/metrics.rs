@@ -1,0 +1,144 @@
+//! Counters the engine keeps, rendered in the Prometheus text format.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+#[derive(Default)]
+pub struct Metrics {
+    pub requests_total: AtomicU64,
+    pub requests_finished: AtomicU64,
+    pub requests_rejected: AtomicU64,
+    pub requests_cancelled: AtomicU64,
+    pub requests_running: AtomicU64,
+    pub queue_depth: AtomicU64,
+    pub prompt_tokens_total: AtomicU64,
+    pub prompt_tokens_cached_total: AtomicU64,
+    pub generated_tokens_total: AtomicU64,
+    pub cache_hits_total: AtomicU64,
+    pub cache_misses_total: AtomicU64,
+    pub cache_bytes: AtomicU64,
+    pub cache_entries: AtomicU64,
+    /// Sum and count of time to first token, in microseconds.
+    pub ttft_us_sum: AtomicU64,
+    pub ttft_count: AtomicU64,
+    /// Generation throughput over the last engine step, tokens/s × 1000.
+    pub decode_tok_s_milli: AtomicU64,
+    pub steps_total: AtomicU64,
+}
+
+impl Metrics {
+    /// The Prometheus exposition text.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let mut put = |name: &str, kind: &str, help: &str, v: f64| {
+            let _ = writeln!(
+                s,
+                "# HELP rill_{name} {help}\n# TYPE rill_{name} {kind}\nrill_{name} {v}"
+            );
+        };
+        let g = |a: &AtomicU64| a.load(Relaxed) as f64;
+        put(
+            "requests_total",
+            "counter",
+            "Requests accepted.",
+            g(&self.requests_total),
+        );
+        put(
+            "requests_finished_total",
+            "counter",
+            "Requests completed.",
+            g(&self.requests_finished),
+        );
+        put(
+            "requests_rejected_total",
+            "counter",
+            "Requests refused (queue full or invalid).",
+            g(&self.requests_rejected),
+        );
+        put(
+            "requests_cancelled_total",
+            "counter",
+            "Requests cancelled by the client.",
+            g(&self.requests_cancelled),
+        );
+        put(
+            "requests_running",
+            "gauge",
+            "Sequences being processed.",
+            g(&self.requests_running),
+        );
+        put(
+            "queue_depth",
+            "gauge",
+            "Requests waiting for a slot.",
+            g(&self.queue_depth),
+        );
+        put(
+            "prompt_tokens_total",
+            "counter",
+            "Prompt tokens received.",
+            g(&self.prompt_tokens_total),
+        );
+        put(
+            "prompt_tokens_cached_total",
+            "counter",
+            "Prompt tokens served from the prompt cache.",
+            g(&self.prompt_tokens_cached_total),
+        );
+        put(
+            "generated_tokens_total",
+            "counter",
+            "Tokens generated.",
+            g(&self.generated_tokens_total),
+        );
+        put(
+            "prompt_cache_hits_total",
+            "counter",
+            "Requests that resumed from a cached prefix.",
+            g(&self.cache_hits_total),
+        );
+        put(
+            "prompt_cache_misses_total",
+            "counter",
+            "Requests with no cached prefix.",
+            g(&self.cache_misses_total),
+        );
+        put(
+            "prompt_cache_bytes",
+            "gauge",
+            "Bytes held by the prompt cache.",
+            g(&self.cache_bytes),
+        );
+        put(
+            "prompt_cache_entries",
+            "gauge",
+            "Snapshots held by the prompt cache.",
+            g(&self.cache_entries),
+        );
+        put(
+            "time_to_first_token_seconds_sum",
+            "counter",
+            "Sum of times to first token.",
+            g(&self.ttft_us_sum) / 1e6,
+        );
+        put(
+            "time_to_first_token_seconds_count",
+            "counter",
+            "Requests with a first token.",
+            g(&self.ttft_count),
+        );
+        put(
+            "decode_tokens_per_second",
+            "gauge",
+            "Generation throughput of the last step.",
+            g(&self.decode_tok_s_milli) / 1e3,
+        );
+        put(
+            "engine_steps_total",
+            "counter",
+            "Forward steps run.",
+            g(&self.steps_total),
+        );
+        s
+    }
+}

@@ -1,0 +1,103 @@
+//! Prompt cache for hybrid models.
+//!
+//! A GDN layer's recurrent state cannot be cut back to an earlier position,
+//! so reuse works from snapshots: the whole [`SequenceState`] (recurrent
+//! states, conv windows and the attention KV of that prefix) taken at known
+//! positions — the end of each prompt and every `interval` tokens during
+//! prefill. A new request resumes from the longest cached prefix of its
+//! prompt and prefills only the rest. Entries live under a byte budget and
+//! are evicted least recently used first.
+
+use rill_model::SequenceState;
+
+struct Entry {
+    tokens: Vec<u32>,
+    state: SequenceState,
+    bytes: usize,
+    last_used: u64,
+}
+
+pub struct PrefixCache {
+    entries: Vec<Entry>,
+    budget: usize,
+    used: usize,
+    clock: u64,
+}
+
+/// A cache hit: the state after `len` prompt tokens.
+pub struct Hit {
+    pub len: usize,
+    pub state: SequenceState,
+}
+
+impl PrefixCache {
+    pub fn new(budget_bytes: usize) -> PrefixCache {
+        PrefixCache {
+            entries: Vec::new(),
+            budget: budget_bytes,
+            used: 0,
+            clock: 0,
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.used
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The longest cached strict prefix of `prompt` (at least one token must
+    /// be left to run, to get the logits of the last position).
+    pub fn lookup(&mut self, prompt: &[u32], capacity: usize) -> Option<Hit> {
+        self.clock += 1;
+        let best = self
+            .entries
+            .iter_mut()
+            .filter(|e| e.tokens.len() < prompt.len() && prompt.starts_with(&e.tokens))
+            .max_by_key(|e| e.tokens.len())?;
+        best.last_used = self.clock;
+        Some(Hit {
+            len: best.tokens.len(),
+            state: best.state.with_capacity(capacity),
+        })
+    }
+
+    /// Remember the state after `tokens`. Replaces an entry for the same
+    /// prefix; evicts the least recently used entries to stay in budget.
+    pub fn insert(&mut self, tokens: &[u32], state: &SequenceState) {
+        let bytes = state.bytes() + tokens.len() * 4;
+        if bytes > self.budget || tokens.is_empty() {
+            return;
+        }
+        self.clock += 1;
+        if let Some(e) = self.entries.iter_mut().find(|e| e.tokens == tokens) {
+            e.last_used = self.clock;
+            return;
+        }
+        while self.used + bytes > self.budget {
+            let Some(oldest) = self
+                .entries
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, e)| e.last_used)
+                .map(|(i, _)| i)
+            else {
+                break;
+            };
+            self.used -= self.entries.swap_remove(oldest).bytes;
+        }
+        self.used += bytes;
+        self.entries.push(Entry {
+            tokens: tokens.to_vec(),
+            state: state.clone(),
+            bytes,
+            last_used: self.clock,
+        });
+    }
+}
