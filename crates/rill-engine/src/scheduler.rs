@@ -390,11 +390,11 @@ impl Worker {
                 // Never expected (inputs are validated at submission); fail
                 // the step's requests rather than the server.
                 for s in self.running.drain(..) {
+                    self.metrics.requests_running.fetch_sub(1, Relaxed);
                     let _ = s
                         .sub
                         .events
                         .send(Event::Error(format!("internal error: {e}")));
-                    self.metrics.requests_running.fetch_sub(1, Relaxed);
                 }
                 return;
             }
@@ -415,7 +415,7 @@ impl Worker {
                 s.fed = r.end;
                 let at = s.fed;
                 let interval = self.config.cache_interval.max(1);
-                if at == s.sub.req.prompt.len() || at % interval == 0 {
+                if at == s.sub.req.prompt.len() || at.is_multiple_of(interval) {
                     self.cache.insert(&s.sub.req.prompt[..at], &s.state);
                     self.metrics
                         .cache_bytes
@@ -434,9 +434,10 @@ impl Worker {
         }
         for (i, done) in finished.into_iter().rev() {
             let s = self.running.swap_remove(i);
-            let _ = s.sub.events.send(Event::Done(done));
+            // Counters first, so a client that sees Done sees them settled.
             self.metrics.requests_finished.fetch_add(1, Relaxed);
             self.metrics.requests_running.fetch_sub(1, Relaxed);
+            let _ = s.sub.events.send(Event::Done(done));
         }
     }
 }

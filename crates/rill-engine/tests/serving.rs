@@ -1,0 +1,219 @@
+//! The serving engine on a committed fixture model: batch invariance, the
+//! prompt cache, cancellation and the queue bound.
+
+use rill_engine::{Done, Engine, EngineConfig, Event, FinishReason, Request, SubmitError};
+use rill_model::Model;
+use rill_sampler::SamplerConfig;
+use rill_tokenizer::Tokenizer;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn fixture() -> (Arc<Model>, Arc<Tokenizer>) {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/qwen35moe.f32.gguf");
+    let model = Model::open(&path).expect("fixture model");
+    let tok = Tokenizer::from_gguf(model.file()).expect("fixture tokenizer");
+    (Arc::new(model), Arc::new(tok))
+}
+
+fn engine(cfg: EngineConfig) -> Engine {
+    let (m, t) = fixture();
+    Engine::start(m, t, EngineConfig { threads: 2, ..cfg })
+}
+
+/// A deterministic prompt of `n` ids below the special tokens.
+fn prompt(seed: u32, n: usize) -> Vec<u32> {
+    (0..n as u32)
+        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed * 97)) % 500)
+        .collect()
+}
+
+fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Request {
+    Request {
+        prompt,
+        max_tokens,
+        sampler: SamplerConfig::default(),
+        stop: vec![],
+        logprobs: None,
+        ignore_eos: true,
+    }
+}
+
+/// Wait for a request to finish: (token ids, Done).
+fn collect(mut h: rill_engine::Handle) -> (Vec<u32>, Done) {
+    let mut ids = Vec::new();
+    loop {
+        match h.events.blocking_recv().expect("engine hung up") {
+            Event::Text { tokens, .. } => ids.extend(tokens.iter().map(|t| t.id)),
+            Event::Done(d) => return (ids, d),
+            Event::Error(e) => panic!("request failed: {e}"),
+        }
+    }
+}
+
+#[test]
+fn eight_concurrent_greedy_requests_get_the_tokens_they_get_alone() {
+    let prompts: Vec<Vec<u32>> = (0..8).map(|i| prompt(i, 20 + 37 * i as usize)).collect();
+    let cfg = EngineConfig {
+        max_parallel: 8,
+        prefill_chunk: 64,
+        cache_bytes: 0,
+        ..Default::default()
+    };
+    let e = engine(cfg);
+    let alone: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| collect(e.submit(greedy(p.clone(), 24)).unwrap()).0)
+        .collect();
+    let handles: Vec<_> = prompts
+        .iter()
+        .map(|p| e.submit(greedy(p.clone(), 24)).unwrap())
+        .collect();
+    let together: Vec<Vec<u32>> = handles.into_iter().map(|h| collect(h).0).collect();
+    for (i, (a, b)) in alone.iter().zip(&together).enumerate() {
+        assert_eq!(a.len(), 24);
+        assert_eq!(a, b, "request {i} changed under load");
+    }
+    assert_eq!(e.metrics().requests_running.load(Relaxed), 0);
+}
+
+#[test]
+fn a_follow_up_turn_resumes_from_the_cache_and_matches_a_cold_run() {
+    let cfg = EngineConfig {
+        max_parallel: 2,
+        prefill_chunk: 32,
+        cache_interval: 64,
+        ..Default::default()
+    };
+    let first = prompt(3, 200);
+    let mut second = first.clone();
+    second.extend(prompt(4, 30));
+
+    let cold = engine(EngineConfig {
+        cache_bytes: 0,
+        ..cfg.clone()
+    });
+    let (want, d) = collect(cold.submit(greedy(second.clone(), 16)).unwrap());
+    assert_eq!(d.cached_tokens, 0);
+
+    let warm = engine(cfg);
+    collect(warm.submit(greedy(first, 4)).unwrap());
+    let (got, d) = collect(warm.submit(greedy(second, 16)).unwrap());
+    assert_eq!(
+        d.cached_tokens, 200,
+        "the whole first prompt is a cached prefix"
+    );
+    assert_eq!(got, want, "resuming from a snapshot changes nothing");
+    assert_eq!(warm.metrics().cache_hits_total.load(Relaxed), 1);
+    assert!(warm
+        .metrics()
+        .render()
+        .contains("rill_prompt_cache_hits_total 1"));
+}
+
+#[test]
+fn dropping_a_handle_cancels_and_frees_the_slot() {
+    let e = engine(EngineConfig {
+        max_parallel: 1,
+        ..Default::default()
+    });
+    let h = e.submit(greedy(prompt(1, 10), 3000)).unwrap();
+    drop(h);
+    let t0 = Instant::now();
+    while e.metrics().requests_running.load(Relaxed) != 0
+        || e.metrics().queue_depth.load(Relaxed) != 0
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the cancelled request still runs"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The slot serves the next request.
+    let (ids, d) = collect(e.submit(greedy(prompt(2, 10), 5)).unwrap());
+    assert_eq!((ids.len(), d.finish), (5, FinishReason::Length));
+}
+
+#[test]
+fn bad_requests_and_a_full_queue_are_refused() {
+    let e = engine(EngineConfig {
+        max_parallel: 1,
+        max_queue: 1,
+        ctx_size: 256,
+        ..Default::default()
+    });
+    assert!(matches!(
+        e.submit(greedy(vec![], 4)),
+        Err(SubmitError::EmptyPrompt)
+    ));
+    assert!(matches!(
+        e.submit(greedy(prompt(1, 256), 4)),
+        Err(SubmitError::PromptTooLong { .. })
+    ));
+    let mut bad = greedy(prompt(1, 4), 4);
+    bad.sampler.top_p = 0.0;
+    assert!(matches!(e.submit(bad), Err(SubmitError::Invalid(_))));
+    // One running, one waiting, the third refused.
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for i in 0..6 {
+        match e.submit(greedy(prompt(i, 8), 200)) {
+            Ok(h) => held.push(h),
+            Err(SubmitError::QueueFull(_)) => refused += 1,
+            Err(other) => panic!("{other}"),
+        }
+    }
+    assert!(refused >= 1, "a bounded queue refuses work");
+    for h in held {
+        let (_, d) = collect(h);
+        assert_eq!(d.finish, FinishReason::Length);
+    }
+}
+
+#[test]
+fn stop_strings_and_logprobs() {
+    let e = engine(EngineConfig::default());
+    let mut r = greedy(prompt(5, 12), 8);
+    r.logprobs = Some(3);
+    let mut h = e.submit(r).unwrap();
+    let mut text = String::new();
+    let mut n = 0;
+    loop {
+        match h.events.blocking_recv().unwrap() {
+            Event::Text { text: t, tokens } => {
+                text.push_str(&t);
+                for tk in tokens {
+                    n += 1;
+                    let lp = tk.logprob.unwrap();
+                    assert!(lp <= 0.0);
+                    assert_eq!(tk.top.len(), 3);
+                    assert_eq!(tk.top[0].0, tk.id, "greedy picks the most likely token");
+                    assert!(tk.top.windows(2).all(|w| w[0].1 >= w[1].1));
+                }
+            }
+            Event::Done(_) => break,
+            Event::Error(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(n, 8);
+    // Now stop on a piece of that text: generation ends before it.
+    let piece: String = text.chars().skip(3).take(2).collect();
+    if !piece.is_empty() {
+        let mut r = greedy(prompt(5, 12), 8);
+        r.stop = vec![piece.clone()];
+        let mut h = e.submit(r).unwrap();
+        let mut got = String::new();
+        let done = loop {
+            match h.events.blocking_recv().unwrap() {
+                Event::Text { text: t, .. } => got.push_str(&t),
+                Event::Done(d) => break d,
+                Event::Error(e) => panic!("{e}"),
+            }
+        };
+        assert_eq!(done.finish, FinishReason::Stop);
+        assert!(!got.contains(&piece));
+        assert!(text.starts_with(&got));
+    }
+}
