@@ -16,11 +16,12 @@ pub fn load_template(file: &GgufFile, tok: &Tokenizer) -> Result<ChatTemplate> {
         .context("the model's chat template does not compile")
 }
 
-/// Render `messages` with a generation prompt.
-pub fn render(tmpl: &ChatTemplate, messages: &[Message], thinking: bool) -> Result<String> {
+/// Render `messages` with a generation prompt. `thinking: None` leaves the
+/// template's default (Qwen3.5 thinks unless told not to).
+pub fn render(tmpl: &ChatTemplate, messages: &[Message], thinking: Option<bool>) -> Result<String> {
     let mut req = ChatRequest::new(messages.to_vec());
     req.add_generation_prompt = true;
-    req.enable_thinking = Some(thinking);
+    req.enable_thinking = thinking;
     tmpl.render(&req)
         .context("the chat template failed to render")
 }

@@ -108,7 +108,7 @@ pub fn run(a: Args) -> Result<()> {
             continue;
         }
         messages.push(Message::user(user));
-        let prompt_text = render(&tmpl, &messages, !a.no_think)?;
+        let prompt_text = render(&tmpl, &messages, a.no_think.then_some(false))?;
         let prompt = tok.encode(&prompt_text, true);
         if prompt.len() + 1 >= a.ctx_size {
             eprintln!("the conversation ({} tokens) no longer fits the context ({}); start again with a larger -c", prompt.len(), a.ctx_size);

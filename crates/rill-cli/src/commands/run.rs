@@ -97,6 +97,9 @@ pub struct Args {
     /// With --chat: a system prompt.
     #[arg(long, requires = "chat")]
     system: Option<String>,
+    /// Keep generating past end-of-generation tokens.
+    #[arg(long)]
+    ignore_eos: bool,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -110,7 +113,7 @@ pub fn run(a: Args) -> Result<()> {
             .map(|s| rill_chat::Message::system(s.as_str()))
             .collect();
         messages.push(rill_chat::Message::user(a.prompt.as_str()));
-        crate::chat_prompt::render(&tmpl, &messages, !a.no_think)?
+        crate::chat_prompt::render(&tmpl, &messages, a.no_think.then_some(false))?
     } else {
         a.prompt.clone()
     };
@@ -127,6 +130,7 @@ pub fn run(a: Args) -> Result<()> {
     let params = GenerateParams {
         max_tokens: a.n_predict.min(ctx - prompt.len()),
         stop: a.stop.clone(),
+        ignore_eos: a.ignore_eos,
         ..GenerateParams::default()
     };
     let cancel = Arc::new(AtomicBool::new(false));

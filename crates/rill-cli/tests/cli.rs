@@ -1,0 +1,161 @@
+//! The `rill` binary as a user runs it, on the committed fixtures.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models")
+}
+
+fn rill(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rill"))
+        .args(args)
+        .output()
+        .expect("run rill")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = rill(args);
+    assert!(
+        out.status.success(),
+        "rill {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+fn ids(v: &Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn greedy_run_matches_transformers_generate() {
+    let spec: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join("cli_run.json")).unwrap())
+            .unwrap();
+    let n = spec["n_gen"].as_u64().unwrap().to_string();
+    for case in spec["cases"].as_array().unwrap() {
+        let model = fixtures().join(case["model"].as_str().unwrap());
+        let m = model.to_str().unwrap();
+        let prompt = case["prompt"].as_str().unwrap();
+        let mut args = vec![
+            "run",
+            "-m",
+            m,
+            "-p",
+            prompt,
+            "--temp",
+            "0",
+            "-n",
+            &n,
+            "--ignore-eos",
+            "--json",
+            "-t",
+            "2",
+        ];
+        if case["kind"] == "chat" {
+            args.push("--chat");
+        }
+        let out: Value = serde_json::from_str(&ok(&args)).expect("--json prints one object");
+        let what = format!("{} {}", case["model"], case["kind"]);
+        assert_eq!(
+            ids(&out["prompt_tokens"]),
+            ids(&case["prompt_ids"]),
+            "{what}: prompt tokens"
+        );
+        assert_eq!(
+            ids(&out["tokens"]),
+            ids(&case["gen_ids"]),
+            "{what}: generated tokens"
+        );
+        assert_eq!(out["finish_reason"], "length");
+        assert!(out["timings"]["predicted_per_second"].as_f64().unwrap() > 0.0);
+    }
+}
+
+#[test]
+fn tokenize_detokenize_and_inspect() {
+    let m = fixtures().join("qwen35moe.f32.gguf");
+    let m = m.to_str().unwrap();
+    let text = "The quick brown fox<|im_end|>";
+    let json: Vec<u32> =
+        serde_json::from_str(&ok(&["tokenize", "-m", m, "--text", text, "--json"])).unwrap();
+    assert_eq!(*json.last().unwrap(), 511, "special token parsed");
+    let plain = ok(&["tokenize", "-m", m, "--text", text]);
+    assert_eq!(plain.split_whitespace().count(), json.len());
+    let list: Vec<String> = json.iter().map(|i| i.to_string()).collect();
+    assert_eq!(
+        ok(&["detokenize", "-m", m, "--tokens", &list.join(",")]).trim_end_matches('\n'),
+        text
+    );
+    let info = ok(&["inspect", m]);
+    assert!(
+        info.contains("qwen35moe") && info.contains("layer map    gggA"),
+        "{info}"
+    );
+}
+
+#[test]
+fn logits_writes_npy_of_the_right_shape() {
+    let m = fixtures().join("qwen3next.f32.gguf");
+    let out = std::env::temp_dir().join(format!("rill-cli-test-{}.npy", std::process::id()));
+    ok(&[
+        "logits",
+        "-m",
+        m.to_str().unwrap(),
+        "--tokens",
+        "1,2,3,4",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let bytes = std::fs::read(&out).unwrap();
+    std::fs::remove_file(&out).ok();
+    let header = String::from_utf8_lossy(&bytes[10..128]);
+    assert!(header.contains("'shape': (4, 512)"), "{header}");
+}
+
+#[test]
+fn bad_input_is_a_clear_error_not_a_panic() {
+    let m = fixtures().join("qwen35moe.f32.gguf");
+    let m = m.to_str().unwrap();
+    let npy = fixtures().join("qwen35.prompt_logits.npy");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["inspect", "/nonexistent/model.gguf"], "cannot open"),
+        (vec!["run", "-m", npy.to_str().unwrap(), "-p", "hi"], "GGUF"),
+        (
+            vec!["logits", "-m", m, "--tokens", "1,x", "--out", "/tmp/x.npy"],
+            "bad token id",
+        ),
+        (
+            vec![
+                "logits",
+                "-m",
+                m,
+                "--tokens",
+                "99999",
+                "--out",
+                "/tmp/x.npy",
+            ],
+            "out of range",
+        ),
+        (vec!["detokenize", "-m", m, "--tokens", "99999"], "99999"),
+        (vec!["run", "-m", m, "-p", "hi", "--top-p", "0"], "top_p"),
+        (
+            vec!["run", "-m", m, "-p", "hello there", "-c", "2"],
+            "context",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = rill(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} should fail");
+        assert_eq!(out.status.code(), Some(1), "{args:?}: exit code ({err})");
+        assert!(err.contains(want), "{args:?}: stderr lacks '{want}': {err}");
+        assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    }
+}
