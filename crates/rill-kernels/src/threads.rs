@@ -4,29 +4,160 @@
 //! user asked for and passes it down, so two models (or tests) in one process
 //! never fight over a shared setting.
 
-/// A pool of worker threads.
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+/// How long a worker polls for the next region before it sleeps. Regions
+/// within a token come microseconds apart; between requests the pool sleeps.
+/// Polling yields the CPU, so a busy machine (or several pools) is not starved.
+const POLL_BEFORE_SLEEP: std::time::Duration = std::time::Duration::from_micros(300);
+
+/// A pool of `n − 1` worker threads plus the calling thread, built for many
+/// small parallel regions per token: workers spin briefly between regions
+/// instead of sleeping, and a region costs about a microsecond to start
+/// (see `examples/pool_overhead.rs`).
 pub struct Threads {
-    pool: rayon::ThreadPool,
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    n: usize,
+    /// One region at a time; a second caller (or a nested call) runs serially.
+    busy: Mutex<()>,
+}
+
+/// The region being run: its closure (type-erased) and chunk bookkeeping.
+/// Lives on the caller's stack for the duration of `for_ranges`.
+struct Job {
+    call: unsafe fn(*const (), usize, usize),
+    data: *const (),
+    n: usize,
+    chunk: usize,
+    next: AtomicUsize,
+}
+
+struct Shared {
+    /// Bumped once per region; a worker that sees a new value runs it.
+    epoch: AtomicUsize,
+    job: AtomicPtr<Job>,
+    /// Per worker: the last epoch it finished. The caller waits for all of
+    /// them, so no worker touches a job after `for_ranges` returns.
+    done: Vec<AtomicUsize>,
+    shutdown: AtomicBool,
+    sleepers: Mutex<usize>,
+    wake: Condvar,
+}
+
+thread_local! {
+    static IN_REGION: Cell<bool> = const { Cell::new(false) };
+}
+
+impl Job {
+    /// Claim and run chunks until none are left.
+    fn run(&self) {
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            let start = i * self.chunk;
+            if start >= self.n {
+                return;
+            }
+            let end = (start + self.chunk).min(self.n);
+            // SAFETY: `data` points at the closure `call` was made for, alive
+            // until every worker has acknowledged this job.
+            unsafe { (self.call)(self.data, start, end) };
+        }
+    }
+}
+
+unsafe fn call_closure<F: Fn(usize, usize) + Sync>(data: *const (), a: usize, b: usize) {
+    // SAFETY: `data` was made from `&F` in `for_ranges`.
+    let f = unsafe { &*(data as *const F) };
+    f(a, b)
+}
+
+fn worker(shared: Arc<Shared>, me: usize) {
+    let mut seen = 0;
+    loop {
+        let mut spins = 0u32;
+        let mut since: Option<std::time::Instant> = None;
+        let epoch = loop {
+            let e = shared.epoch.load(Ordering::Acquire);
+            if e != seen || shared.shutdown.load(Ordering::Acquire) {
+                break e;
+            }
+            spins += 1;
+            if spins < 256 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let t0 = *since.get_or_insert_with(std::time::Instant::now);
+            if t0.elapsed() < POLL_BEFORE_SLEEP {
+                std::thread::yield_now();
+                continue;
+            }
+            let mut sleepers = shared.sleepers.lock().unwrap_or_else(|p| p.into_inner());
+            *sleepers += 1;
+            while shared.epoch.load(Ordering::Acquire) == seen
+                && !shared.shutdown.load(Ordering::Acquire)
+            {
+                sleepers = shared
+                    .wake
+                    .wait(sleepers)
+                    .unwrap_or_else(|p| p.into_inner());
+            }
+            *sleepers -= 1;
+            spins = 0;
+            since = None;
+        };
+        if shared.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        // SAFETY: the caller published the job before bumping the epoch and
+        // keeps it alive until this worker stores `done = epoch`.
+        let job = unsafe { &*shared.job.load(Ordering::Acquire) };
+        IN_REGION.with(|r| r.set(true));
+        job.run();
+        IN_REGION.with(|r| r.set(false));
+        shared.done[me].store(epoch, Ordering::Release);
+        seen = epoch;
+    }
 }
 
 impl Threads {
-    /// A pool of `n` threads (`0` means one per available core).
+    /// A pool of `n` threads including the caller (`0` means one per core).
     pub fn new(n: usize) -> Threads {
         let n = if n == 0 {
             std::thread::available_parallelism().map_or(1, |p| p.get())
         } else {
             n
         };
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .thread_name(|i| format!("rill-worker-{i}"))
-            .build()
-            .expect("failed to spawn worker threads");
-        Threads { pool }
+        let shared = Arc::new(Shared {
+            epoch: AtomicUsize::new(0),
+            job: AtomicPtr::new(std::ptr::null_mut()),
+            done: (1..n).map(|_| AtomicUsize::new(0)).collect(),
+            shutdown: AtomicBool::new(false),
+            sleepers: Mutex::new(0),
+            wake: Condvar::new(),
+        });
+        let workers = (1..n)
+            .map(|i| {
+                let s = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("rill-worker-{i}"))
+                    .spawn(move || worker(s, i - 1))
+                    .expect("failed to spawn a worker thread")
+            })
+            .collect();
+        Threads {
+            shared,
+            workers,
+            n,
+            busy: Mutex::new(()),
+        }
     }
 
     pub fn count(&self) -> usize {
-        self.pool.current_num_threads()
+        self.n
     }
 
     /// Run `f(start, end)` over disjoint ranges covering `0..n`, in parallel.
@@ -38,22 +169,62 @@ impl Threads {
         if n == 0 {
             return;
         }
-        let workers = self.count();
         // A few chunks per worker smooths out uneven row costs.
-        let chunk = n.div_ceil(workers * 4).max(min_chunk.max(1));
-        if chunk >= n || workers == 1 {
+        let chunk = n.div_ceil(self.n * 4).max(min_chunk.max(1));
+        let nested = IN_REGION.with(|r| r.get());
+        if chunk >= n || self.n == 1 || nested {
             f(0, n);
             return;
         }
-        self.pool.scope(|s| {
-            let f = &f;
-            let mut start = 0;
-            while start < n {
-                let end = (start + chunk).min(n);
-                s.spawn(move |_| f(start, end));
-                start = end;
+        let Ok(_guard) = self.busy.try_lock() else {
+            f(0, n);
+            return;
+        };
+        let job = Job {
+            call: call_closure::<F>,
+            data: &f as *const F as *const (),
+            n,
+            chunk,
+            next: AtomicUsize::new(0),
+        };
+        let sh = &*self.shared;
+        sh.job
+            .store(&job as *const Job as *mut Job, Ordering::Release);
+        let epoch = sh.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        if *sh.sleepers.lock().unwrap_or_else(|p| p.into_inner()) > 0 {
+            sh.wake.notify_all();
+        }
+        IN_REGION.with(|r| r.set(true));
+        job.run();
+        IN_REGION.with(|r| r.set(false));
+        for d in &sh.done {
+            let mut spins = 0u32;
+            while d.load(Ordering::Acquire) != epoch {
+                spins += 1;
+                if spins < 256 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
             }
-        });
+        }
+    }
+}
+
+impl Drop for Threads {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        {
+            let _g = self
+                .shared
+                .sleepers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            self.shared.wake.notify_all();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
     }
 }
 
@@ -83,7 +254,36 @@ impl<T> SharedMut<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn nested_and_concurrent_regions_do_not_deadlock() {
+        let t = Arc::new(Threads::new(3));
+        let total = AtomicUsize::new(0);
+        t.for_ranges(8, 1, |a, b| {
+            // A region inside a region runs serially on this thread.
+            t.for_ranges(10, 1, |c, d| {
+                total.fetch_add((b - a) * (d - c), Ordering::Relaxed);
+            });
+        });
+        assert_eq!(total.load(Ordering::Relaxed), 80);
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let t = t.clone();
+                std::thread::spawn(move || {
+                    let sum = AtomicUsize::new(0);
+                    for _ in 0..200 {
+                        t.for_ranges(100, 1, |a, b| {
+                            sum.fetch_add(b - a, Ordering::Relaxed);
+                        });
+                    }
+                    sum.load(Ordering::Relaxed)
+                })
+            })
+            .collect();
+        for h in handles {
+            assert_eq!(h.join().unwrap(), 20_000);
+        }
+    }
 
     #[test]
     fn ranges_cover_everything_once() {
