@@ -205,3 +205,43 @@ fn files_with_an_mtp_layer_load_and_the_trunk_ignores_it() {
     assert_eq!((m.config.n_layer, m.config.n_nextn), (n_layer as usize, 1));
     assert_eq!(logits(&m), reference);
 }
+
+#[test]
+fn a_model_split_over_three_files_loads_from_any_of_them() {
+    use rill_gguf::{MetaValue, KEY_SPLIT_COUNT, KEY_SPLIT_NO, KEY_SPLIT_TENSORS_COUNT};
+    let (src, tensors) = read("qwen3next");
+    let reference = logits(&build(&src, &tensors));
+    let dir = std::env::temp_dir().join(format!("rill-split-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let parts = 3;
+    let per = tensors.len().div_ceil(parts);
+    for (i, chunk) in tensors.chunks(per).enumerate() {
+        let mut w = GgufWriter::new();
+        if i == 0 {
+            for (k, v) in src.metadata() {
+                w.kv(k, v.clone());
+            }
+        }
+        w.kv(KEY_SPLIT_NO, MetaValue::U16(i as u16))
+            .kv(KEY_SPLIT_COUNT, MetaValue::U16(parts as u16))
+            .kv(
+                KEY_SPLIT_TENSORS_COUNT,
+                MetaValue::I32(tensors.len() as i32),
+            );
+        for (n, s, t, d) in chunk {
+            w.tensor(n.clone(), s, *t, d.clone());
+        }
+        w.write_to(&dir.join(format!("model-{:05}-of-{parts:05}.gguf", i + 1)))
+            .unwrap();
+    }
+    for first in ["model-00001-of-00003.gguf", "model-00003-of-00003.gguf"] {
+        let m = Model::open(&dir.join(first)).unwrap();
+        assert_eq!(logits(&m), reference, "opened through {first}");
+    }
+    std::fs::remove_file(dir.join("model-00002-of-00003.gguf")).unwrap();
+    let err = Model::open(&dir.join("model-00001-of-00003.gguf"))
+        .err()
+        .expect("a missing part is an error");
+    assert!(err.to_string().contains("00002"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
