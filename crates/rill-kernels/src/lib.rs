@@ -13,5 +13,5 @@ pub mod quant;
 pub mod simd;
 pub mod threads;
 
-pub use matmul::{matmul, MatRef};
+pub use matmul::{matmul, matmul_many, MatJob, MatRef};
 pub use threads::Threads;

@@ -59,21 +59,59 @@ impl<'a> MatRef<'a> {
 /// this to give a request the same tokens under any load). Each weight row is
 /// decoded once per call and reused for every token.
 pub fn matmul(threads: &Threads, w: MatRef<'_>, x: &[f32], n: usize, out: &mut [f32]) {
-    assert_eq!(x.len(), n * w.cols, "activation size");
-    assert_eq!(out.len(), n * w.rows, "output size");
-    let rows = w.rows;
-    let out_ptr = SharedMut::new(out);
+    matmul_many(threads, &mut [MatJob { w, x, n, out }]);
+}
+
+/// One product of a [`matmul_many`] call: `out = w · xᵀ` over `n` rows of `x`.
+pub struct MatJob<'a> {
+    pub w: MatRef<'a>,
+    pub x: &'a [f32],
+    pub n: usize,
+    pub out: &'a mut [f32],
+}
+
+/// Several independent products in one parallel region (e.g. the q, k and v
+/// projections of one input, or every routed expert of a step): one start
+/// and one barrier instead of one per matrix, and the rows of all of them
+/// balanced over the workers. Same per-element arithmetic as [`matmul`].
+pub fn matmul_many(threads: &Threads, jobs: &mut [MatJob]) {
+    let mut starts = Vec::with_capacity(jobs.len() + 1);
+    let mut total = 0;
+    let mut max_cols = 1;
+    for j in jobs.iter() {
+        assert_eq!(j.x.len(), j.n * j.w.cols, "activation size");
+        assert_eq!(j.out.len(), j.n * j.w.rows, "output size");
+        starts.push(total);
+        total += j.w.rows;
+        max_cols = max_cols.max(j.w.cols);
+    }
+    starts.push(total);
+    let outs: Vec<SharedMut<f32>> = jobs.iter_mut().map(|j| SharedMut::new(j.out)).collect();
+    let jobs = &*jobs;
     // Enough rows per task that scheduling overhead stays small.
-    let min_rows = (16384 / w.cols.max(1)).max(1);
-    threads.for_ranges(rows, min_rows, |r0, r1| {
-        let mut row = vec![0f32; w.cols];
-        for r in r0..r1 {
-            w.dequantize_row(r, &mut row);
-            for t in 0..n {
-                let v = dot_f32(&row, &x[t * w.cols..(t + 1) * w.cols]);
-                // SAFETY: element (t, r) belongs to this task's rows only.
-                unsafe { *out_ptr.at(t * rows + r) = v };
+    let min_rows = (16384 / max_cols).max(1);
+    threads.for_ranges(total, min_rows, |g0, g1| {
+        let mut row = vec![0f32; max_cols];
+        // The first job overlapping this task's rows.
+        let mut k = starts.partition_point(|&s| s <= g0) - 1;
+        let mut g = g0;
+        while g < g1 {
+            while starts[k + 1] <= g {
+                k += 1;
             }
+            let j = &jobs[k];
+            let (rows, cols) = (j.w.rows, j.w.cols);
+            let r_end = (g1 - starts[k]).min(rows);
+            for r in g - starts[k]..r_end {
+                let row = &mut row[..cols];
+                j.w.dequantize_row(r, row);
+                for t in 0..j.n {
+                    let v = dot_f32(row, &j.x[t * cols..(t + 1) * cols]);
+                    // SAFETY: element (t, r) of job k belongs to this task's rows only.
+                    unsafe { *outs[k].at(t * rows + r) = v };
+                }
+            }
+            g = starts[k] + r_end;
         }
     });
 }
@@ -105,6 +143,59 @@ mod tests {
             let mut one = vec![0f32; rows];
             matmul(&threads, m, &x[t * cols..(t + 1) * cols], 1, &mut one);
             assert_eq!(&all[t * rows..(t + 1) * rows], &one[..], "token {t}");
+        }
+    }
+
+    #[test]
+    fn many_products_in_one_region_equal_separate_calls() {
+        let mk = |rows: usize, cols: usize, seed: usize| -> Vec<u8> {
+            (0..rows * cols)
+                .flat_map(|i| (((i * 7919 + seed) % 1000) as f32 / 997.0 - 0.5).to_le_bytes())
+                .collect()
+        };
+        let shapes = [
+            (5usize, 32usize, 3usize),
+            (300, 64, 1),
+            (1, 32, 2),
+            (77, 96, 4),
+        ];
+        let ws: Vec<Vec<u8>> = shapes
+            .iter()
+            .enumerate()
+            .map(|(i, &(r, c, _))| mk(r, c, i))
+            .collect();
+        let xs: Vec<Vec<f32>> = shapes
+            .iter()
+            .map(|&(_, c, n)| (0..c * n).map(|i| (i % 13) as f32 * 0.1 - 0.6).collect())
+            .collect();
+        let mats: Vec<MatRef> = shapes
+            .iter()
+            .zip(&ws)
+            .map(|(&(rows, cols, _), d)| MatRef {
+                dtype: rill_dtype::DType::F32,
+                rows,
+                cols,
+                data: d,
+            })
+            .collect();
+        let threads = Threads::new(3);
+        let mut outs: Vec<Vec<f32>> = shapes.iter().map(|&(r, _, n)| vec![0f32; r * n]).collect();
+        let mut jobs: Vec<MatJob> = outs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, o)| MatJob {
+                w: mats[i],
+                x: &xs[i],
+                n: shapes[i].2,
+                out: o,
+            })
+            .collect();
+        matmul_many(&threads, &mut jobs);
+        drop(jobs);
+        for i in 0..shapes.len() {
+            let mut want = vec![0f32; shapes[i].0 * shapes[i].2];
+            matmul(&Threads::new(1), mats[i], &xs[i], shapes[i].2, &mut want);
+            assert_eq!(outs[i], want, "job {i}");
         }
     }
 }

@@ -6,7 +6,7 @@ use crate::error::ModelError;
 use crate::weights::{Binder, Matrix};
 use rill_kernels::ops::{dot_f32, rms_norm_inplace, sigmoid, softmax_inplace};
 use rill_kernels::threads::SharedMut;
-use rill_kernels::{matmul, Threads};
+use rill_kernels::{matmul, matmul_many, MatJob, Threads};
 
 pub(crate) struct AttentionWeights {
     /// `[2·n_head·head_dim × n_embd]`: per head, Q then the gate.
@@ -63,9 +63,29 @@ pub(crate) fn forward(
     let mut qg = vec![0f32; n * 2 * nh * hd];
     let mut k = vec![0f32; n * nkv * hd];
     let mut v = vec![0f32; n * nkv * hd];
-    matmul(threads, w.q.view(), x, n, &mut qg);
-    matmul(threads, w.k.view(), x, n, &mut k);
-    matmul(threads, w.v.view(), x, n, &mut v);
+    matmul_many(
+        threads,
+        &mut [
+            MatJob {
+                w: w.q.view(),
+                x,
+                n,
+                out: &mut qg,
+            },
+            MatJob {
+                w: w.k.view(),
+                x,
+                n,
+                out: &mut k,
+            },
+            MatJob {
+                w: w.v.view(),
+                x,
+                n,
+                out: &mut v,
+            },
+        ],
+    );
 
     // Split Q from its gate, norm and rotate Q and K.
     let mut q = vec![0f32; n * nh * hd];

@@ -5,7 +5,7 @@ use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::weights::{Binder, Experts, Matrix};
 use rill_kernels::ops::{axpy, dot_f32, sigmoid, silu, softmax_inplace};
-use rill_kernels::{matmul, MatRef, Threads};
+use rill_kernels::{matmul, matmul_many, MatJob, MatRef, Threads};
 
 pub(crate) enum Ffn {
     Moe(Box<MoeWeights>),
@@ -95,8 +95,23 @@ fn swiglu(
     let ff = gate.rows;
     let mut g = vec![0f32; n * ff];
     let mut u = vec![0f32; n * ff];
-    matmul(threads, gate, x, n, &mut g);
-    matmul(threads, up, x, n, &mut u);
+    matmul_many(
+        threads,
+        &mut [
+            MatJob {
+                w: gate,
+                x,
+                n,
+                out: &mut g,
+            },
+            MatJob {
+                w: up,
+                x,
+                n,
+                out: &mut u,
+            },
+        ],
+    );
     for (gi, &ui) in g.iter_mut().zip(&u) {
         *gi = silu(*gi) * ui;
     }
@@ -149,33 +164,129 @@ impl MoeWeights {
     }
 
     /// Routed experts plus the gated shared expert, for `n` tokens. Tokens
-    /// are grouped by expert so each expert's weights are read once per batch.
+    /// are grouped by expert so each expert's weights are read once per
+    /// batch; all gate/up products run in one parallel region, all down
+    /// products in a second.
     fn forward(&self, c: &ModelConfig, threads: &Threads, x: &[f32], n: usize) -> Vec<f32> {
         let h = c.n_embd;
+        let ff = self.n_ff;
         let routes = route(self, c, threads, x, n);
+        let active: Vec<usize> = (0..routes.len())
+            .filter(|&e| !routes[e].is_empty())
+            .collect();
+        // Gathered inputs per active expert.
+        let xs: Vec<Vec<f32>> = active
+            .iter()
+            .map(|&e| {
+                routes[e]
+                    .iter()
+                    .flat_map(|&(t, _)| &x[t * h..(t + 1) * h])
+                    .copied()
+                    .collect()
+            })
+            .collect();
+        let sh_ff = self.shared.as_ref().map_or(0, |s| s.mlp.gate.rows);
 
+        // gate and up of every active expert (and the shared expert).
+        let mut gates: Vec<Vec<f32>> = active
+            .iter()
+            .map(|&e| vec![0f32; routes[e].len() * ff])
+            .collect();
+        let mut ups: Vec<Vec<f32>> = active
+            .iter()
+            .map(|&e| vec![0f32; routes[e].len() * ff])
+            .collect();
+        let (mut sh_g, mut sh_u) = (vec![0f32; n * sh_ff], vec![0f32; n * sh_ff]);
+        {
+            let mut jobs = Vec::with_capacity(2 * active.len() + 2);
+            for (((&e, xe), g), u) in active
+                .iter()
+                .zip(&xs)
+                .zip(gates.iter_mut())
+                .zip(ups.iter_mut())
+            {
+                let (wg, wu) = self.gate_up(e);
+                let m = routes[e].len();
+                jobs.push(MatJob {
+                    w: wg,
+                    x: xe,
+                    n: m,
+                    out: g,
+                });
+                jobs.push(MatJob {
+                    w: wu,
+                    x: xe,
+                    n: m,
+                    out: u,
+                });
+            }
+            if let Some(sh) = &self.shared {
+                jobs.push(MatJob {
+                    w: sh.mlp.gate.view(),
+                    x,
+                    n,
+                    out: &mut sh_g,
+                });
+                jobs.push(MatJob {
+                    w: sh.mlp.up.view(),
+                    x,
+                    n,
+                    out: &mut sh_u,
+                });
+            }
+            matmul_many(threads, &mut jobs);
+        }
+        for (g, u) in gates
+            .iter_mut()
+            .zip(&ups)
+            .chain(std::iter::once((&mut sh_g, &sh_u)))
+        {
+            for (gi, &ui) in g.iter_mut().zip(u) {
+                *gi = silu(*gi) * ui;
+            }
+        }
+        // down of every active expert (and the shared expert).
+        let mut downs: Vec<Vec<f32>> = active
+            .iter()
+            .map(|&e| vec![0f32; routes[e].len() * h])
+            .collect();
+        let mut sh_y = vec![0f32; n * h];
+        {
+            let mut jobs = Vec::with_capacity(active.len() + 1);
+            for ((&e, g), y) in active.iter().zip(&gates).zip(downs.iter_mut()) {
+                jobs.push(MatJob {
+                    w: self.down.expert(e),
+                    x: g,
+                    n: routes[e].len(),
+                    out: y,
+                });
+            }
+            if let Some(sh) = &self.shared {
+                jobs.push(MatJob {
+                    w: sh.mlp.down.view(),
+                    x: &sh_g,
+                    n,
+                    out: &mut sh_y,
+                });
+            }
+            matmul_many(threads, &mut jobs);
+        }
+
+        // Weighted sum, in expert order for every token (batch invariant).
         let mut out = vec![0f32; n * h];
-        for (e, tokens) in routes.iter().enumerate() {
-            if tokens.is_empty() {
-                continue;
-            }
-            let m = tokens.len();
-            let mut xs = Vec::with_capacity(m * h);
-            for &(t, _) in tokens {
-                xs.extend_from_slice(&x[t * h..(t + 1) * h]);
-            }
-            let (gate, up) = self.gate_up(e);
-            let y = swiglu(threads, gate, up, self.down.expert(e), &xs, m);
-            for (i, &(t, wgt)) in tokens.iter().enumerate() {
+        for (&e, y) in active.iter().zip(&downs) {
+            for (i, &(t, wgt)) in routes[e].iter().enumerate() {
                 axpy(wgt, &y[i * h..(i + 1) * h], &mut out[t * h..(t + 1) * h]);
             }
         }
-
         if let Some(sh) = &self.shared {
-            let y = sh.mlp.forward(threads, x, n);
             for t in 0..n {
                 let gate = sigmoid(dot_f32(&sh.gate_inp, &x[t * h..(t + 1) * h]));
-                axpy(gate, &y[t * h..(t + 1) * h], &mut out[t * h..(t + 1) * h]);
+                axpy(
+                    gate,
+                    &sh_y[t * h..(t + 1) * h],
+                    &mut out[t * h..(t + 1) * h],
+                );
             }
         }
         out

@@ -8,7 +8,7 @@ use crate::weights::{Binder, Matrix};
 use rill_kernels::gdn::{delta_rule_chunked, delta_rule_recurrent, HeadInputs};
 use rill_kernels::ops::{l2_norm_inplace, rms_norm_inplace, sigmoid, silu, softplus};
 use rill_kernels::threads::SharedMut;
-use rill_kernels::{matmul, Threads};
+use rill_kernels::{matmul, matmul_many, MatJob, Threads};
 
 /// How the input projections are stored.
 enum Projections {
@@ -81,75 +81,100 @@ impl GdnWeights {
     }
 }
 
-/// Project `x` `[n × n_embd]` to the conv input `[n × conv_dim]` and the
-/// output gate z `[n × n_v·d_v]`.
+/// The four input projections of `x` `[n × n_embd]`, in one parallel region:
+/// the conv input `[n × conv_dim]`, the output gate z `[n × n_v·d_v]`, and
+/// per value head the decay `g` and the write strength `β` `[n × n_v]`.
 fn project(
     w: &GdnWeights,
     c: &ModelConfig,
     threads: &Threads,
     x: &[f32],
     n: usize,
-) -> (Vec<f32>, Vec<f32>) {
+) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+    let (nk, nv, d) = (c.ssm_n_k_heads, c.ssm_n_v_heads, c.ssm_head_dim);
+    let r = nv / nk;
     let conv_dim = c.conv_dim();
     let vdim = c.ssm_value_dim();
     let mut qkv = vec![0f32; n * conv_dim];
     let mut z = vec![0f32; n * vdim];
-    match &w.proj {
-        Projections::Split { qkv: wq, gate } => {
-            matmul(threads, wq.view(), x, n, &mut qkv);
-            matmul(threads, gate.view(), x, n, &mut z);
+    let mut b = vec![0f32; n * nv];
+    let mut a = vec![0f32; n * nv];
+    let fused_qkvz = matches!(w.proj, Projections::FusedQkvz(_));
+    let fused_ba = matches!(w.ba, BetaAlpha::Fused(_));
+    let mut mixed = vec![0f32; if fused_qkvz { n * (conv_dim + vdim) } else { 0 }];
+    let mut ba = vec![0f32; if fused_ba { n * 2 * nv } else { 0 }];
+    {
+        let mut jobs = Vec::with_capacity(4);
+        match &w.proj {
+            Projections::Split { qkv: wq, gate } => {
+                jobs.push(MatJob {
+                    w: wq.view(),
+                    x,
+                    n,
+                    out: &mut qkv,
+                });
+                jobs.push(MatJob {
+                    w: gate.view(),
+                    x,
+                    n,
+                    out: &mut z,
+                });
+            }
+            Projections::FusedQkvz(m) => jobs.push(MatJob {
+                w: m.view(),
+                x,
+                n,
+                out: &mut mixed,
+            }),
         }
-        Projections::FusedQkvz(m) => {
-            let mut mixed = vec![0f32; n * (conv_dim + vdim)];
-            matmul(threads, m.view(), x, n, &mut mixed);
-            // De-interleave per key head into [q_all, k_all, v_all] and z.
-            let (nk, dk, dv) = (c.ssm_n_k_heads, c.ssm_head_dim, c.ssm_head_dim);
-            let r = c.ssm_n_v_heads / nk;
-            let group = 2 * dk + 2 * r * dv;
-            for t in 0..n {
-                let src = &mixed[t * (conv_dim + vdim)..(t + 1) * (conv_dim + vdim)];
-                let dst = &mut qkv[t * conv_dim..(t + 1) * conv_dim];
-                let zt = &mut z[t * vdim..(t + 1) * vdim];
-                for g in 0..nk {
-                    let s = &src[g * group..(g + 1) * group];
-                    dst[g * dk..(g + 1) * dk].copy_from_slice(&s[..dk]);
-                    dst[nk * dk + g * dk..nk * dk + (g + 1) * dk].copy_from_slice(&s[dk..2 * dk]);
-                    let vs = 2 * nk * dk + g * r * dv;
-                    dst[vs..vs + r * dv].copy_from_slice(&s[2 * dk..2 * dk + r * dv]);
-                    zt[g * r * dv..(g + 1) * r * dv].copy_from_slice(&s[2 * dk + r * dv..]);
-                }
+        match &w.ba {
+            BetaAlpha::Split { beta, alpha } => {
+                jobs.push(MatJob {
+                    w: beta.view(),
+                    x,
+                    n,
+                    out: &mut b,
+                });
+                jobs.push(MatJob {
+                    w: alpha.view(),
+                    x,
+                    n,
+                    out: &mut a,
+                });
+            }
+            BetaAlpha::Fused(m) => jobs.push(MatJob {
+                w: m.view(),
+                x,
+                n,
+                out: &mut ba,
+            }),
+        }
+        matmul_many(threads, &mut jobs);
+    }
+    if fused_qkvz {
+        // Per key head [q, k, v·r, z·r] → [q_all, k_all, v_all] and z.
+        let group = 2 * d + 2 * r * d;
+        for t in 0..n {
+            let src = &mixed[t * (conv_dim + vdim)..(t + 1) * (conv_dim + vdim)];
+            let dst = &mut qkv[t * conv_dim..(t + 1) * conv_dim];
+            let zt = &mut z[t * vdim..(t + 1) * vdim];
+            for g in 0..nk {
+                let s = &src[g * group..(g + 1) * group];
+                dst[g * d..(g + 1) * d].copy_from_slice(&s[..d]);
+                dst[nk * d + g * d..nk * d + (g + 1) * d].copy_from_slice(&s[d..2 * d]);
+                let vs = 2 * nk * d + g * r * d;
+                dst[vs..vs + r * d].copy_from_slice(&s[2 * d..2 * d + r * d]);
+                zt[g * r * d..(g + 1) * r * d].copy_from_slice(&s[2 * d + r * d..]);
             }
         }
     }
-    (qkv, z)
-}
-
-/// Per token and value head: the decay `g` and the write strength `β`.
-fn gates(
-    w: &GdnWeights,
-    c: &ModelConfig,
-    threads: &Threads,
-    x: &[f32],
-    n: usize,
-) -> (Vec<f32>, Vec<f32>) {
-    let nv = c.ssm_n_v_heads;
-    let mut b = vec![0f32; n * nv];
-    let mut a = vec![0f32; n * nv];
-    match &w.ba {
-        BetaAlpha::Split { beta, alpha } => {
-            matmul(threads, beta.view(), x, n, &mut b);
-            matmul(threads, alpha.view(), x, n, &mut a);
-        }
-        BetaAlpha::Fused(m) => {
-            let mut ba = vec![0f32; n * 2 * nv];
-            matmul(threads, m.view(), x, n, &mut ba);
-            let r = nv / c.ssm_n_k_heads;
-            for t in 0..n {
-                for g in 0..c.ssm_n_k_heads {
-                    let s = &ba[t * 2 * nv + g * 2 * r..t * 2 * nv + (g + 1) * 2 * r];
-                    b[t * nv + g * r..t * nv + (g + 1) * r].copy_from_slice(&s[..r]);
-                    a[t * nv + g * r..t * nv + (g + 1) * r].copy_from_slice(&s[r..]);
-                }
+    if fused_ba {
+        // Per key head [b·r, a·r].
+        for t in 0..n {
+            for g in 0..nk {
+                let s = &ba[t * 2 * nv + g * 2 * r..t * 2 * nv + (g + 1) * 2 * r];
+                b[t * nv + g * r..t * nv + (g + 1) * r].copy_from_slice(&s[..r]);
+                a[t * nv + g * r..t * nv + (g + 1) * r].copy_from_slice(&s[r..]);
             }
         }
     }
@@ -160,7 +185,7 @@ fn gates(
             b[i] = sigmoid(b[i]);
         }
     }
-    (a, b)
+    (qkv, z, a, b)
 }
 
 /// Causal depthwise conv + SiLU over `qkv` `[n × conv_dim]`, in place,
@@ -272,8 +297,7 @@ pub(crate) fn forward(
     conv_window: &mut [f32],
     ssm: &mut [f32],
 ) -> Vec<f32> {
-    let (mut qkv, z) = project(w, c, threads, x, n);
-    let (g, beta) = gates(w, c, threads, x, n);
+    let (mut qkv, z, g, beta) = project(w, c, threads, x, n);
     conv_silu(w, c, &mut qkv, n, conv_window);
     let mut y = delta_rule(w, c, threads, &mut qkv, &g, &beta, n, ssm);
     // Gated RMSNorm per value head: norm(o) ⊙ silu(z).
