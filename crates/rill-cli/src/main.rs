@@ -31,6 +31,8 @@ enum Command {
     Chat(commands::chat::Args),
     /// Measure prompt processing and generation speed (like llama-bench).
     Bench(commands::bench::Args),
+    /// Serve the model over an OpenAI-compatible HTTP API.
+    Serve(commands::serve::Args),
     /// Print the token ids of a text.
     Tokenize(commands::tokenize::TokenizeArgs),
     /// Print the text of token ids.
@@ -45,6 +47,7 @@ fn main() -> ExitCode {
         Command::Run(a) => commands::run::run(a),
         Command::Bench(a) => commands::bench::run(a),
         Command::Chat(a) => commands::chat::run(a),
+        Command::Serve(a) => commands::serve::run(a),
         Command::Tokenize(a) => commands::tokenize::run_tokenize(a),
         Command::Detokenize(a) => commands::tokenize::run_detokenize(a),
     };

@@ -3,4 +3,5 @@ pub mod chat;
 pub mod inspect;
 pub mod logits;
 pub mod run;
+pub mod serve;
 pub mod tokenize;

@@ -1,0 +1,187 @@
+//! A chat reply as it streams: thinking, answer text, tool calls.
+//!
+//! Engine text goes through the `<think>` splitter; thinking becomes
+//! `reasoning_content`, the answer goes through the tool-call splitter (when
+//! the request has tools) and becomes `content` or `tool_calls`. Each part is
+//! trimmed of the whitespace the template puts around it.
+
+use crate::reasoning::{Piece, ThinkSplitter, TrimStream};
+use crate::tool_calls::{Segment, ToolCall, ToolCallStream};
+
+/// A classified piece of a reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    Reasoning(String),
+    Content(String),
+    Call(ToolCall),
+}
+
+pub struct ChatOutput {
+    think: ThinkSplitter,
+    tools: Option<ToolCallStream>,
+    reasoning: TrimStream,
+    content: TrimStream,
+}
+
+impl ChatOutput {
+    /// `prompt` is the rendered prompt (it tells whether the reply starts
+    /// inside `<think>`); `parse_tools` turns on tool-call parsing.
+    pub fn new(prompt: &str, parse_tools: bool) -> ChatOutput {
+        ChatOutput {
+            think: ThinkSplitter::new(prompt),
+            tools: parse_tools.then(ToolCallStream::new),
+            reasoning: TrimStream::default(),
+            content: TrimStream::default(),
+        }
+    }
+
+    pub fn feed(&mut self, text: &str) -> Vec<Part> {
+        let pieces = self.think.feed(text);
+        self.classify(pieces, false)
+    }
+
+    pub fn finish(&mut self) -> Vec<Part> {
+        let pieces = self.think.finish();
+        self.classify(pieces, true)
+    }
+
+    fn classify(&mut self, pieces: Vec<Piece>, end: bool) -> Vec<Part> {
+        let mut out = Vec::new();
+        for p in pieces {
+            match p {
+                Piece::Thinking(t) => push(&mut out, Part::Reasoning(self.reasoning.feed(&t))),
+                Piece::Answer(a) => match &mut self.tools {
+                    Some(tools) => {
+                        let segs = tools.feed(&a);
+                        self.segments(segs, &mut out);
+                    }
+                    None => push(&mut out, Part::Content(self.content.feed(&a))),
+                },
+            }
+        }
+        if end {
+            if let Some(tools) = &mut self.tools {
+                let segs = tools.finish();
+                self.segments(segs, &mut out);
+            }
+        }
+        out
+    }
+
+    fn segments(&mut self, segs: Vec<Segment>, out: &mut Vec<Part>) {
+        for s in segs {
+            match s {
+                Segment::Text(t) => push(out, Part::Content(self.content.feed(&t))),
+                Segment::Call(c) => {
+                    // Whitespace between text and a call (or between calls)
+                    // belongs to neither.
+                    self.content.reset();
+                    out.push(Part::Call(c));
+                }
+            }
+        }
+    }
+}
+
+fn push(out: &mut Vec<Part>, p: Part) {
+    let empty = match &p {
+        Part::Reasoning(s) | Part::Content(s) => s.is_empty(),
+        Part::Call(_) => false,
+    };
+    if !empty {
+        out.push(p);
+    }
+}
+
+/// A whole reply, gathered (non-streaming responses).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Gathered {
+    pub reasoning: String,
+    pub content: String,
+    pub calls: Vec<ToolCall>,
+}
+
+impl Gathered {
+    pub fn add(&mut self, parts: Vec<Part>) {
+        for p in parts {
+            match p {
+                Part::Reasoning(s) => self.reasoning.push_str(&s),
+                Part::Content(s) => self.content.push_str(&s),
+                Part::Call(c) => self.calls.push(c),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(prompt: &str, tools: bool, pieces: &[&str]) -> Gathered {
+        let mut o = ChatOutput::new(prompt, tools);
+        let mut g = Gathered::default();
+        for p in pieces {
+            g.add(o.feed(p));
+        }
+        g.add(o.finish());
+        g
+    }
+
+    #[test]
+    fn reasoning_is_split_and_trimmed() {
+        let g = run(
+            "<|im_start|>assistant\n<think>\n",
+            false,
+            &[
+                "Let me",
+                " think.\n",
+                "</thi",
+                "nk>\n\nThe answer",
+                " is 4.",
+                "\n",
+            ],
+        );
+        assert_eq!(g.reasoning, "Let me think.");
+        assert_eq!(g.content, "The answer is 4.");
+        assert!(g.calls.is_empty());
+    }
+
+    #[test]
+    fn thinking_off_is_all_content() {
+        let g = run(
+            "<|im_start|>assistant\n<think>\n\n</think>\n\n",
+            false,
+            &["Hello", " there"],
+        );
+        assert_eq!(g.reasoning, "");
+        assert_eq!(g.content, "Hello there");
+    }
+
+    #[test]
+    fn tool_calls_after_thinking() {
+        let text = "I need the weather.\n</think>\n\nChecking.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n{\"name\": \"t\", \"arguments\": {\"a\": [1]}}\n</tool_call>";
+        let chars: Vec<char> = text.chars().collect();
+        let pieces: Vec<String> = chars.chunks(2).map(|c| c.iter().collect()).collect();
+        let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+        let g = run("<think>\n", true, &refs);
+        assert_eq!(g.reasoning, "I need the weather.");
+        assert_eq!(g.content, "Checking.");
+        assert_eq!(
+            g.calls,
+            vec![
+                ToolCall {
+                    name: "get_weather".into(),
+                    arguments: "{\"city\":\"Paris\"}".into()
+                },
+                ToolCall {
+                    name: "t".into(),
+                    arguments: "{\"a\":[1]}".into()
+                }
+            ]
+        );
+        // Without tools in the request, the same text stays content.
+        let g = run("<think>\n", false, &refs);
+        assert!(g.calls.is_empty());
+        assert!(g.content.contains("<tool_call>"));
+    }
+}

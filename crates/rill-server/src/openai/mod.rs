@@ -1,0 +1,6 @@
+//! The OpenAI API's shapes: request bodies, their checks, responses.
+
+pub mod logprobs;
+pub mod params;
+pub mod responses;
+pub mod types;

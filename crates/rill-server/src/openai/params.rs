@@ -1,0 +1,283 @@
+//! Checking request parameters and turning them into an engine request.
+
+use super::types::SamplingFields;
+use crate::errors::ApiError;
+use rill_engine::Request;
+use rill_sampler::SamplerConfig;
+
+/// Most alternatives per token a client may ask for (OpenAI's limit).
+pub const MAX_TOP_LOGPROBS: i64 = 20;
+/// Most stop strings per request.
+pub const MAX_STOPS: usize = 16;
+
+fn finite(name: &str, v: Option<f64>) -> Result<Option<f64>, ApiError> {
+    match v {
+        Some(x) if !x.is_finite() => Err(ApiError::bad_param(
+            name,
+            format!("{name} must be a finite number"),
+        )),
+        other => Ok(other),
+    }
+}
+
+/// A fresh seed for requests that do not give one.
+pub fn random_seed() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    splitmix(t ^ COUNTER.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed))
+}
+
+pub fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A random alphanumeric string (ids of completions and tool calls).
+pub fn random_id(len: usize) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut out = String::with_capacity(len);
+    let mut x = random_seed();
+    for i in 0..len {
+        if i % 8 == 7 {
+            x = splitmix(x);
+        }
+        out.push(ALPHABET[(x % ALPHABET.len() as u64) as usize] as char);
+        x /= ALPHABET.len() as u64;
+    }
+    out
+}
+
+/// Check the shared parameters and build the engine request (prompt left
+/// empty; `logprobs` as given).
+pub fn build_request(
+    f: &SamplingFields,
+    logprobs: Option<usize>,
+    ctx_size: usize,
+) -> Result<Request, ApiError> {
+    if let Some(n) = f.n {
+        if n != 1 {
+            return Err(ApiError::bad_param(
+                "n",
+                format!("n = {n} is not supported; only n = 1"),
+            ));
+        }
+    }
+    let max_tokens = match f.max_tokens {
+        None => ctx_size,
+        Some(m) if m < 1 => {
+            return Err(ApiError::bad_param(
+                "max_tokens",
+                format!("max_tokens must be at least 1 (got {m})"),
+            ))
+        }
+        Some(m) => usize::try_from(m).unwrap_or(usize::MAX).min(ctx_size),
+    };
+    let temperature = finite("temperature", f.temperature)?.unwrap_or(1.0);
+    if temperature < 0.0 {
+        return Err(ApiError::bad_param(
+            "temperature",
+            format!("temperature must be >= 0 (got {temperature})"),
+        ));
+    }
+    let top_p = finite("top_p", f.top_p)?.unwrap_or(1.0);
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(ApiError::bad_param(
+            "top_p",
+            format!("top_p must be in (0, 1] (got {top_p})"),
+        ));
+    }
+    let min_p = finite("min_p", f.min_p)?.unwrap_or(0.0);
+    if !(0.0..=1.0).contains(&min_p) {
+        return Err(ApiError::bad_param(
+            "min_p",
+            format!("min_p must be in [0, 1] (got {min_p})"),
+        ));
+    }
+    let top_k = match f.top_k {
+        None | Some(-1) => 0,
+        Some(k) if k < 0 => {
+            return Err(ApiError::bad_param(
+                "top_k",
+                format!("top_k must be >= 0, or -1 for no limit (got {k})"),
+            ))
+        }
+        Some(k) => usize::try_from(k).unwrap_or(usize::MAX),
+    };
+    let penalty = |name: &str, v: Option<f64>| -> Result<f64, ApiError> {
+        let v = finite(name, v)?.unwrap_or(0.0);
+        if !(-2.0..=2.0).contains(&v) {
+            return Err(ApiError::bad_param(
+                name,
+                format!("{name} must be in [-2, 2] (got {v})"),
+            ));
+        }
+        Ok(v)
+    };
+    let presence = penalty("presence_penalty", f.presence_penalty)?;
+    let frequency = penalty("frequency_penalty", f.frequency_penalty)?;
+    let repetition = finite("repetition_penalty", f.repetition_penalty)?.unwrap_or(1.0);
+    if repetition <= 0.0 {
+        return Err(ApiError::bad_param(
+            "repetition_penalty",
+            format!("repetition_penalty must be > 0 (got {repetition})"),
+        ));
+    }
+    let stop = f.stop.clone().map(|s| s.into_vec()).unwrap_or_default();
+    if stop.len() > MAX_STOPS {
+        return Err(ApiError::bad_param(
+            "stop",
+            format!("at most {MAX_STOPS} stop strings"),
+        ));
+    }
+    if stop.iter().any(String::is_empty) {
+        return Err(ApiError::bad_param(
+            "stop",
+            "stop strings must not be empty",
+        ));
+    }
+    let sampler = SamplerConfig {
+        temperature: temperature as f32,
+        top_k,
+        top_p: top_p as f32,
+        min_p: min_p as f32,
+        repetition_penalty: repetition as f32,
+        presence_penalty: presence as f32,
+        frequency_penalty: frequency as f32,
+        seed: f.seed.map_or_else(random_seed, |s| s as u64),
+        ..SamplerConfig::default()
+    };
+    sampler
+        .validate()
+        .map_err(|e| ApiError::invalid(e.0).with_code("invalid_value"))?;
+    Ok(Request {
+        prompt: Vec::new(),
+        max_tokens,
+        sampler,
+        stop,
+        logprobs,
+        ignore_eos: f.ignore_eos.unwrap_or(false),
+    })
+}
+
+/// `top_logprobs` checked: `None` when log-probabilities are off.
+pub fn logprobs_count(
+    enabled: bool,
+    top: Option<i64>,
+    param: &str,
+) -> Result<Option<usize>, ApiError> {
+    match top {
+        Some(k) if !(0..=MAX_TOP_LOGPROBS).contains(&k) => Err(ApiError::bad_param(
+            param,
+            format!("{param} must be in [0, {MAX_TOP_LOGPROBS}] (got {k})"),
+        )),
+        Some(k) if enabled => Ok(Some(k as usize)),
+        Some(k) if k > 0 => Err(ApiError::bad_param(
+            param,
+            format!("{param} requires logprobs to be true"),
+        )),
+        _ if enabled => Ok(Some(0)),
+        _ => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields() -> SamplingFields {
+        SamplingFields::default()
+    }
+
+    #[test]
+    fn defaults_and_ranges() {
+        let r = build_request(&fields(), None, 100).unwrap();
+        assert_eq!(r.max_tokens, 100);
+        assert_eq!(r.sampler.temperature, 1.0);
+        let bad = [
+            SamplingFields {
+                max_tokens: Some(-1),
+                ..fields()
+            },
+            SamplingFields {
+                temperature: Some(-0.5),
+                ..fields()
+            },
+            SamplingFields {
+                top_p: Some(1.5),
+                ..fields()
+            },
+            SamplingFields {
+                top_p: Some(0.0),
+                ..fields()
+            },
+            SamplingFields {
+                min_p: Some(2.0),
+                ..fields()
+            },
+            SamplingFields {
+                top_k: Some(-3),
+                ..fields()
+            },
+            SamplingFields {
+                presence_penalty: Some(3.0),
+                ..fields()
+            },
+            SamplingFields {
+                repetition_penalty: Some(0.0),
+                ..fields()
+            },
+            SamplingFields {
+                n: Some(2),
+                ..fields()
+            },
+            SamplingFields {
+                stop: Some(super::super::types::Stop::One(String::new())),
+                ..fields()
+            },
+        ];
+        for f in bad {
+            let e = build_request(&f, None, 100).unwrap_err();
+            assert_eq!(e.status.as_u16(), 400, "{f:?}");
+            assert!(e.param.is_some(), "{f:?}");
+        }
+        let r = build_request(
+            &SamplingFields {
+                top_k: Some(-1),
+                max_tokens: Some(1 << 40),
+                seed: Some(7),
+                ..fields()
+            },
+            None,
+            64,
+        )
+        .unwrap();
+        assert_eq!((r.sampler.top_k, r.max_tokens, r.sampler.seed), (0, 64, 7));
+    }
+
+    #[test]
+    fn logprob_counts() {
+        assert_eq!(logprobs_count(false, None, "top_logprobs").unwrap(), None);
+        assert_eq!(logprobs_count(true, None, "top_logprobs").unwrap(), Some(0));
+        assert_eq!(
+            logprobs_count(true, Some(3), "top_logprobs").unwrap(),
+            Some(3)
+        );
+        assert!(logprobs_count(false, Some(3), "top_logprobs").is_err());
+        assert!(logprobs_count(true, Some(21), "top_logprobs").is_err());
+        assert!(logprobs_count(true, Some(-1), "top_logprobs").is_err());
+    }
+
+    #[test]
+    fn ids_are_alphanumeric_and_differ() {
+        let a = random_id(24);
+        assert_eq!(a.len(), 24);
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric()));
+        assert_ne!(a, random_id(24));
+    }
+}

@@ -1,0 +1,376 @@
+//! `POST /v1/chat/completions`.
+
+use crate::chat_output::{ChatOutput, Gathered, Part};
+use crate::errors::{parse_json, ApiError};
+use crate::openai::logprobs::{chat_token, ChatLogprobs};
+use crate::openai::params::{build_request, logprobs_count, random_id};
+use crate::openai::responses::{
+    now, AssistantMessage, ChatChoice, ChatChunk, ChatCompletion, ChunkChoice, Delta, FunctionCall,
+    Timings, ToolCallDelta, ToolCallOut, Usage,
+};
+use crate::openai::types::ChatCompletionRequest;
+use crate::routes::finish_reason;
+use crate::sse::{self, ChunkBuilder};
+use crate::state::AppState;
+use crate::tool_calls::ToolCall;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json as JsonBody;
+use rill_chat::{ChatRequest, Content, Message};
+use rill_engine::{Done, Event, Handle, Request, TokenInfo};
+use serde_json::Value as Json;
+use std::sync::Arc;
+
+/// A checked request, ready for the engine.
+struct Prepared {
+    request: Request,
+    prompt_text: String,
+    parse_tools: bool,
+    stream: bool,
+    include_usage: bool,
+}
+
+pub async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body?;
+    let req: ChatCompletionRequest = parse_json(&body)?;
+    let prepared = prepare(&state, req).await?;
+    let handle = state.engine.submit(prepared.request.clone())?;
+    let id = format!("chatcmpl-{}", random_id(24));
+    let output = ChatOutput::new(&prepared.prompt_text, prepared.parse_tools);
+    if prepared.stream {
+        let builder = ChatStream {
+            id,
+            created: now(),
+            model: state.config.model_id.clone(),
+            tok: state.tok.clone(),
+            output,
+            logprobs: prepared.request.logprobs.is_some(),
+            pending_logprobs: Vec::new(),
+            n_calls: 0,
+            include_usage: prepared.include_usage,
+        };
+        Ok(sse::response(handle, builder, state.clone()))
+    } else {
+        let body = collect(&state, handle, output, &prepared, id).await?;
+        Ok(JsonBody(body).into_response())
+    }
+}
+
+/// Check the request, render the prompt, tokenize it.
+async fn prepare(state: &Arc<AppState>, req: ChatCompletionRequest) -> Result<Prepared, ApiError> {
+    state.check_model(req.model.as_deref())?;
+    let Some(template) = state.template.clone() else {
+        return Err(ApiError::invalid(
+            "the model has no chat template; use /v1/completions",
+        ));
+    };
+    if req.messages.is_empty() {
+        return Err(ApiError::bad_param(
+            "messages",
+            "messages must not be empty",
+        ));
+    }
+    let mut messages = req.messages.clone();
+    check_messages(&mut messages)?;
+    if let Some(rf) = &req.response_format {
+        let kind = rf.get("type").and_then(Json::as_str);
+        if kind != Some("text") {
+            return Err(ApiError::bad_param(
+                "response_format",
+                "only response_format {\"type\": \"text\"} is supported",
+            ));
+        }
+    }
+    let parse_tools = match &req.tool_choice {
+        None => true,
+        Some(Json::String(s)) if s == "auto" => true,
+        Some(Json::String(s)) if s == "none" => false,
+        Some(_) => {
+            return Err(ApiError::bad_param(
+                "tool_choice",
+                "only tool_choice \"auto\" and \"none\" are supported",
+            ))
+        }
+    };
+    let tools = match &req.tools {
+        Some(tools) if !tools.is_empty() => {
+            check_tools(tools)?;
+            parse_tools.then(|| tools.clone())
+        }
+        _ => None,
+    };
+    let logprobs = logprobs_count(
+        req.logprobs.unwrap_or(false),
+        req.top_logprobs,
+        "top_logprobs",
+    )?;
+    let mut request = build_request(&req.sampling(), logprobs, state.ctx_size())?;
+
+    let mut chat = ChatRequest::new(messages);
+    chat.parse_tool_call_arguments();
+    chat.add_generation_prompt = true;
+    chat.tools = tools.clone();
+    if let Some(kwargs) = req.chat_template_kwargs.clone() {
+        for (k, v) in kwargs {
+            if k == "enable_thinking" {
+                match v {
+                    Json::Bool(b) => chat.enable_thinking = Some(b),
+                    Json::Null => {}
+                    _ => {
+                        return Err(ApiError::bad_param(
+                            "chat_template_kwargs.enable_thinking",
+                            "enable_thinking must be a boolean",
+                        ))
+                    }
+                }
+            } else {
+                chat.extra.insert(k, v);
+            }
+        }
+    }
+    if let Some(b) = req.enable_thinking {
+        chat.enable_thinking = Some(b);
+    }
+    // Rendering and tokenizing a long conversation is real work: keep it off
+    // the I/O threads.
+    let st = state.clone();
+    let (prompt_text, ids) = tokio::task::spawn_blocking(move || {
+        let text = template
+            .render(&chat)
+            .map_err(|e| ApiError::invalid(e.to_string()).with_code("template_error"))?;
+        let ids = st.encode_prompt(&text);
+        Ok::<_, ApiError>((text, ids))
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("prompt preparation failed: {e}")))??;
+    request.prompt = ids;
+    Ok(Prepared {
+        request,
+        prompt_text,
+        parse_tools: tools.is_some(),
+        stream: req.streaming(),
+        include_usage: req.include_usage(),
+    })
+}
+
+/// Roles the template knows; text-only content.
+fn check_messages(messages: &mut [Message]) -> Result<(), ApiError> {
+    for (i, m) in messages.iter_mut().enumerate() {
+        match m.role.as_str() {
+            "system" | "user" | "assistant" | "tool" => {}
+            "developer" => m.role = "system".into(),
+            other => {
+                return Err(ApiError::bad_param(
+                    &format!("messages[{i}].role"),
+                    format!("unknown role {other:?} (expected system, user, assistant or tool)"),
+                ))
+            }
+        }
+        if let Some(Content::Parts(parts)) = &m.content {
+            for (j, p) in parts.iter().enumerate() {
+                if p.kind() != Some("text") || p.text_value().is_none() {
+                    return Err(ApiError::bad_param(
+                        &format!("messages[{i}].content[{j}]"),
+                        "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported",
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Each tool must be `{"type": "function", "function": {"name": ...}}`.
+fn check_tools(tools: &[Json]) -> Result<(), ApiError> {
+    for (i, t) in tools.iter().enumerate() {
+        let ok = t.get("type").and_then(Json::as_str) == Some("function")
+            && t.get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Json::as_str)
+                .is_some_and(|n| !n.is_empty());
+        if !ok {
+            return Err(ApiError::bad_param(
+                &format!("tools[{i}]"),
+                "a tool must be {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": ...}}",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn tool_call_out(call: ToolCall) -> ToolCallOut {
+    ToolCallOut {
+        id: format!("call_{}", random_id(24)),
+        kind: "function",
+        function: FunctionCall {
+            name: call.name,
+            arguments: call.arguments,
+        },
+    }
+}
+
+/// Wait for the whole reply (non-streaming).
+async fn collect(
+    state: &AppState,
+    mut handle: Handle,
+    mut output: ChatOutput,
+    prepared: &Prepared,
+    id: String,
+) -> Result<ChatCompletion, ApiError> {
+    let mut g = Gathered::default();
+    let mut logprobs = Vec::new();
+    let done = loop {
+        match handle.events.recv().await {
+            Some(Event::Text { text, tokens }) => {
+                g.add(output.feed(&text));
+                if prepared.request.logprobs.is_some() {
+                    logprobs.extend(tokens.iter().filter_map(|t| chat_token(&state.tok, t)));
+                }
+            }
+            Some(Event::Done(d)) => break d,
+            Some(Event::Error(e)) => return Err(ApiError::internal(e)),
+            None => return Err(ApiError::internal("the engine stopped")),
+        }
+    };
+    g.add(output.finish());
+    let finish = finish_reason(&done, !g.calls.is_empty());
+    let calls: Vec<ToolCallOut> = g.calls.into_iter().map(tool_call_out).collect();
+    let content = if g.content.is_empty() && !calls.is_empty() {
+        None
+    } else {
+        Some(g.content)
+    };
+    Ok(ChatCompletion {
+        id,
+        object: "chat.completion",
+        created: now(),
+        model: state.config.model_id.clone(),
+        choices: vec![ChatChoice {
+            index: 0,
+            message: AssistantMessage {
+                role: "assistant",
+                content,
+                reasoning_content: (!g.reasoning.is_empty()).then_some(g.reasoning),
+                tool_calls: calls,
+            },
+            logprobs: prepared
+                .request
+                .logprobs
+                .map(|_| ChatLogprobs { content: logprobs }),
+            finish_reason: finish,
+        }],
+        usage: Usage::from_done(&done),
+        timings: Timings::from_done(&done),
+    })
+}
+
+/// The chunks of a streamed reply.
+struct ChatStream {
+    id: String,
+    created: u64,
+    model: String,
+    tok: Arc<rill_tokenizer::Tokenizer>,
+    output: ChatOutput,
+    logprobs: bool,
+    /// Log-probabilities not yet attached to a chunk.
+    pending_logprobs: Vec<crate::openai::logprobs::ChatTokenLogprob>,
+    n_calls: usize,
+    include_usage: bool,
+}
+
+impl ChatStream {
+    fn chunk(&mut self, delta: Delta, finish: Option<&'static str>) -> String {
+        // Log-probabilities ride on the next chunk sent.
+        let logprobs = (self.logprobs && !self.pending_logprobs.is_empty()).then(|| ChatLogprobs {
+            content: std::mem::take(&mut self.pending_logprobs),
+        });
+        let c = ChatChunk {
+            id: self.id.clone(),
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: self.model.clone(),
+            choices: vec![ChunkChoice {
+                index: 0,
+                delta,
+                logprobs,
+                finish_reason: finish,
+            }],
+            usage: None,
+        };
+        serde_json::to_string(&c).unwrap_or_default()
+    }
+
+    fn parts(&mut self, parts: Vec<Part>) -> Vec<String> {
+        let mut out = Vec::new();
+        for p in parts {
+            let delta = match p {
+                Part::Reasoning(s) => Delta {
+                    reasoning_content: Some(s),
+                    ..Delta::default()
+                },
+                Part::Content(s) => Delta {
+                    content: Some(s),
+                    ..Delta::default()
+                },
+                Part::Call(c) => {
+                    let index = self.n_calls;
+                    self.n_calls += 1;
+                    Delta {
+                        tool_calls: vec![ToolCallDelta {
+                            index,
+                            call: tool_call_out(c),
+                        }],
+                        ..Delta::default()
+                    }
+                }
+            };
+            out.push(self.chunk(delta, None));
+        }
+        out
+    }
+}
+
+impl ChunkBuilder for ChatStream {
+    fn start(&mut self) -> Vec<String> {
+        let delta = Delta {
+            role: Some("assistant"),
+            content: Some(String::new()),
+            ..Delta::default()
+        };
+        vec![self.chunk(delta, None)]
+    }
+
+    fn text(&mut self, text: String, tokens: Vec<TokenInfo>) -> Vec<String> {
+        if self.logprobs {
+            let tok = self.tok.clone();
+            self.pending_logprobs
+                .extend(tokens.iter().filter_map(|t| chat_token(&tok, t)));
+        }
+        let parts = self.output.feed(&text);
+        self.parts(parts)
+    }
+
+    fn done(&mut self, done: Done) -> Vec<String> {
+        let parts = self.output.finish();
+        let mut out = self.parts(parts);
+        let finish = finish_reason(&done, self.n_calls > 0);
+        out.push(self.chunk(Delta::default(), Some(finish)));
+        if self.include_usage {
+            let c = ChatChunk {
+                id: self.id.clone(),
+                object: "chat.completion.chunk",
+                created: self.created,
+                model: self.model.clone(),
+                choices: Vec::new(),
+                usage: Some(Usage::from_done(&done)),
+            };
+            out.push(serde_json::to_string(&c).unwrap_or_default());
+        }
+        out
+    }
+}

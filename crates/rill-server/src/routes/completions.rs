@@ -1,0 +1,215 @@
+//! `POST /v1/completions` (raw text in, text out).
+
+use crate::errors::{parse_json, ApiError};
+use crate::openai::logprobs::CompletionLogprobs;
+use crate::openai::params::{build_request, logprobs_count, random_id};
+use crate::openai::responses::{now, Completion, CompletionChoice, Timings, Usage};
+use crate::openai::types::{CompletionRequest, Prompt};
+use crate::routes::finish_reason;
+use crate::sse::{self, ChunkBuilder};
+use crate::state::AppState;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use rill_engine::{Done, Event, TokenInfo};
+use rill_tokenizer::Tokenizer;
+use std::sync::Arc;
+
+pub async fn completions(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body?;
+    let req: CompletionRequest = parse_json(&body)?;
+    state.check_model(req.model.as_deref())?;
+    if req.best_of.is_some_and(|b| b != 1) {
+        return Err(ApiError::bad_param(
+            "best_of",
+            "only best_of = 1 is supported",
+        ));
+    }
+    if req.echo == Some(true) {
+        return Err(ApiError::bad_param("echo", "echo is not supported"));
+    }
+    if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::bad_param("suffix", "suffix is not supported"));
+    }
+    let logprobs = match req.logprobs {
+        None => None,
+        Some(k) => logprobs_count(true, Some(k), "logprobs")?,
+    };
+    let mut request = build_request(&req.sampling(), logprobs, state.ctx_size())?;
+    request.prompt = prompt_tokens(&state, req.prompt.clone()).await?;
+    let handle = state.engine.submit(request).map_err(|e| {
+        let mut e = ApiError::from(e);
+        if e.param.is_some() {
+            e.param = Some("prompt".into());
+        }
+        e
+    })?;
+    let mut builder = CompletionStream {
+        id: format!("cmpl-{}", random_id(24)),
+        created: now(),
+        model: state.config.model_id.clone(),
+        tok: state.tok.clone(),
+        logprobs: logprobs.is_some(),
+        offset: 0,
+        include_usage: req.include_usage(),
+    };
+    if req.streaming() {
+        return Ok(sse::response(handle, builder, state.clone()));
+    }
+    let mut handle = handle;
+    let mut text = String::new();
+    let mut lp = CompletionLogprobs::default();
+    let done = loop {
+        match handle.events.recv().await {
+            Some(Event::Text { text: t, tokens }) => {
+                for tk in &tokens {
+                    lp.push(&state.tok, tk, builder.offset);
+                }
+                builder.offset += t.chars().count();
+                text.push_str(&t);
+            }
+            Some(Event::Done(d)) => break d,
+            Some(Event::Error(e)) => return Err(ApiError::internal(e)),
+            None => return Err(ApiError::internal("the engine stopped")),
+        }
+    };
+    let body = Completion {
+        id: builder.id,
+        object: "text_completion",
+        created: builder.created,
+        model: builder.model,
+        choices: vec![CompletionChoice {
+            index: 0,
+            text,
+            logprobs: logprobs.map(|_| lp),
+            finish_reason: Some(finish_reason(&done, false)),
+        }],
+        usage: Some(Usage::from_done(&done)),
+        timings: Some(Timings::from_done(&done)),
+    };
+    Ok(Json(body).into_response())
+}
+
+/// The prompt as token ids: text is tokenized (special tokens parsed), ids
+/// are checked against the vocabulary. Only one prompt per request.
+async fn prompt_tokens(state: &Arc<AppState>, prompt: Prompt) -> Result<Vec<u32>, ApiError> {
+    let one = |n: usize| {
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(ApiError::bad_param(
+                "prompt",
+                format!("batched prompts ({n}) are not supported; send one prompt per request"),
+            ))
+        }
+    };
+    let text = match prompt {
+        Prompt::Text(t) => t,
+        Prompt::Texts(mut v) => {
+            one(v.len())?;
+            v.remove(0)
+        }
+        Prompt::Tokens(ids) => return token_ids(&state.tok, &ids),
+        Prompt::TokenBatch(v) => {
+            one(v.len())?;
+            return token_ids(&state.tok, &v[0]);
+        }
+    };
+    if text.is_empty() {
+        return Err(ApiError::bad_param("prompt", "the prompt is empty"));
+    }
+    let st = state.clone();
+    tokio::task::spawn_blocking(move || st.encode_prompt(&text))
+        .await
+        .map_err(|e| ApiError::internal(format!("tokenization failed: {e}")))
+}
+
+fn token_ids(tok: &Tokenizer, ids: &[i64]) -> Result<Vec<u32>, ApiError> {
+    let n = tok.vocab_size();
+    ids.iter()
+        .map(|&i| {
+            u32::try_from(i)
+                .ok()
+                .filter(|&u| (u as usize) < n)
+                .ok_or_else(|| {
+                    ApiError::bad_param(
+                        "prompt",
+                        format!("token id {i} is outside the vocabulary (0..{n})"),
+                    )
+                })
+        })
+        .collect()
+}
+
+/// The chunks of a streamed completion.
+struct CompletionStream {
+    id: String,
+    created: u64,
+    model: String,
+    tok: Arc<Tokenizer>,
+    logprobs: bool,
+    /// Characters of text sent so far.
+    offset: usize,
+    include_usage: bool,
+}
+
+impl CompletionStream {
+    fn chunk(
+        &self,
+        text: String,
+        logprobs: Option<CompletionLogprobs>,
+        finish: Option<&'static str>,
+        usage: Option<Usage>,
+    ) -> String {
+        let c = Completion {
+            id: self.id.clone(),
+            object: "text_completion",
+            created: self.created,
+            model: self.model.clone(),
+            choices: if usage.is_some() {
+                Vec::new()
+            } else {
+                vec![CompletionChoice {
+                    index: 0,
+                    text,
+                    logprobs,
+                    finish_reason: finish,
+                }]
+            },
+            usage,
+            timings: None,
+        };
+        serde_json::to_string(&c).unwrap_or_default()
+    }
+}
+
+impl ChunkBuilder for CompletionStream {
+    fn text(&mut self, text: String, tokens: Vec<TokenInfo>) -> Vec<String> {
+        let lp = self.logprobs.then(|| {
+            let mut lp = CompletionLogprobs::default();
+            for t in &tokens {
+                lp.push(&self.tok, t, self.offset);
+            }
+            lp
+        });
+        self.offset += text.chars().count();
+        if text.is_empty() && lp.as_ref().is_none_or(CompletionLogprobs::is_empty) {
+            return Vec::new();
+        }
+        vec![self.chunk(text, lp, None, None)]
+    }
+
+    fn done(&mut self, done: Done) -> Vec<String> {
+        let mut out =
+            vec![self.chunk(String::new(), None, Some(finish_reason(&done, false)), None)];
+        if self.include_usage {
+            out.push(self.chunk(String::new(), None, None, Some(Usage::from_done(&done))));
+        }
+        out
+    }
+}

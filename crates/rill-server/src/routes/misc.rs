@@ -1,0 +1,74 @@
+//! `GET /v1/models`, `GET /health`, `GET /metrics`, and unknown routes.
+
+use crate::errors::ApiError;
+use crate::openai::responses::{ModelCard, ModelList};
+use crate::state::AppState;
+use axum::extract::State;
+use axum::http::{header, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::sync::OnceLock;
+
+/// When the server started (the `created` of its model).
+fn started() -> u64 {
+    static AT: OnceLock<u64> = OnceLock::new();
+    *AT.get_or_init(crate::openai::responses::now)
+}
+
+pub async fn models(State(state): State<Arc<AppState>>) -> Json<ModelList> {
+    let card = |id: &str| ModelCard {
+        id: id.to_string(),
+        object: "model",
+        created: started(),
+        owned_by: "rill",
+    };
+    let mut data = vec![card(&state.config.model_id)];
+    data.extend(
+        state
+            .config
+            .aliases
+            .iter()
+            .filter(|a| **a != state.config.model_id)
+            .map(|a| card(a)),
+    );
+    Json(ModelList {
+        object: "list",
+        data,
+    })
+}
+
+pub async fn health(State(state): State<Arc<AppState>>) -> Response {
+    if state.shutting_down.load(Relaxed) {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "shutting down"})),
+        )
+            .into_response()
+    } else {
+        Json(json!({"status": "ok"})).into_response()
+    }
+}
+
+pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let mut text = state.engine.metrics().render();
+    text.push_str(&state.http.render());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+pub async fn not_found(uri: Uri) -> ApiError {
+    ApiError::not_found(uri.path())
+}
+
+pub async fn method_not_allowed() -> ApiError {
+    ApiError::method_not_allowed()
+}

@@ -1,0 +1,48 @@
+//! The HTTP routes and the router that joins them.
+
+pub mod chat;
+pub mod completions;
+pub mod misc;
+
+use crate::state::AppState;
+use crate::{auth, metrics};
+use axum::extract::DefaultBodyLimit;
+use axum::middleware;
+use axum::routing::{get, post};
+use axum::Router;
+use rill_engine::{Done, FinishReason};
+use std::sync::Arc;
+
+/// OpenAI `finish_reason` of a finished request.
+pub fn finish_reason(done: &Done, called_tools: bool) -> &'static str {
+    match done.finish {
+        FinishReason::Length => "length",
+        _ if called_tools => "tool_calls",
+        _ => "stop",
+    }
+}
+
+/// Every route, with the API-key check on `/v1/*`, the body limit, and the
+/// request counters.
+pub fn router(state: Arc<AppState>) -> Router {
+    let v1 = Router::new()
+        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/completions", post(completions::completions))
+        .route("/v1/models", get(misc::models))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_key,
+        ));
+    Router::new()
+        .merge(v1)
+        .route("/health", get(misc::health))
+        .route("/metrics", get(misc::metrics))
+        .fallback(misc::not_found)
+        .method_not_allowed_fallback(misc::method_not_allowed)
+        .layer(DefaultBodyLimit::max(state.config.body_limit))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
+        .with_state(state)
+}

@@ -1,0 +1,114 @@
+//! What every handler shares: the engine, the tokenizer, the chat template,
+//! the served model's names and the server's own counters.
+
+use crate::errors::ApiError;
+use crate::metrics::HttpMetrics;
+use rill_chat::ChatTemplate;
+use rill_engine::Engine;
+use rill_gguf::{GgufFile, MetaValue};
+use rill_tokenizer::Tokenizer;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// Default request body limit (16 MiB).
+pub const DEFAULT_BODY_LIMIT: usize = 16 << 20;
+
+/// How the HTTP side behaves.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// The id `/v1/models` reports.
+    pub model_id: String,
+    /// Other names accepted in a request's `model`.
+    pub aliases: Vec<String>,
+    /// Required as `Authorization: Bearer KEY` on `/v1/*` when set.
+    pub api_key: Option<String>,
+    pub body_limit: usize,
+}
+
+impl ServerConfig {
+    pub fn new(model_id: impl Into<String>) -> ServerConfig {
+        ServerConfig {
+            model_id: model_id.into(),
+            aliases: Vec::new(),
+            api_key: None,
+            body_limit: DEFAULT_BODY_LIMIT,
+        }
+    }
+}
+
+pub struct AppState {
+    pub engine: Arc<Engine>,
+    pub tok: Arc<Tokenizer>,
+    /// `None` when the model file has none (chat completions are refused).
+    pub template: Option<Arc<ChatTemplate>>,
+    pub config: ServerConfig,
+    pub http: HttpMetrics,
+    /// Set once shutdown begins (`/health` then answers 503).
+    pub shutting_down: AtomicBool,
+}
+
+impl AppState {
+    pub fn new(
+        engine: Arc<Engine>,
+        tok: Arc<Tokenizer>,
+        template: Option<ChatTemplate>,
+        config: ServerConfig,
+    ) -> Arc<AppState> {
+        Arc::new(AppState {
+            engine,
+            tok,
+            template: template.map(Arc::new),
+            config,
+            http: HttpMetrics::default(),
+            shutting_down: AtomicBool::new(false),
+        })
+    }
+
+    /// Positions per sequence.
+    pub fn ctx_size(&self) -> usize {
+        self.engine.config().ctx_size
+    }
+
+    /// A request's `model`, if given, must name the served model.
+    pub fn check_model(&self, requested: Option<&str>) -> Result<(), ApiError> {
+        match requested {
+            None | Some("") => Ok(()),
+            Some(m) if m == self.config.model_id || self.config.aliases.iter().any(|a| a == m) => {
+                Ok(())
+            }
+            Some(m) => Err(ApiError::model_not_found(m)),
+        }
+    }
+
+    /// Tokens of a prompt text (special tokens parsed), with a BOS in front
+    /// when the tokenizer asks for one and the text lacks it.
+    pub fn encode_prompt(&self, text: &str) -> Vec<u32> {
+        let mut ids = Vec::new();
+        if self.tok.add_bos_token() {
+            if let Some(bos) = self.tok.bos_id() {
+                let bos_text = self.tok.token_text(bos).unwrap_or("");
+                if bos_text.is_empty() || !text.starts_with(bos_text) {
+                    ids.push(bos);
+                }
+            }
+        }
+        ids.extend(self.tok.encode(text, true));
+        ids
+    }
+}
+
+/// The model file's chat template, with its BOS/EOS strings as transformers
+/// passes them. `Ok(None)` when the file has no template.
+pub fn template_from_gguf(
+    file: &GgufFile,
+    tok: &Tokenizer,
+) -> Result<Option<ChatTemplate>, rill_chat::TemplateError> {
+    let Some(source) = file
+        .get("tokenizer.chat_template")
+        .and_then(MetaValue::as_str)
+    else {
+        return Ok(None);
+    };
+    let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).map(str::to_string);
+    ChatTemplate::new(source, text(tok.bos_id()), text(tok.eos_id())).map(Some)
+}

@@ -1,0 +1,344 @@
+//! Tool calls in model output.
+//!
+//! Two forms are understood, both inside `<tool_call>…</tool_call>`:
+//! - Qwen3.5's XML form, as its chat template teaches it:
+//!   ```text
+//!   <tool_call>
+//!   <function=NAME>
+//!   <parameter=P>
+//!   VALUE
+//!   </parameter>
+//!   </function>
+//!   </tool_call>
+//!   ```
+//!   A value is taken as JSON when it parses as JSON, otherwise as a string.
+//! - The Hermes JSON form of Qwen3 / Qwen3-Next:
+//!   `<tool_call>\n{"name": NAME, "arguments": {…}}\n</tool_call>`.
+//!
+//! [`ToolCallStream`] separates calls from the surrounding text as it
+//! streams, holding back anything that may be the start of a call.
+
+use serde_json::{Map, Value as Json};
+
+const OPEN: &str = "<tool_call>";
+const CLOSE: &str = "</tool_call>";
+
+/// A parsed call: the function name and its arguments as a JSON object text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCall {
+    pub name: String,
+    pub arguments: String,
+}
+
+/// Parse the inside of one `<tool_call>` block (either form).
+pub fn parse_tool_call(body: &str) -> Option<ToolCall> {
+    let body = body.trim();
+    if body.starts_with("<function=") {
+        parse_xml(body)
+    } else if body.starts_with('{') {
+        parse_hermes(body)
+    } else {
+        None
+    }
+}
+
+/// `<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n…</function>`
+pub fn parse_xml(body: &str) -> Option<ToolCall> {
+    let rest = body.trim_start().strip_prefix("<function=")?;
+    let end = rest.find('>')?;
+    let name = rest[..end].trim();
+    if name.is_empty() || name.contains('\n') {
+        return None;
+    }
+    let mut rest = &rest[end + 1..];
+    // Parameters run to `</function>` (or the end, if the model left it out).
+    if let Some(close) = rest.find("</function>") {
+        rest = &rest[..close];
+    }
+    let mut args = Map::new();
+    loop {
+        let Some(at) = rest.find("<parameter=") else {
+            if !rest.trim().is_empty() {
+                return None;
+            }
+            break;
+        };
+        if !rest[..at].trim().is_empty() {
+            return None;
+        }
+        let after = &rest[at + "<parameter=".len()..];
+        let end = after.find('>')?;
+        let key = after[..end].trim();
+        if key.is_empty() || key.contains('\n') {
+            return None;
+        }
+        let value_and_rest = &after[end + 1..];
+        let (raw, next) = match value_and_rest.find("</parameter>") {
+            Some(close) => (
+                &value_and_rest[..close],
+                &value_and_rest[close + "</parameter>".len()..],
+            ),
+            None => {
+                // Unclosed: the value runs to the next parameter or the end.
+                match value_and_rest.find("<parameter=") {
+                    Some(n) => (&value_and_rest[..n], &value_and_rest[n..]),
+                    None => (value_and_rest, ""),
+                }
+            }
+        };
+        args.insert(key.to_string(), parameter_value(raw));
+        rest = next;
+    }
+    Some(ToolCall {
+        name: name.to_string(),
+        arguments: Json::Object(args).to_string(),
+    })
+}
+
+/// A parameter's value: the template writes `\nVALUE\n`; JSON if it parses.
+fn parameter_value(raw: &str) -> Json {
+    let v = raw.strip_prefix('\n').unwrap_or(raw);
+    let v = v.strip_suffix('\n').unwrap_or(v);
+    match serde_json::from_str::<Json>(v.trim()) {
+        Ok(j) if !v.trim().is_empty() => j,
+        _ => Json::String(v.to_string()),
+    }
+}
+
+/// `{"name": NAME, "arguments": {…}}` (`arguments` may also be a JSON string,
+/// or be called `parameters`).
+pub fn parse_hermes(body: &str) -> Option<ToolCall> {
+    let v: Json = serde_json::from_str(body.trim()).ok()?;
+    let obj = v.as_object()?;
+    let name = obj.get("name")?.as_str()?;
+    if name.is_empty() {
+        return None;
+    }
+    let args = obj
+        .get("arguments")
+        .or_else(|| obj.get("parameters"))
+        .cloned()
+        .unwrap_or(Json::Object(Map::new()));
+    let arguments = match args {
+        Json::String(s) => match serde_json::from_str::<Json>(&s) {
+            Ok(j @ Json::Object(_)) => j.to_string(),
+            _ => return None,
+        },
+        j @ Json::Object(_) => j.to_string(),
+        Json::Null => "{}".to_string(),
+        _ => return None,
+    };
+    Some(ToolCall {
+        name: name.to_string(),
+        arguments,
+    })
+}
+
+/// A piece of answer text, classified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Segment {
+    Text(String),
+    Call(ToolCall),
+}
+
+/// Splits streamed answer text into plain text and tool calls.
+#[derive(Debug, Default, Clone)]
+pub struct ToolCallStream {
+    held: String,
+    in_call: bool,
+}
+
+impl ToolCallStream {
+    pub fn new() -> ToolCallStream {
+        ToolCallStream::default()
+    }
+
+    pub fn feed(&mut self, text: &str) -> Vec<Segment> {
+        self.held.push_str(text);
+        let mut out = Vec::new();
+        loop {
+            if self.in_call {
+                let Some(at) = self.held.find(CLOSE) else {
+                    return out;
+                };
+                let body: String = self.held[..at].to_string();
+                self.held.drain(..at + CLOSE.len());
+                self.in_call = false;
+                match parse_tool_call(&body) {
+                    Some(call) => out.push(Segment::Call(call)),
+                    None => push_text(&mut out, format!("{OPEN}{body}{CLOSE}")),
+                }
+            } else if let Some(at) = self.held.find(OPEN) {
+                let before: String = self.held[..at].to_string();
+                push_text(&mut out, before);
+                self.held.drain(..at + OPEN.len());
+                self.in_call = true;
+            } else {
+                let keep = partial_suffix(&self.held, OPEN);
+                let cut = self.held.len() - keep;
+                let now: String = self.held[..cut].to_string();
+                self.held.drain(..cut);
+                push_text(&mut out, now);
+                return out;
+            }
+        }
+    }
+
+    /// The end of the output: an unterminated call is parsed if it can be,
+    /// otherwise returned as text.
+    pub fn finish(&mut self) -> Vec<Segment> {
+        let rest = std::mem::take(&mut self.held);
+        let mut out = Vec::new();
+        if std::mem::take(&mut self.in_call) {
+            match parse_tool_call(&rest) {
+                Some(call) => out.push(Segment::Call(call)),
+                None => push_text(&mut out, format!("{OPEN}{rest}")),
+            }
+        } else {
+            push_text(&mut out, rest);
+        }
+        out
+    }
+}
+
+fn push_text(out: &mut Vec<Segment>, s: String) {
+    if !s.is_empty() {
+        out.push(Segment::Text(s));
+    }
+}
+
+/// Length of the longest suffix of `s` that is a proper prefix of `tag`.
+pub fn partial_suffix(s: &str, tag: &str) -> usize {
+    (1..tag.len())
+        .rev()
+        .find(|&i| s.ends_with(&tag[..i]))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(call: &ToolCall) -> Json {
+        serde_json::from_str(&call.arguments).unwrap()
+    }
+
+    #[test]
+    fn xml_form_as_the_qwen35_template_writes_it() {
+        let body = "\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n<parameter=opts>\n{\"unit\": \"C\", \"hourly\": [1, 2]}\n</parameter>\n<parameter=note>\nline one\nline two\n</parameter>\n</function>\n";
+        let c = parse_tool_call(body).unwrap();
+        assert_eq!(c.name, "get_weather");
+        assert_eq!(
+            args(&c),
+            serde_json::json!({"city": "Paris", "days": 3, "opts": {"unit": "C", "hourly": [1, 2]}, "note": "line one\nline two"})
+        );
+        // Key order is kept.
+        assert!(c.arguments.starts_with("{\"city\""), "{}", c.arguments);
+    }
+
+    #[test]
+    fn xml_edge_cases() {
+        let c = parse_xml("<function=ping>\n</function>").unwrap();
+        assert_eq!((c.name.as_str(), c.arguments.as_str()), ("ping", "{}"));
+        let c = parse_xml("<function=f>\n<parameter=a>\ntrue\n</parameter>\n<parameter=b>\n\"quoted\"\n</parameter>\n<parameter=c>\n12abc\n</parameter>\n").unwrap();
+        assert_eq!(
+            args(&c),
+            serde_json::json!({"a": true, "b": "quoted", "c": "12abc"})
+        );
+        let c = parse_xml("<function=f>\n<parameter=a>\nx\n<parameter=b>\ny</function>").unwrap();
+        assert_eq!(args(&c), serde_json::json!({"a": "x", "b": "y"}));
+        assert!(parse_xml("<function=>\n</function>").is_none());
+        assert!(parse_xml("<function=f>\ngarbage\n</function>").is_none());
+        assert!(parse_tool_call("just text").is_none());
+    }
+
+    #[test]
+    fn hermes_form() {
+        let c = parse_tool_call(
+            "\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n",
+        )
+        .unwrap();
+        assert_eq!(c.name, "get_weather");
+        assert_eq!(args(&c), serde_json::json!({"city": "Paris", "days": 3}));
+        let c = parse_hermes("{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}").unwrap();
+        assert_eq!(args(&c), serde_json::json!({"a": 1}));
+        let c = parse_hermes("{\"name\": \"f\"}").unwrap();
+        assert_eq!(c.arguments, "{}");
+        assert!(parse_hermes("{\"name\": \"f\", \"arguments\": 3}").is_none());
+        assert!(parse_hermes("{\"arguments\": {}}").is_none());
+        assert!(parse_hermes("{not json").is_none());
+    }
+
+    fn run(pieces: &[&str]) -> Vec<Segment> {
+        let mut s = ToolCallStream::new();
+        let mut out = Vec::new();
+        for p in pieces {
+            out.extend(s.feed(p));
+        }
+        out.extend(s.finish());
+        // Merge adjacent text for easy comparison.
+        let mut merged: Vec<Segment> = Vec::new();
+        for seg in out {
+            match (merged.last_mut(), seg) {
+                (Some(Segment::Text(a)), Segment::Text(b)) => a.push_str(&b),
+                (_, seg) => merged.push(seg),
+            }
+        }
+        merged
+    }
+
+    #[test]
+    fn stream_splits_calls_across_pieces() {
+        let text = "Let me check.\n\n<tool_call>\n<function=f>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>";
+        // Feed it in every split into pieces of 3 characters.
+        let chars: Vec<char> = text.chars().collect();
+        let pieces: Vec<String> = chars.chunks(3).map(|c| c.iter().collect()).collect();
+        let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+        let out = run(&refs);
+        assert_eq!(
+            out,
+            vec![
+                Segment::Text("Let me check.\n\n".into()),
+                Segment::Call(ToolCall {
+                    name: "f".into(),
+                    arguments: "{\"x\":1}".into()
+                }),
+                Segment::Text("\n".into()),
+                Segment::Call(ToolCall {
+                    name: "g".into(),
+                    arguments: "{}".into()
+                }),
+            ]
+        );
+    }
+
+    #[test]
+    fn stream_holds_only_possible_tags() {
+        let mut s = ToolCallStream::new();
+        assert_eq!(s.feed("a <tool"), vec![Segment::Text("a ".into())]);
+        assert_eq!(s.feed("box>"), vec![Segment::Text("<toolbox>".into())]);
+        assert_eq!(s.feed("x <"), vec![Segment::Text("x ".into())]);
+        assert_eq!(s.finish(), vec![Segment::Text("<".into())]);
+    }
+
+    #[test]
+    fn stream_bad_or_unterminated_calls() {
+        // A block that does not parse comes back as text.
+        assert_eq!(
+            run(&["<tool_call>oops</tool_call> end"]),
+            vec![Segment::Text("<tool_call>oops</tool_call> end".into())]
+        );
+        // Generation stopped before </tool_call>: still a call if complete.
+        assert_eq!(
+            run(&["<tool_call>\n<function=f>\n</function>\n"]),
+            vec![Segment::Call(ToolCall {
+                name: "f".into(),
+                arguments: "{}".into()
+            })]
+        );
+        assert_eq!(
+            run(&["<tool_call>\n{\"name\": "]),
+            vec![Segment::Text("<tool_call>\n{\"name\": ".into())]
+        );
+    }
+}

@@ -1,0 +1,192 @@
+"""The official `openai` Python client against `rill serve` on the fixture model.
+
+Run through run.sh (which builds rill and makes a venv), or directly:
+    RILL_BIN=target/release/rill pytest crates/rill-server/tests/openai_client
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import openai
+import pytest
+
+ROOT = Path(__file__).resolve().parents[4]
+MODEL = ROOT / "fixtures" / "models" / "qwen35moe.f32.gguf"
+API_KEY = "sk-rill-test"
+ALIAS = "fixture"
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _binary():
+    env = os.environ.get("RILL_BIN")
+    if env:
+        return env
+    for p in ("target/release/rill", "target/debug/rill"):
+        if (ROOT / p).exists():
+            return str(ROOT / p)
+    pytest.skip("no rill binary: build it or set RILL_BIN")
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    cmd = [
+        _binary(), "serve", "-m", str(MODEL), "--port", str(port),
+        "--parallel", "2", "--ctx-size", "2048", "--api-key", API_KEY,
+        "--alias", ALIAS, "-t", "1",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            out = proc.stdout.read() if proc.stdout else ""
+            raise RuntimeError(f"rill serve did not start:\n{out}")
+        time.sleep(0.2)
+    yield base
+    proc.terminate()  # SIGTERM: graceful drain
+    try:
+        code = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    out = proc.stdout.read() if proc.stdout else ""
+    assert code == 0, f"rill serve exited with {code}:\n{out}"
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server + "/v1", api_key=API_KEY, max_retries=0, timeout=60)
+
+
+MESSAGES = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Say hello."},
+]
+
+
+def test_models(client):
+    models = client.models.list()
+    ids = [m.id for m in models.data]
+    assert ALIAS in ids
+    assert all(m.owned_by == "rill" for m in models.data)
+
+
+def test_chat(client):
+    r = client.chat.completions.create(model=ALIAS, messages=MESSAGES, max_tokens=8, temperature=0)
+    c = r.choices[0]
+    assert c.message.role == "assistant"
+    assert c.finish_reason in ("stop", "length")
+    assert r.usage.prompt_tokens > 0 and r.usage.completion_tokens <= 8
+    # Thinking comes apart (extension field, kept by the client as extra).
+    extra = c.message.model_extra or {}
+    text = (c.message.content or "") + (extra.get("reasoning_content") or "")
+    assert isinstance(text, str)
+
+
+def test_chat_no_thinking_stream_matches(client):
+    kw = dict(model=ALIAS, messages=MESSAGES, max_tokens=12, temperature=0,
+              extra_body={"chat_template_kwargs": {"enable_thinking": False}, "ignore_eos": True})
+    whole = client.chat.completions.create(**kw)
+    assert whole.choices[0].finish_reason == "length"
+    stream = client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kw)
+    parts, finish, usage, first_role = [], None, None, None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for ch in chunk.choices:
+            if first_role is None:
+                first_role = ch.delta.role
+            if ch.delta.content:
+                parts.append(ch.delta.content)
+            if ch.finish_reason:
+                finish = ch.finish_reason
+    assert first_role == "assistant"
+    assert "".join(parts) == whole.choices[0].message.content
+    assert finish == "length"
+    assert usage is not None and usage.completion_tokens == 12
+
+
+def test_chat_logprobs(client):
+    r = client.chat.completions.create(model=ALIAS, messages=MESSAGES, max_tokens=4, temperature=0,
+                                       logprobs=True, top_logprobs=2, extra_body={"ignore_eos": True})
+    content = r.choices[0].logprobs.content
+    assert len(content) == 4
+    assert all(len(t.top_logprobs) == 2 and t.logprob <= 0 for t in content)
+
+
+def test_tools(client):
+    tools = [{
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }]
+    r = client.chat.completions.create(model=ALIAS, messages=[{"role": "user", "content": "Weather in Paris?"}],
+                                       tools=tools, tool_choice="auto", max_tokens=8)
+    c = r.choices[0]
+    assert c.finish_reason in ("stop", "length", "tool_calls")
+    assert c.message.tool_calls is None or all(t.type == "function" for t in c.message.tool_calls)
+    # A conversation carrying a tool call and its result.
+    msgs = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}},
+        ]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]
+    stream = client.chat.completions.create(model=ALIAS, messages=msgs, tools=tools, max_tokens=8, stream=True)
+    finishes = [ch.finish_reason for chunk in stream for ch in chunk.choices if ch.finish_reason]
+    assert len(finishes) == 1
+
+
+def test_completions(client):
+    r = client.completions.create(model=ALIAS, prompt="Once upon a time", max_tokens=6, temperature=0,
+                                  extra_body={"ignore_eos": True})
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 6
+    text = "".join(c.choices[0].text for c in client.completions.create(
+        model=ALIAS, prompt="Once upon a time", max_tokens=6, temperature=0, stream=True,
+        extra_body={"ignore_eos": True}) if c.choices)
+    assert text == r.choices[0].text
+    r = client.completions.create(model=ALIAS, prompt=[1, 2, 3], max_tokens=2, stop=["\n"])
+    assert r.usage.prompt_tokens == 3
+
+
+def test_errors(client, server):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=ALIAS, messages=MESSAGES, temperature=-1)
+    assert e.value.body["param"] == "temperature" if isinstance(e.value.body, dict) else True
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model=ALIAS, messages=MESSAGES, n=2)
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model=ALIAS, prompt="word " * 4000)
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="no-such-model", messages=MESSAGES)
+    bad = openai.OpenAI(base_url=server + "/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad.models.list()
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v"]))

@@ -1,0 +1,363 @@
+//! The endpoints, as a client sees them.
+
+use crate::common::*;
+use serde_json::{json, Value};
+
+fn chat_body(extra: Value) -> Value {
+    let mut b = json!({
+        "model": MODEL_ID,
+        "messages": [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "Say hello."}
+        ],
+        "temperature": 0,
+        "max_tokens": 12,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        b[k] = v.clone();
+    }
+    b
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_models_metrics() {
+    let s = start(Opts::default()).await;
+    let r = s.client.get(s.url("/health")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap(), json!({"status": "ok"}));
+
+    let r = s.client.get(s.url("/v1/models")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let m: Value = r.json().await.unwrap();
+    assert_eq!(m["object"], "list");
+    assert_eq!(m["data"][0]["id"], MODEL_ID);
+    assert_eq!(m["data"][0]["object"], "model");
+    assert_eq!(m["data"][0]["owned_by"], "rill");
+
+    let text = s
+        .client
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(metric_value(&text, "rill_requests_running"), Some(0.0));
+    assert!(
+        text.contains("rill_http_requests_total{route=\"/v1/models\",status=\"200\"} 1"),
+        "{text}"
+    );
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_non_streaming_and_streaming_agree() {
+    let s = start(Opts::default()).await;
+    // Thinking on (the template's default): the random model never closes
+    // <think>, so everything is reasoning.
+    let (st, r) = s.post("/v1/chat/completions", &chat_body(json!({}))).await;
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["object"], "chat.completion");
+    assert_eq!(r["model"], MODEL_ID);
+    assert!(r["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    let c = &r["choices"][0];
+    assert_eq!(c["index"], 0);
+    assert_eq!(c["message"]["role"], "assistant");
+    assert!(["stop", "length"].contains(&c["finish_reason"].as_str().unwrap()));
+    let u = &r["usage"];
+    let (p, n) = (
+        u["prompt_tokens"].as_u64().unwrap(),
+        u["completion_tokens"].as_u64().unwrap(),
+    );
+    assert!(p > 10 && n <= 12, "{u}");
+    assert_eq!(u["total_tokens"].as_u64().unwrap(), p + n);
+    let think_reply = format!(
+        "{}{}",
+        c["message"]["reasoning_content"].as_str().unwrap_or(""),
+        c["message"]["content"].as_str().unwrap_or("")
+    );
+
+    // Thinking off: everything is content; greedy output is reproducible
+    // and the same streamed.
+    let body = chat_body(
+        json!({"chat_template_kwargs": {"enable_thinking": false}, "max_tokens": 16, "ignore_eos": true}),
+    );
+    let (st, r1) = s.post("/v1/chat/completions", &body).await;
+    assert_eq!(st, 200, "{r1}");
+    assert!(
+        r1["choices"][0]["message"]
+            .get("reasoning_content")
+            .is_none(),
+        "{r1}"
+    );
+    assert_eq!(r1["choices"][0]["finish_reason"], "length");
+    assert_eq!(r1["usage"]["completion_tokens"], 16);
+    let content = r1["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (_, r2) = s.post("/v1/chat/completions", &body).await;
+    assert_eq!(r2["choices"][0]["message"]["content"], content.as_str());
+    // The convenience flag does the same.
+    let mut b2 = chat_body(json!({"enable_thinking": false, "max_tokens": 16, "ignore_eos": true}));
+    b2.as_object_mut().unwrap().remove("model");
+    let (_, r3) = s.post("/v1/chat/completions", &b2).await;
+    assert_eq!(r3["choices"][0]["message"]["content"], content.as_str());
+    assert_ne!(content, think_reply.trim(), "thinking changes the prompt");
+
+    let mut sb = body.clone();
+    sb["stream"] = json!(true);
+    sb["stream_options"] = json!({"include_usage": true});
+    let data = s.stream("/v1/chat/completions", &sb).await;
+    let ch = chunks(&data);
+    assert_eq!(ch[0]["object"], "chat.completion.chunk");
+    assert_eq!(ch[0]["choices"][0]["delta"]["role"], "assistant");
+    let id = ch[0]["id"].as_str().unwrap();
+    assert!(ch.iter().all(|c| c["id"] == id));
+    let usage = ch.last().unwrap();
+    assert_eq!(usage["choices"], json!([]));
+    assert_eq!(usage["usage"]["completion_tokens"], 16);
+    let fin = &ch[ch.len() - 2];
+    assert_eq!(fin["choices"][0]["finish_reason"], "length");
+    let streamed: String = ch
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(streamed, content);
+    assert!(ch[1..ch.len() - 2]
+        .iter()
+        .all(|c| c["choices"][0]["finish_reason"].is_null()));
+
+    // Streaming with thinking on: reasoning deltas, same text as whole.
+    let data = s
+        .stream("/v1/chat/completions", &chat_body(json!({"stream": true})))
+        .await;
+    let ch = chunks(&data);
+    let streamed: String = ch
+        .iter()
+        .map(|c| {
+            let d = &c["choices"][0]["delta"];
+            format!(
+                "{}{}",
+                d["reasoning_content"].as_str().unwrap_or(""),
+                d["content"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    assert_eq!(streamed, think_reply);
+    assert!(ch.last().unwrap()["choices"][0]["finish_reason"].is_string());
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_with_tools_and_history() {
+    let s = start(Opts::default()).await;
+    let tools = json!([{
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+        }
+    }]);
+    let body = json!({
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21C"},
+            {"role": "developer", "content": "ignored role mapping check"},
+        ],
+        "tools": tools,
+        "tool_choice": "auto",
+        "max_tokens": 4,
+    });
+    // A system message after others is refused by the template (it raises).
+    let (st, r) = s.post("/v1/chat/completions", &body).await;
+    assert_error(st, &r, 400, None);
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("System message must be at the beginning"),
+        "{r}"
+    );
+    let mut body = body;
+    body["messages"].as_array_mut().unwrap().pop();
+    let (st, r) = s.post("/v1/chat/completions", &body).await;
+    assert_eq!(st, 200, "{r}");
+    assert!(r["choices"][0]["message"].is_object());
+    body["tool_choice"] = json!("none");
+    let (st, _) = s.post("/v1/chat/completions", &body).await;
+    assert_eq!(st, 200);
+    body["tool_choice"] = json!({"type": "function", "function": {"name": "get_weather"}});
+    let (st, r) = s.post("/v1/chat/completions", &body).await;
+    assert_error(st, &r, 400, Some("tool_choice"));
+    body["tool_choice"] = json!("auto");
+    body["tools"] = json!([{"type": "function"}]);
+    let (st, r) = s.post("/v1/chat/completions", &body).await;
+    assert_error(st, &r, 400, Some("tools[0]"));
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_text_tokens_and_stream() {
+    let s = start(Opts::default()).await;
+    let body = json!({"model": ALIAS, "prompt": "Once upon a time", "max_tokens": 10, "temperature": 0, "ignore_eos": true});
+    let (st, r) = s.post("/v1/completions", &body).await;
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["object"], "text_completion");
+    assert_eq!(r["model"], MODEL_ID);
+    assert_eq!(r["choices"][0]["finish_reason"], "length");
+    assert_eq!(r["usage"]["completion_tokens"], 10);
+    let text = r["choices"][0]["text"].as_str().unwrap().to_string();
+
+    let mut sb = body.clone();
+    sb["stream"] = json!(true);
+    let ch = chunks(&s.stream("/v1/completions", &sb).await);
+    let streamed: String = ch
+        .iter()
+        .filter_map(|c| c["choices"][0]["text"].as_str())
+        .collect();
+    assert_eq!(streamed, text);
+    assert_eq!(ch.last().unwrap()["choices"][0]["finish_reason"], "length");
+
+    // Token ids in, and the batch forms of one prompt.
+    for prompt in [
+        json!([1, 2, 3, 4]),
+        json!([[1, 2, 3, 4]]),
+        json!(["Once upon a time"]),
+    ] {
+        let (st, r) = s
+            .post(
+                "/v1/completions",
+                &json!({"prompt": prompt, "max_tokens": 3, "ignore_eos": true}),
+            )
+            .await;
+        assert_eq!(st, 200, "{r}");
+        assert_eq!(r["usage"]["completion_tokens"], 3);
+    }
+    let (_, r) = s
+        .post(
+            "/v1/completions",
+            &json!({"prompt": [1, 2, 3, 4], "max_tokens": 3}),
+        )
+        .await;
+    assert_eq!(r["usage"]["prompt_tokens"], 4);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logprobs_in_both_shapes() {
+    let s = start(Opts::default()).await;
+    let body = json!({
+        "messages": [{"role": "user", "content": "Hi"}],
+        "max_tokens": 6, "ignore_eos": true, "temperature": 0,
+        "logprobs": true, "top_logprobs": 3,
+    });
+    let (st, r) = s.post("/v1/chat/completions", &body).await;
+    assert_eq!(st, 200, "{r}");
+    let lp = r["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert_eq!(lp.len(), 6);
+    for t in lp {
+        let l = t["logprob"].as_f64().unwrap();
+        assert!(l <= 0.0);
+        assert!(t["token"].is_string() && t["bytes"].is_array());
+        let top = t["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 3);
+        // Greedy: the chosen token is the best one.
+        assert!(
+            (top[0]["logprob"].as_f64().unwrap() - l).abs() < 1e-5,
+            "{t}"
+        );
+        assert!(top
+            .windows(2)
+            .all(|w| w[0]["logprob"].as_f64() >= w[1]["logprob"].as_f64()));
+    }
+    // Streamed: the same tokens, spread over chunks.
+    let mut sb = body.clone();
+    sb["stream"] = json!(true);
+    let ch = chunks(&s.stream("/v1/chat/completions", &sb).await);
+    let streamed: Vec<Value> = ch
+        .iter()
+        .filter_map(|c| c["choices"][0]["logprobs"]["content"].as_array())
+        .flatten()
+        .cloned()
+        .collect();
+    assert_eq!(&streamed, lp);
+    // Off by default.
+    let (_, r) = s
+        .post(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}),
+        )
+        .await;
+    assert!(r["choices"][0]["logprobs"].is_null());
+
+    let (st, r) = s
+        .post(
+            "/v1/completions",
+            &json!({"prompt": "abc", "max_tokens": 4, "ignore_eos": true, "logprobs": 2, "temperature": 0}),
+        )
+        .await;
+    assert_eq!(st, 200, "{r}");
+    let lp = &r["choices"][0]["logprobs"];
+    assert_eq!(lp["tokens"].as_array().unwrap().len(), 4);
+    assert_eq!(lp["token_logprobs"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        lp["top_logprobs"][0].as_object().unwrap().len().min(2),
+        lp["top_logprobs"][0].as_object().unwrap().len()
+    );
+    assert_eq!(lp["text_offset"][0], 0);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_strings_end_the_text() {
+    let s = start(Opts::default()).await;
+    let body = json!({"prompt": "The quick brown fox", "max_tokens": 40, "temperature": 0, "ignore_eos": true});
+    let (_, r) = s.post("/v1/completions", &body).await;
+    let full = r["choices"][0]["text"].as_str().unwrap().to_string();
+    let chars: Vec<char> = full.chars().collect();
+    assert!(chars.len() > 12, "{full:?}");
+    // A stop string taken from the middle of the greedy text.
+    let stop: String = chars[8..11].iter().collect();
+    let expect = &full[..full.find(&stop).unwrap()];
+    for stream in [false, true] {
+        let mut b = body.clone();
+        b["stop"] = json!([stop.clone(), "\u{1F600}never"]);
+        b["stream"] = json!(stream);
+        let (text, finish) = if stream {
+            let ch = chunks(&s.stream("/v1/completions", &b).await);
+            let t: String = ch
+                .iter()
+                .filter_map(|c| c["choices"][0]["text"].as_str())
+                .collect();
+            (t, ch.last().unwrap()["choices"][0]["finish_reason"].clone())
+        } else {
+            let (st, r) = s.post("/v1/completions", &b).await;
+            assert_eq!(st, 200, "{r}");
+            (
+                r["choices"][0]["text"].as_str().unwrap().to_string(),
+                r["choices"][0]["finish_reason"].clone(),
+            )
+        };
+        assert_eq!(text, expect, "stop {stop:?} in {full:?}");
+        assert_eq!(finish, "stop");
+    }
+    // A single string works too (chat).
+    let (st, r) = s
+        .post(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "x"}], "stop": "a", "max_tokens": 30, "enable_thinking": false}),
+        )
+        .await;
+    assert_eq!(st, 200, "{r}");
+    assert!(!r["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .contains('a'));
+    s.stop().await;
+}

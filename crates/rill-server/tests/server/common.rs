@@ -1,0 +1,241 @@
+//! Starting a server on the fixture model, and small client helpers.
+
+use rill_engine::{Engine, EngineConfig};
+use rill_gguf::GgufFile;
+use rill_model::Model;
+use rill_server::{template_from_gguf, AppState, ServerConfig};
+use rill_tokenizer::Tokenizer;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub const MODEL_ID: &str = "fixture";
+pub const ALIAS: &str = "fixture-alias";
+
+pub fn fixture() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/qwen35moe.f32.gguf")
+}
+
+/// The model and tokenizer, loaded once per test binary.
+fn loaded() -> (Arc<Model>, Arc<Tokenizer>) {
+    static M: OnceLock<(Arc<Model>, Arc<Tokenizer>)> = OnceLock::new();
+    M.get_or_init(|| {
+        let file = Arc::new(GgufFile::open(&fixture()).expect("open fixture"));
+        let model = Model::from_gguf(file).expect("load fixture");
+        let tok = Tokenizer::from_gguf(model.file()).expect("tokenizer");
+        (Arc::new(model), Arc::new(tok))
+    })
+    .clone()
+}
+
+pub struct Opts {
+    pub parallel: usize,
+    pub queue: usize,
+    pub ctx: usize,
+    pub api_key: Option<String>,
+    pub body_limit: usize,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts {
+            parallel: 2,
+            queue: 8,
+            ctx: 4096,
+            api_key: None,
+            body_limit: rill_server::state::DEFAULT_BODY_LIMIT,
+        }
+    }
+}
+
+pub struct TestServer {
+    pub base: String,
+    pub state: Arc<AppState>,
+    pub client: reqwest::Client,
+    shutdown: Option<oneshot::Sender<()>>,
+    join: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+pub async fn start(o: Opts) -> TestServer {
+    let (model, tok) = loaded();
+    let template = template_from_gguf(model.file(), &tok)
+        .expect("template compiles")
+        .expect("fixture has a template");
+    let engine = Arc::new(Engine::start(
+        model,
+        tok.clone(),
+        EngineConfig {
+            max_parallel: o.parallel,
+            max_queue: o.queue,
+            ctx_size: o.ctx,
+            prefill_chunk: 64,
+            cache_bytes: 16 << 20,
+            cache_interval: 256,
+            threads: 1,
+        },
+    ));
+    let config = ServerConfig {
+        aliases: vec![ALIAS.to_string()],
+        api_key: o.api_key,
+        body_limit: o.body_limit,
+        ..ServerConfig::new(MODEL_ID)
+    };
+    let state = AppState::new(engine, tok, Some(template), config);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = oneshot::channel::<()>();
+    let join = tokio::spawn(rill_server::serve(listener, state.clone(), async {
+        let _ = rx.await;
+    }));
+    TestServer {
+        base,
+        state,
+        client: reqwest::Client::new(),
+        shutdown: Some(tx),
+        join: Some(join),
+    }
+}
+
+impl TestServer {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let r = self
+            .client
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        let v = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"));
+        (status, v)
+    }
+
+    pub async fn post_raw(&self, path: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
+        let r = self
+            .client
+            .post(self.url(path))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        let v = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"));
+        (status, v)
+    }
+
+    /// A streamed response's `data:` payloads, in order.
+    pub async fn stream(&self, path: &str, body: &Value) -> Vec<String> {
+        let r = self
+            .client
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        assert!(r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream"));
+        sse_data(&r.text().await.unwrap())
+    }
+
+    pub async fn metric(&self, name: &str) -> f64 {
+        let text = self
+            .client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        metric_value(&text, name).unwrap_or_else(|| panic!("no metric {name}"))
+    }
+
+    /// Wait until `name` equals `want` (or panic after a while).
+    pub async fn wait_metric(&self, name: &str, want: f64) {
+        let t0 = Instant::now();
+        loop {
+            let v = self.metric(name).await;
+            if v == want {
+                return;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "{name} stayed at {v}, expected {want}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stop the server as a signal would, and wait for it (engine included).
+    pub async fn stop(mut self) {
+        self.begin_stop();
+        self.join().await;
+    }
+
+    pub fn begin_stop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    pub async fn join(&mut self) {
+        if let Some(j) = self.join.take() {
+            tokio::time::timeout(Duration::from_secs(60), j)
+                .await
+                .expect("server stops")
+                .unwrap()
+                .unwrap();
+        }
+    }
+}
+
+pub fn metric_value(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The `data:` payloads of an SSE body.
+pub fn sse_data(body: &str) -> Vec<String> {
+    body.split("\n\n")
+        .flat_map(|ev| ev.lines())
+        .filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The JSON chunks of a stream that ended with `[DONE]`.
+pub fn chunks(data: &[String]) -> Vec<Value> {
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{data:?}");
+    data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+/// The OpenAI error body of a failed request.
+pub fn assert_error(status: u16, body: &Value, want_status: u16, param: Option<&str>) {
+    assert_eq!(status, want_status, "{body}");
+    let e = &body["error"];
+    assert!(
+        e["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+    assert!(e["type"].is_string(), "{body}");
+    if let Some(p) = param {
+        assert_eq!(e["param"], p, "{body}");
+    }
+}

@@ -1,0 +1,8 @@
+//! The server end to end on the fixture model (a tiny random qwen35moe with
+//! the Qwen3.5 chat template): every endpoint, errors, and the lifecycle
+//! (queue full, disconnects, shutdown).
+
+mod api;
+mod common;
+mod errors;
+mod lifecycle;
