@@ -2,16 +2,18 @@
 //!
 //! - [`quant`]: decoding of every supported weight encoding, fused decode+dot.
 //! - [`gdn`]: the gated delta rule, token by token and chunkwise.
-//! - [`matmul`]: weight matrix × activations, threaded over output rows.
+//! - [`matmul`]: weight matrix × activations, threaded over output rows
+//!   (blocked microkernels in `gemm`, one canonical order per output).
 //! - [`ops`]: element-wise and row-wise f32 operations (norms, activations, softmax).
 //! - [`simd`]: run-time choice of the SIMD kernel path ([`simd::Isa`]).
 //! - [`threads`]: the thread pool the forward pass runs on.
 pub mod gdn;
+mod gemm;
 pub mod matmul;
 pub mod ops;
 pub mod quant;
 pub mod simd;
 pub mod threads;
 
-pub use matmul::{matmul, matmul_many, MatJob, MatRef};
+pub use matmul::{matmul, matmul_many, matmul_many_with, matmul_with, MatJob, MatRef};
 pub use threads::Threads;

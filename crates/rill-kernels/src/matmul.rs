@@ -4,12 +4,13 @@
 //! output feature (ggml layout: `ne[0] = cols` is contiguous). Activations are
 //! `n` row vectors of `cols` f32. The output is `n × rows`.
 //!
-//! One token: each row is decoded block by block inside the dot product.
-//! Many tokens: each row is decoded once into a scratch buffer and reused for
-//! every token, so weights are read once per batch, not once per token.
+//! Rows are decoded in blocks into an f32 scratch buffer and multiplied with
+//! tiles of tokens by register-blocked microkernels ([`crate::gemm`]), one
+//! token (decode) or many (prefill) alike, in one canonical order per output.
 
-use crate::ops::dot_f32;
+use crate::gemm;
 use crate::quant;
+use crate::simd::Isa;
 use crate::threads::{SharedMut, Threads};
 use rill_dtype::DType;
 
@@ -53,13 +54,26 @@ impl<'a> MatRef<'a> {
 
 /// `out[t][r] = Σ_c w[r][c] · x[t][c]` for `t < n`, threaded over rows.
 ///
-/// Batch invariance: every output is computed as `dot_f32(decoded row r, x[t])`
-/// whatever `n` is and whatever the other rows of `x` hold, so a token gets
+/// Batch invariance: every output is computed in the canonical order of the
+/// CPU's kernel path (see [`crate::gemm`]) whatever `n` is, whatever the other
+/// rows of `x` hold and however rows are split among threads, so a token gets
 /// bit-identical results alone or in a batch (the serving engine relies on
-/// this to give a request the same tokens under any load). Each weight row is
-/// decoded once per call and reused for every token.
+/// this to give a request the same tokens under any load). Weight rows are
+/// decoded once per token tile and reused for every token of it.
 pub fn matmul(threads: &Threads, w: MatRef<'_>, x: &[f32], n: usize, out: &mut [f32]) {
     matmul_many(threads, &mut [MatJob { w, x, n, out }]);
+}
+
+/// [`matmul`] on an explicit kernel path. Panics if the CPU cannot run `isa`.
+pub fn matmul_with(
+    isa: Isa,
+    threads: &Threads,
+    w: MatRef<'_>,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+) {
+    matmul_many_with(isa, threads, &mut [MatJob { w, x, n, out }]);
 }
 
 /// One product of a [`matmul_many`] call: `out = w · xᵀ` over `n` rows of `x`.
@@ -75,6 +89,12 @@ pub struct MatJob<'a> {
 /// and one barrier instead of one per matrix, and the rows of all of them
 /// balanced over the workers. Same per-element arithmetic as [`matmul`].
 pub fn matmul_many(threads: &Threads, jobs: &mut [MatJob]) {
+    matmul_many_with(Isa::best(), threads, jobs)
+}
+
+/// [`matmul_many`] on an explicit kernel path. Panics if the CPU cannot run `isa`.
+pub fn matmul_many_with(isa: Isa, threads: &Threads, jobs: &mut [MatJob]) {
+    isa.check();
     let mut starts = Vec::with_capacity(jobs.len() + 1);
     let mut total = 0;
     let mut max_cols = 1;
@@ -91,7 +111,7 @@ pub fn matmul_many(threads: &Threads, jobs: &mut [MatJob]) {
     // Enough rows per task that scheduling overhead stays small.
     let min_rows = (16384 / max_cols).max(1);
     threads.for_ranges(total, min_rows, |g0, g1| {
-        let mut row = vec![0f32; max_cols];
+        let mut scratch = gemm::Scratch::take(max_cols);
         // The first job overlapping this task's rows.
         let mut k = starts.partition_point(|&s| s <= g0) - 1;
         let mut g = g0;
@@ -100,17 +120,21 @@ pub fn matmul_many(threads: &Threads, jobs: &mut [MatJob]) {
                 k += 1;
             }
             let j = &jobs[k];
-            let (rows, cols) = (j.w.rows, j.w.cols);
-            let r_end = (g1 - starts[k]).min(rows);
-            for r in g - starts[k]..r_end {
-                let row = &mut row[..cols];
-                j.w.dequantize_row(r, row);
-                for t in 0..j.n {
-                    let v = dot_f32(row, &j.x[t * cols..(t + 1) * cols]);
-                    // SAFETY: element (t, r) of job k belongs to this task's rows only.
-                    unsafe { *outs[k].at(t * rows + r) = v };
-                }
-            }
+            let r_end = (g1 - starts[k]).min(j.w.rows);
+            // SAFETY: `outs[k]` is job k's output (`n · rows` values, checked
+            // above) and rows `g - starts[k]..r_end` of it are this task's only.
+            unsafe {
+                gemm::rows(
+                    isa,
+                    j.w,
+                    j.x,
+                    j.n,
+                    g - starts[k],
+                    r_end,
+                    outs[k],
+                    &mut scratch,
+                )
+            };
             g = starts[k] + r_end;
         }
     });

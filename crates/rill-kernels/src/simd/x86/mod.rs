@@ -18,6 +18,7 @@ use rill_dtype::DType;
 mod avx2_blocks;
 mod avx512;
 mod float;
+pub(crate) mod gemm;
 
 /// Sum of the 8 lanes.
 #[inline]

@@ -1,0 +1,164 @@
+//! `matmul` throughput for prefill (many tokens) and decode (one token).
+//!
+//! `cargo run --release -p rill-kernels --example matmul_bench [-- ROWS COLS [TYPE...]]`
+//!
+//! For each encoding (default F32, Q4_K, Q8_0) a `ROWS × COLS` matrix
+//! (default 2048 × 2048) is built from the committed test-fixture blocks and
+//! multiplied by n = 1, 16, 128, 512 activation rows (or the comma-separated
+//! list in `MATMUL_BENCH_N`) on 1 and 2 threads.
+//! Prints GFLOP/s (`2·rows·cols·n / time`), the median of several short runs
+//! (the machine may be shared, so medians are steadier than means). The
+//! `cpu` line is the 1-thread figure per second of on-CPU time, which time
+//! given to other jobs on a shared machine does not dilute.
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use rill_dtype::DType;
+use rill_kernels::{matmul, MatRef, Threads};
+
+const ALL: [DType; 8] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+];
+
+fn matrix(dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(format!("{}.bin", dtype.name()));
+    let raw = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let bb = dtype.block_bytes();
+    let blocks = raw.len() / bb;
+    let need = rows * cols / dtype.block_len();
+    let mut s = 0x1234_5678u64;
+    let mut out = Vec::with_capacity(need * bb);
+    for _ in 0..need {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let b = (s >> 33) as usize % blocks;
+        out.extend_from_slice(&raw[b * bb..(b + 1) * bb]);
+    }
+    // The float fixtures hold extreme values (subnormals) that would time
+    // the CPU's slow paths, not the kernels: use realistic ones.
+    if matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        for (i, e) in out.chunks_exact_mut(bb).enumerate() {
+            let v = ((i * 7919 % 2001) as f32 - 1000.0) * 1e-4;
+            let bits = match dtype {
+                DType::F32 => v.to_bits().to_le_bytes().to_vec(),
+                DType::F16 => half::f16::from_f32(v).to_bits().to_le_bytes().to_vec(),
+                _ => half::bf16::from_f32(v).to_bits().to_le_bytes().to_vec(),
+            };
+            e.copy_from_slice(&bits);
+        }
+    }
+    out
+}
+
+/// On-CPU time of the calling thread (Linux `/proc/thread-self/schedstat`),
+/// if available: unlike wall time it does not count time the scheduler gave
+/// to other jobs on a shared machine.
+fn thread_cpu() -> Option<Duration> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    Some(Duration::from_nanos(
+        s.split_whitespace().next()?.parse().ok()?,
+    ))
+}
+
+/// Median wall time of `f` over at least 5 runs (more while under
+/// `budget`), and the mean on-CPU time of the calling thread per run (the
+/// kernel's counter is coarse, so it is read around all runs at once).
+fn median_time(budget: Duration, mut f: impl FnMut()) -> (Duration, Option<Duration>) {
+    f(); // warm up
+    let start = Instant::now();
+    let c0 = thread_cpu();
+    let mut wall = Vec::new();
+    while wall.len() < 5 || (start.elapsed() < budget && wall.len() < 401) {
+        let t = Instant::now();
+        f();
+        wall.push(t.elapsed());
+    }
+    let cpu = match (c0, thread_cpu()) {
+        (Some(a), Some(b)) if b > a => Some((b - a) / wall.len() as u32),
+        _ => None,
+    };
+    wall.sort();
+    (wall[wall.len() / 2], cpu)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let rows: usize = args.first().map_or(2048, |a| a.parse().expect("ROWS"));
+    let cols: usize = args.get(1).map_or(2048, |a| a.parse().expect("COLS"));
+    let names: Vec<&str> = args.iter().skip(2).map(String::as_str).collect();
+    let types: Vec<DType> = if names.is_empty() {
+        vec![DType::F32, DType::Q4K, DType::Q8_0]
+    } else {
+        names
+            .iter()
+            .map(|n| {
+                ALL.into_iter()
+                    .find(|d| d.name().eq_ignore_ascii_case(n))
+                    .unwrap_or_else(|| panic!("unknown type {n}"))
+            })
+            .collect()
+    };
+    let ns: Vec<usize> = std::env::var("MATMUL_BENCH_N").map_or(vec![1, 16, 128, 512], |v| {
+        v.split(',')
+            .map(|n| n.trim().parse().expect("MATMUL_BENCH_N"))
+            .collect()
+    });
+    let budget = Duration::from_millis(300);
+    println!(
+        "matrix {rows} x {cols}; isa {:?}; GFLOP/s (median)",
+        rill_kernels::simd::Isa::best()
+    );
+    print!("{:<6} {:>3}", "type", "thr");
+    for &n in &ns {
+        print!(" {:>9}", format!("n={n}"));
+    }
+    println!();
+    for dtype in types {
+        let data = matrix(dtype, rows, cols);
+        let w = MatRef {
+            dtype,
+            rows,
+            cols,
+            data: &data,
+        };
+        for nt in [1usize, 2] {
+            let threads = Threads::new(nt);
+            print!("{:<6} {:>3}", dtype.name(), nt);
+            let mut on_cpu = Vec::new();
+            for &n in &ns {
+                let x: Vec<f32> = (0..n * cols)
+                    .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+                    .collect();
+                let mut out = vec![0f32; n * rows];
+                let (t, cpu) = median_time(budget, || {
+                    matmul(&threads, w, black_box(&x), n, &mut out);
+                    black_box(&out);
+                });
+                let flop = 2.0 * rows as f64 * cols as f64 * n as f64;
+                print!(" {:>9.1}", flop / t.as_secs_f64() / 1e9);
+                on_cpu.push(cpu.map(|c| flop / c.as_secs_f64() / 1e9));
+            }
+            println!();
+            // One thread runs on the caller: its on-CPU time is the whole cost.
+            if nt == 1 && on_cpu.iter().all(Option::is_some) {
+                print!("{:<6} {:>3}", dtype.name(), "cpu");
+                for g in on_cpu.into_iter().flatten() {
+                    print!(" {:>9.1}", g);
+                }
+                println!();
+            }
+        }
+    }
+}

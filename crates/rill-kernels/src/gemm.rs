@@ -1,0 +1,233 @@
+//! The blocked inner loops of [`matmul`](crate::matmul): decoded weight
+//! rows × tokens, in a canonical per-output order.
+//!
+//! # Canonical order (batch invariance)
+//! Every output `out[t][r] = Σ_c w[r][c]·x[t][c]` is computed, for a given
+//! [`Isa`], by exactly one sequence of f32 operations, whatever `n` is, what
+//! the other tokens hold, which tile it lands in, or how rows are split among
+//! threads:
+//!
+//! * `Scalar`: 8 partial sums, `p[c % 8] += w[c]·x[c]` (multiply, then add)
+//!   for the whole chunks of 8 columns in order; then
+//!   `((p0+p4) + (p2+p6)) + ((p1+p5) + (p3+p7))`; then the last `cols % 8`
+//!   columns one by one, `s += w[c]·x[c]`.
+//! * `Avx2`: one 8-lane vector accumulator, `acc = fma(w[c..c+8], x[c..c+8], acc)`
+//!   over the whole chunks in order; the same horizontal sum as `Scalar`
+//!   (128-bit halves, then 64-bit halves, then the two lanes); then the tail
+//!   as `Scalar`.
+//! * `Avx512`: one 16-lane accumulator over chunks of 16, its upper 256 bits
+//!   added onto the lower, then as `Avx2` (horizontal sum, tail of `cols % 16`).
+//!
+//! The tile kernels keep one accumulator per output, so a tile of 4 rows × 6
+//! tokens and a tile of 1 row × 1 token give each output the same bits. The
+//! weights are decoded with `dequantize`, which is bit-identical on every path.
+//!
+//! # Blocking
+//! A task owns whole output rows. It walks its tokens in tiles whose
+//! activations fit in L2 ([`TILE_BYTES`]); for each tile it decodes a block
+//! of weight rows that fits in L1 ([`block_rows`]) into an f32 buffer and
+//! runs the microkernel over every (rows × tokens) tile of that block, so
+//! each loaded weight vector feeds several tokens and each loaded activation
+//! vector several rows. F32 weights are read in place, not decoded.
+
+use crate::matmul::MatRef;
+use crate::simd::Isa;
+use crate::threads::SharedMut;
+
+/// Bytes of decoded weight rows kept at once: they should stay in L1 while
+/// every token of a tile passes over them.
+const BLOCK_BYTES: usize = 32 * 1024;
+/// Most decoded rows kept at once.
+const MAX_BLOCK_ROWS: usize = 16;
+/// Bytes of activations in one token tile: they stay in L2 while every row
+/// block of the task passes over them.
+const TILE_BYTES: usize = 512 * 1024;
+
+/// Rows decoded at once for `n` tokens of `cols` values: about
+/// [`BLOCK_BYTES`], a whole number of 4-row tiles when tiles have several
+/// tokens, up to 8 one-token rows (independent FMA chains) for decode.
+fn block_rows(n: usize, cols: usize) -> usize {
+    let fit = BLOCK_BYTES / (4 * cols.max(1));
+    if n == 1 {
+        fit.clamp(1, 8)
+    } else {
+        fit.clamp(4, MAX_BLOCK_ROWS) / 4 * 4
+    }
+}
+
+/// Most tokens of one microkernel tile on `isa`.
+fn tile_tokens(isa: Isa) -> usize {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => crate::simd::x86::gemm::NR_256,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => crate::simd::x86::gemm::NR_512,
+        _ => 4,
+    }
+}
+
+/// Most rows of one microkernel tile of `nt` tokens (more rows for one
+/// token: independent FMA chains).
+fn tile_rows(nt: usize) -> usize {
+    if nt == 1 {
+        8
+    } else {
+        4
+    }
+}
+
+/// The canonical scalar dot (see the module doc).
+pub(crate) fn dot_scalar(w: &[f32], x: &[f32]) -> f32 {
+    debug_assert_eq!(w.len(), x.len());
+    let mut p = [0f32; 8];
+    let cw = w.chunks_exact(8);
+    let cx = x.chunks_exact(8);
+    let (tw, tx) = (cw.remainder(), cx.remainder());
+    for (a, b) in cw.zip(cx) {
+        for i in 0..8 {
+            p[i] += a[i] * b[i];
+        }
+    }
+    let mut s = ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
+    for (a, b) in tw.iter().zip(tx) {
+        s += a * b;
+    }
+    s
+}
+
+/// `out[r·nt + t] = Σ_c w[r][c]·x[t][c]` for `nr` decoded rows and `nt`
+/// tokens (at most the [`tile_shape`]), in the canonical order of `isa`.
+/// The caller has checked that the CPU runs `isa`.
+fn tile(isa: Isa, w: &[f32], nr: usize, x: &[f32], nt: usize, cols: usize, out: &mut [f32]) {
+    assert!(nr <= tile_rows(nt) && nt <= tile_tokens(isa));
+    assert!(w.len() >= nr * cols && x.len() >= nt * cols);
+    assert!(out.len() >= nr * nt);
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar {
+        // SAFETY: the caller checked the CPU features (`Isa::check`); sizes
+        // and tile bounds are asserted above.
+        unsafe { crate::simd::x86::gemm::tile(isa == Isa::Avx512, w, nr, x, nt, cols, out) };
+        return;
+    }
+    for r in 0..nr {
+        for t in 0..nt {
+            out[r * nt + t] =
+                dot_scalar(&w[r * cols..(r + 1) * cols], &x[t * cols..(t + 1) * cols]);
+        }
+    }
+}
+
+/// Scratch of one task: decoded weight rows.
+pub(crate) struct Scratch {
+    rows: Vec<f32>,
+}
+
+thread_local! {
+    /// Each thread's scratch, kept between calls (a forward step makes
+    /// hundreds of products).
+    static SCRATCH: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+impl Scratch {
+    /// This thread's scratch, big enough for rows of `max_cols` values.
+    pub(crate) fn take(max_cols: usize) -> Scratch {
+        let mut rows = SCRATCH.with(|s| s.take());
+        let need = MAX_BLOCK_ROWS.max(8) * max_cols;
+        if rows.len() < need {
+            rows = vec![0f32; need];
+        }
+        Scratch { rows }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let rows = std::mem::take(&mut self.rows);
+        SCRATCH.with(|s| s.set(rows));
+    }
+}
+
+/// Rows `r0..r1` of `out = w · xᵀ` (`n` tokens, `out` is `n × w.rows`).
+/// `isa` must have passed [`Isa::check`].
+///
+/// # Safety
+/// `out` points at the `n · w.rows` outputs of this product and no other
+/// task writes the elements of rows `r0..r1`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn rows(
+    isa: Isa,
+    w: MatRef<'_>,
+    x: &[f32],
+    n: usize,
+    r0: usize,
+    r1: usize,
+    out: SharedMut<f32>,
+    scratch: &mut Scratch,
+) {
+    let cols = w.cols;
+    let mt = tile_tokens(isa);
+    // Tokens per tile: a whole number of microkernel tiles whose activations
+    // take about TILE_BYTES.
+    let tt = (TILE_BYTES / (4 * cols.max(1)) / mt * mt).max(mt);
+    let row_block = block_rows(n, cols);
+    let plain = as_f32(w);
+    let mut res = [0f32; 64];
+    let mut t0 = 0;
+    while t0 < n {
+        let t1 = (t0 + tt).min(n);
+        let mut b0 = r0;
+        while b0 < r1 {
+            let b1 = (b0 + row_block).min(r1);
+            let wbuf: &[f32] = match plain {
+                Some(all) => &all[b0 * cols..b1 * cols],
+                None => {
+                    let buf = &mut scratch.rows[..(b1 - b0) * cols];
+                    for (i, r) in (b0..b1).enumerate() {
+                        w.dequantize_row(r, &mut buf[i * cols..(i + 1) * cols]);
+                    }
+                    buf
+                }
+            };
+            let mut ta = t0;
+            while ta < t1 {
+                let tb = (ta + mt).min(t1);
+                let xs = &x[ta * cols..tb * cols];
+                let mr = tile_rows(tb - ta);
+                let mut ra = b0;
+                while ra < b1 {
+                    let rb = (ra + mr).min(b1);
+                    let ws = &wbuf[(ra - b0) * cols..(rb - b0) * cols];
+                    let (nr, nt) = (rb - ra, tb - ta);
+                    tile(isa, ws, nr, xs, nt, cols, &mut res);
+                    for r in 0..nr {
+                        for t in 0..nt {
+                            // SAFETY: (ta + t, ra + r) is inside the output and
+                            // row ra + r belongs to this task only.
+                            unsafe { *out.at((ta + t) * w.rows + ra + r) = res[r * nt + t] };
+                        }
+                    }
+                    ra = rb;
+                }
+                ta = tb;
+            }
+            b0 = b1;
+        }
+        t0 = t1;
+    }
+}
+
+/// An F32 matrix's values in place, when its bytes can be read as f32
+/// directly (little-endian target, 4-byte aligned): decoding would be a copy.
+fn as_f32<'a>(w: MatRef<'a>) -> Option<&'a [f32]> {
+    if w.dtype != rill_dtype::DType::F32
+        || cfg!(target_endian = "big")
+        || !(w.data.as_ptr() as usize).is_multiple_of(std::mem::align_of::<f32>())
+        || w.data.len() < 4 * w.rows * w.cols
+    {
+        return None;
+    }
+    // SAFETY: the pointer is aligned for f32 and `rows · cols` f32 lie inside
+    // `data` (checked above); every bit pattern is a valid f32, and on a
+    // little-endian target these are exactly the values `dequantize` yields.
+    Some(unsafe { std::slice::from_raw_parts(w.data.as_ptr() as *const f32, w.rows * w.cols) })
+}
