@@ -67,7 +67,8 @@ def timed(cmd):
     """Run cmd under /usr/bin/time -v: (stdout, wall seconds, peak RSS bytes)."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
         t0 = time.perf_counter()
-        r = subprocess.run(["/usr/bin/time", "-v", "-o", tf.name] + cmd, text=True, capture_output=True)
+        r = subprocess.run(["/usr/bin/time", "-v", "-o", tf.name] + cmd, text=True, capture_output=True,
+                           stdin=subprocess.DEVNULL)
         wall = time.perf_counter() - t0
         if r.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
@@ -93,8 +94,9 @@ def run_rill(rill, model, a):
 
 
 def run_llama(bin_dir, model, a):
+    extra = ["--repack", "0"] if a.no_repack else []
     out, _, rss = timed([str(bin_dir / "llama-bench"), "-m", model, "-p", str(a.p), "-n", str(a.n), "-r", str(a.r),
-                         "-t", str(a.t), "-o", "json"])
+                         "-t", str(a.t), "-o", "json"] + extra)
     rows = json.loads(out)
     pp = next(r["avg_ts"] for r in rows if r["n_prompt"] > 0 and r["n_gen"] == 0)
     tg = next(r["avg_ts"] for r in rows if r["n_gen"] > 0 and r["n_prompt"] == 0)
@@ -119,6 +121,8 @@ def main():
     ap.add_argument("--rill", default=str(REPO / "target" / "release" / "rill"))
     ap.add_argument("--llama-dir", default=os.environ.get("RILL_ORACLE_DIR", str(Path.home() / ".cache" / "rill-oracle")))
     ap.add_argument("--no-ttft", action="store_true", help="skip the cold-start measurement")
+    ap.add_argument("--no-repack", action="store_true",
+                    help="run llama.cpp without weight repacking (needed where its AMX kernels die with SIGILL)")
     ap.add_argument("--json", help="write all figures here")
     a = ap.parse_args()
     if not Path(a.rill).exists():
@@ -144,7 +148,8 @@ def main():
             res["ttft_s"] = {
                 "rill": ttft([a.rill, "run", "-m", model, "-p", prompt, "-n", "1", "--temp", "0", "-t", str(a.t)]),
                 "llama_cpp": ttft([str(bin_dir / "llama-cli"), "-m", model, "-p", prompt, "-n", "1", "-st",
-                                   "--simple-io", "--temp", "0", "-t", str(a.t), "--no-warmup"]),
+                                   "--simple-io", "--temp", "0", "-t", str(a.t), "--no-warmup"]
+                                  + (["--no-repack"] if a.no_repack else [])),
             }
         report["models"][model] = res
         name = Path(model).name
