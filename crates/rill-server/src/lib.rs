@@ -15,6 +15,7 @@
 pub mod auth;
 pub mod chat_output;
 pub mod errors;
+pub mod logging;
 pub mod metrics;
 pub mod openai;
 pub mod reasoning;

@@ -76,7 +76,7 @@ fn model_id(path: &Path) -> String {
 pub fn run(a: Args) -> Result<()> {
     tracing_subscriber::fmt()
         .with_max_level(tracing::Level::INFO)
-        .with_writer(std::io::stderr)
+        .with_writer(rill_server::logging::LogSink::stderr())
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     anyhow::ensure!(a.parallel >= 1, "--parallel must be at least 1");
