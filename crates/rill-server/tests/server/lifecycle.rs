@@ -157,3 +157,25 @@ async fn shutdown_finishes_streams_in_flight() {
         .await
         .is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_streaming_client_that_leaves_cancels_too() {
+    let s = start(Opts {
+        ctx: 1 << 16,
+        ..Opts::default()
+    })
+    .await;
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let r = impatient
+        .post(s.url("/v1/completions"))
+        .json(&json!({"prompt": "x", "max_tokens": 100000, "ignore_eos": true}))
+        .send()
+        .await;
+    assert!(r.is_err(), "the request should still be running");
+    s.wait_metric("rill_requests_running", 0.0).await;
+    assert!(s.metric("rill_requests_cancelled_total").await >= 1.0);
+    s.stop().await;
+}
