@@ -374,3 +374,114 @@ impl ChunkBuilder for ChatStream {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rill_engine::FinishReason;
+    use serde_json::Value;
+
+    fn builder(prompt: &str, tools: bool) -> ChatStream {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures/models/qwen35moe.f32.gguf");
+        ChatStream {
+            id: "chatcmpl-test".into(),
+            created: 0,
+            model: "m".into(),
+            tok: Arc::new(rill_tokenizer::Tokenizer::from_gguf_path(&path).unwrap()),
+            output: ChatOutput::new(prompt, tools),
+            logprobs: false,
+            pending_logprobs: Vec::new(),
+            n_calls: 0,
+            include_usage: true,
+        }
+    }
+
+    fn done(finish: FinishReason) -> Done {
+        Done {
+            finish,
+            prompt_tokens: 10,
+            cached_tokens: 0,
+            completion_tokens: 20,
+            ttft_ms: 1.0,
+            total_ms: 2.0,
+        }
+    }
+
+    fn run(b: &mut ChatStream, pieces: &[&str], finish: FinishReason) -> Vec<Value> {
+        let mut out = b.start();
+        for p in pieces {
+            out.extend(b.text(p.to_string(), Vec::new()));
+        }
+        out.extend(b.done(done(finish)));
+        out.iter()
+            .map(|s| serde_json::from_str(s).unwrap())
+            .collect()
+    }
+
+    fn field(chunks: &[Value], name: &str) -> String {
+        chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"][name].as_str())
+            .collect()
+    }
+
+    #[test]
+    fn streamed_tool_calls_are_deltas_and_finish_with_tool_calls() {
+        let mut b = builder("<|im_start|>assistant\n<think>\n", true);
+        let chunks = run(
+            &mut b,
+            &[
+                "I need the weather.\n</th",
+                "ink>\n\nChecking.\n\n<tool_",
+                "call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n",
+                "</function>\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"CET\"}}\n</tool_call>",
+            ],
+            FinishReason::Stop,
+        );
+        assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+        assert_eq!(field(&chunks, "reasoning_content"), "I need the weather.");
+        assert_eq!(field(&chunks, "content"), "Checking.");
+        let calls: Vec<&Value> = chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array())
+            .flatten()
+            .collect();
+        assert_eq!(calls.len(), 2);
+        for (i, (c, name, args)) in [
+            (calls[0], "get_weather", "{\"city\":\"Paris\"}"),
+            (calls[1], "get_time", "{\"tz\":\"CET\"}"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            assert_eq!(c["index"], i);
+            assert_eq!(c["type"], "function");
+            assert!(c["id"].as_str().unwrap().starts_with("call_"));
+            assert_eq!(c["function"]["name"], name);
+            assert_eq!(c["function"]["arguments"], args);
+        }
+        // No markup leaks into content.
+        assert!(!field(&chunks, "content").contains('<'));
+        let fin = &chunks[chunks.len() - 2];
+        assert_eq!(fin["choices"][0]["finish_reason"], "tool_calls");
+        let usage = chunks.last().unwrap();
+        assert_eq!(usage["choices"], serde_json::json!([]));
+        assert_eq!(usage["usage"]["total_tokens"], 30);
+    }
+
+    #[test]
+    fn without_tools_the_markup_is_content_and_length_wins() {
+        let mut b = builder("<think>\n\n</think>\n\n", false);
+        let chunks = run(
+            &mut b,
+            &["<tool_call>\n{\"name\": \"f\"}\n</tool_call>"],
+            FinishReason::Length,
+        );
+        assert!(field(&chunks, "content").starts_with("<tool_call>"));
+        assert_eq!(
+            chunks[chunks.len() - 2]["choices"][0]["finish_reason"],
+            "length"
+        );
+    }
+}
