@@ -9,6 +9,8 @@ use rill_sampler::SamplerConfig;
 pub const MAX_TOP_LOGPROBS: i64 = 20;
 /// Most stop strings per request.
 pub const MAX_STOPS: usize = 16;
+/// Longest stop string, in bytes (the engine scans them at every token).
+pub const MAX_STOP_BYTES: usize = 1024;
 
 fn finite(name: &str, v: Option<f64>) -> Result<Option<f64>, ApiError> {
     match v {
@@ -141,6 +143,12 @@ pub fn build_request(
             "stop strings must not be empty",
         ));
     }
+    if stop.iter().any(|s| s.len() > MAX_STOP_BYTES) {
+        return Err(ApiError::bad_param(
+            "stop",
+            format!("stop strings are limited to {MAX_STOP_BYTES} bytes"),
+        ));
+    }
     let sampler = SamplerConfig {
         temperature: temperature as f32,
         top_k,
@@ -238,6 +246,10 @@ mod tests {
             },
             SamplingFields {
                 stop: Some(super::super::types::Stop::One(String::new())),
+                ..fields()
+            },
+            SamplingFields {
+                stop: Some(super::super::types::Stop::One("x".repeat(2000))),
                 ..fields()
             },
         ];
