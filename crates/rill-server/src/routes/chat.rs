@@ -39,7 +39,8 @@ pub async fn chat_completions(
     let body = body?;
     let req: ChatCompletionRequest = parse_json(&body)?;
     let prepared = prepare(&state, req).await?;
-    let handle = state.engine.submit(prepared.request.clone())?;
+    let logprobs = prepared.request.logprobs.is_some();
+    let handle = state.engine.submit(prepared.request)?;
     let id = format!("chatcmpl-{}", random_id(24));
     let output = ChatOutput::new(&prepared.prompt_text, prepared.parse_tools);
     if prepared.stream {
@@ -49,14 +50,14 @@ pub async fn chat_completions(
             model: state.config.model_id.clone(),
             tok: state.tok.clone(),
             output,
-            logprobs: prepared.request.logprobs.is_some(),
+            logprobs,
             pending_logprobs: Vec::new(),
             n_calls: 0,
             include_usage: prepared.include_usage,
         };
         Ok(sse::response(handle, builder, state.clone()))
     } else {
-        let body = collect(&state, handle, output, &prepared, id).await?;
+        let body = collect(&state, handle, output, logprobs, id).await?;
         Ok(JsonBody(body).into_response())
     }
 }
@@ -219,7 +220,7 @@ async fn collect(
     state: &AppState,
     mut handle: Handle,
     mut output: ChatOutput,
-    prepared: &Prepared,
+    logprobs_on: bool,
     id: String,
 ) -> Result<ChatCompletion, ApiError> {
     let mut g = Gathered::default();
@@ -228,7 +229,7 @@ async fn collect(
         match handle.events.recv().await {
             Some(Event::Text { text, tokens }) => {
                 g.add(output.feed(&text));
-                if prepared.request.logprobs.is_some() {
+                if logprobs_on {
                     logprobs.extend(tokens.iter().filter_map(|t| chat_token(&state.tok, t)));
                 }
             }
@@ -258,10 +259,7 @@ async fn collect(
                 reasoning_content: (!g.reasoning.is_empty()).then_some(g.reasoning),
                 tool_calls: calls,
             },
-            logprobs: prepared
-                .request
-                .logprobs
-                .map(|_| ChatLogprobs { content: logprobs }),
+            logprobs: logprobs_on.then_some(ChatLogprobs { content: logprobs }),
             finish_reason: finish,
         }],
         usage: Usage::from_done(&done),
