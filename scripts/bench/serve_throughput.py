@@ -171,9 +171,12 @@ def main():
         "--ctx-size", str(args.ctx), "-t", str(args.threads), "--queue", str(4 * n_par)], port, args, log_dir)
     if not args.no_llama and Path(args.llama_server).exists():
         port = free_port()
-        results["llama-server"] = bench_engine("llama-server", [
-            args.llama_server, "-m", args.model, "--host", "127.0.0.1", "--port", str(port), "-np", str(n_par),
-            "-c", str(args.ctx * n_par), "-t", str(args.threads), "-tb", str(args.threads)], port, args, log_dir)
+        try:
+            results["llama-server"] = bench_engine("llama-server", [
+                args.llama_server, "-m", args.model, "--host", "127.0.0.1", "--port", str(port), "-np", str(n_par),
+                "-c", str(args.ctx * n_par), "-t", str(args.threads), "-tb", str(args.threads)], port, args, log_dir)
+        except RuntimeError as e:
+            print(f"  llama-server: {e}")
     elif not args.no_llama:
         print(f"  (llama-server not found at {args.llama_server}; skipped)")
 
