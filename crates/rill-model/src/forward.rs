@@ -3,11 +3,13 @@
 //! A step runs any number of sequences at once, each with its own tokens
 //! (a prefill chunk or one decode token) and state. Every weight matrix is
 //! applied to all the step's tokens together, so its bytes are read once per
-//! step for everyone; the mixers (attention over a KV cache, the GDN
-//! recurrence) run per sequence on that sequence's slice of the rows.
+//! step for everyone — the mixers' projections included; only the
+//! attention over a KV cache and the GDN conv + recurrence run per sequence,
+//! on that sequence's slice of the rows and its own state.
 
 use crate::error::ForwardError;
-use crate::layers::{attention, gdn};
+use crate::layers::attention::{self, AttnSeq};
+use crate::layers::gdn::{self, GdnSeq};
 use crate::model::{Mixer, Model};
 use crate::state::{LayerState, SequenceState};
 use rill_kernels::ops::rms_norm;
@@ -109,22 +111,46 @@ impl Model {
                     &mut xn[t * h..(t + 1) * h],
                 );
             }
-            for (item, span) in items.iter_mut().zip(&spans) {
-                let m = span.len();
-                let rows = &xn[span.start * h..span.end * h];
-                let pos = item.state.pos;
-                let mixed = match (&layer.mixer, &mut item.state.layers[il]) {
-                    (Mixer::Attention(w), LayerState::Attention { k, v }) => {
-                        attention::forward(w, c, &self.rope_inv_freq, threads, rows, m, pos, k, v)
-                    }
-                    (Mixer::Recurrent(w), LayerState::Recurrent { conv, ssm }) => {
-                        gdn::forward(w, c, threads, rows, m, conv, ssm)
-                    }
-                    _ => unreachable!("state layout is built from the same layer kinds"),
-                };
-                for (xi, mi) in x[span.start * h..span.end * h].iter_mut().zip(&mixed) {
-                    *xi += mi;
+            let mixed = match &layer.mixer {
+                Mixer::Attention(w) => {
+                    let mut seqs: Vec<AttnSeq> = items
+                        .iter_mut()
+                        .zip(&spans)
+                        .map(|(item, span)| {
+                            let pos = item.state.pos;
+                            match &mut item.state.layers[il] {
+                                LayerState::Attention { k, v } => AttnSeq {
+                                    rows: span.clone(),
+                                    pos,
+                                    k_cache: k,
+                                    v_cache: v,
+                                },
+                                _ => {
+                                    unreachable!("state layout is built from the same layer kinds")
+                                }
+                            }
+                        })
+                        .collect();
+                    attention::forward(w, c, &self.rope_inv_freq, threads, &xn, n, &mut seqs)
                 }
+                Mixer::Recurrent(w) => {
+                    let mut seqs: Vec<GdnSeq> = items
+                        .iter_mut()
+                        .zip(&spans)
+                        .map(|(item, span)| match &mut item.state.layers[il] {
+                            LayerState::Recurrent { conv, ssm } => GdnSeq {
+                                rows: span.clone(),
+                                conv,
+                                ssm,
+                            },
+                            _ => unreachable!("state layout is built from the same layer kinds"),
+                        })
+                        .collect();
+                    gdn::forward(w, c, threads, &xn, n, &mut seqs)
+                }
+            };
+            for (xi, mi) in x.iter_mut().zip(&mixed) {
+                *xi += mi;
             }
             for t in 0..n {
                 rms_norm(

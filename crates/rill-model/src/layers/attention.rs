@@ -45,9 +45,18 @@ fn rope_neox(x: &mut [f32], pos: usize, inv_freq: &[f32]) {
     }
 }
 
-/// Attention for `n` tokens at positions `pos0..pos0+n`; appends to the cache.
-/// `x` is the normed input `[n × n_embd]`; returns `[n × n_embd]`.
-#[allow(clippy::too_many_arguments)]
+/// One sequence's rows of an attention step: where it starts and its cache.
+pub(crate) struct AttnSeq<'a> {
+    pub rows: std::ops::Range<usize>,
+    /// Position of the first row.
+    pub pos: usize,
+    pub k_cache: &'a mut Vec<f32>,
+    pub v_cache: &'a mut Vec<f32>,
+}
+
+/// Attention for a step of `n` rows (`x` normed) spread over `seqs`: the
+/// projections run once over all rows, the attention itself per sequence
+/// over its own KV cache (to which the new keys and values are appended).
 pub(crate) fn forward(
     w: &AttentionWeights,
     c: &ModelConfig,
@@ -55,9 +64,7 @@ pub(crate) fn forward(
     threads: &Threads,
     x: &[f32],
     n: usize,
-    pos0: usize,
-    k_cache: &mut Vec<f32>,
-    v_cache: &mut Vec<f32>,
+    seqs: &mut [AttnSeq],
 ) -> Vec<f32> {
     let (nh, nkv, hd) = (c.n_head, c.n_head_kv, c.head_dim);
     let mut qg = vec![0f32; n * 2 * nh * hd];
@@ -87,34 +94,70 @@ pub(crate) fn forward(
         ],
     );
 
-    // Split Q from its gate, norm and rotate Q and K.
+    // Split Q from its gate, norm and rotate Q and K at each row's position.
     let mut q = vec![0f32; n * nh * hd];
     let mut gate = vec![0f32; n * nh * hd];
-    for t in 0..n {
-        for hh in 0..nh {
-            let src = &qg[(t * nh + hh) * 2 * hd..(t * nh + hh + 1) * 2 * hd];
-            let qh = &mut q[(t * nh + hh) * hd..(t * nh + hh + 1) * hd];
-            qh.copy_from_slice(&src[..hd]);
-            gate[(t * nh + hh) * hd..(t * nh + hh + 1) * hd].copy_from_slice(&src[hd..]);
-            rms_norm_inplace(qh, &w.q_norm, c.rms_eps);
-            rope_neox(qh, pos0 + t, inv_freq);
-        }
-        for hh in 0..nkv {
-            let kh = &mut k[(t * nkv + hh) * hd..(t * nkv + hh + 1) * hd];
-            rms_norm_inplace(kh, &w.k_norm, c.rms_eps);
-            rope_neox(kh, pos0 + t, inv_freq);
+    for s in seqs.iter() {
+        for t in s.rows.clone() {
+            let pos = s.pos + (t - s.rows.start);
+            for hh in 0..nh {
+                let src = &qg[(t * nh + hh) * 2 * hd..(t * nh + hh + 1) * 2 * hd];
+                let qh = &mut q[(t * nh + hh) * hd..(t * nh + hh + 1) * hd];
+                qh.copy_from_slice(&src[..hd]);
+                gate[(t * nh + hh) * hd..(t * nh + hh + 1) * hd].copy_from_slice(&src[hd..]);
+                rms_norm_inplace(qh, &w.q_norm, c.rms_eps);
+                rope_neox(qh, pos, inv_freq);
+            }
+            for hh in 0..nkv {
+                let kh = &mut k[(t * nkv + hh) * hd..(t * nkv + hh + 1) * hd];
+                rms_norm_inplace(kh, &w.k_norm, c.rms_eps);
+                rope_neox(kh, pos, inv_freq);
+            }
         }
     }
-    k_cache.extend_from_slice(&k);
-    v_cache.extend_from_slice(&v);
 
-    // Causal GQA softmax attention, one task per (token, head).
+    let mut attn = vec![0f32; n * nh * hd];
+    for s in seqs.iter_mut() {
+        let (a, b) = (s.rows.start, s.rows.end);
+        s.k_cache.extend_from_slice(&k[a * nkv * hd..b * nkv * hd]);
+        s.v_cache.extend_from_slice(&v[a * nkv * hd..b * nkv * hd]);
+        attend(
+            c,
+            threads,
+            &q[a * nh * hd..b * nh * hd],
+            b - a,
+            s.pos,
+            s.k_cache,
+            s.v_cache,
+            &mut attn[a * nh * hd..b * nh * hd],
+        );
+    }
+    for (o, &g) in attn.iter_mut().zip(&gate) {
+        *o *= sigmoid(g);
+    }
+    let mut out = vec![0f32; n * c.n_embd];
+    matmul(threads, w.o.view(), &attn, n, &mut out);
+    out
+}
+
+/// Causal GQA softmax attention of `m` query rows at positions `pos0..`
+/// over the cache (which already holds them), one task per (row, head).
+#[allow(clippy::too_many_arguments)]
+fn attend(
+    c: &ModelConfig,
+    threads: &Threads,
+    q: &[f32],
+    m: usize,
+    pos0: usize,
+    k_cache: &[f32],
+    v_cache: &[f32],
+    attn: &mut [f32],
+) {
+    let (nh, nkv, hd) = (c.n_head, c.n_head_kv, c.head_dim);
     let scale = 1.0 / (hd as f32).sqrt();
     let group = nh / nkv;
-    let mut attn = vec![0f32; n * nh * hd];
-    let out_ptr = SharedMut::new(&mut attn);
-    let (kc, vc) = (&k_cache[..], &v_cache[..]);
-    threads.for_ranges(n * nh, 1, |a, b| {
+    let out_ptr = SharedMut::new(attn);
+    threads.for_ranges(m * nh, 1, |a, b| {
         let mut scores = Vec::new();
         for job in a..b {
             let (t, hh) = (job / nh, job % nh);
@@ -123,7 +166,7 @@ pub(crate) fn forward(
             let len = pos0 + t + 1;
             scores.clear();
             for p in 0..len {
-                let kp = &kc[(p * nkv + kvh) * hd..(p * nkv + kvh + 1) * hd];
+                let kp = &k_cache[(p * nkv + kvh) * hd..(p * nkv + kvh + 1) * hd];
                 scores.push(dot_f32(qh, kp) * scale);
             }
             softmax_inplace(&mut scores);
@@ -131,20 +174,13 @@ pub(crate) fn forward(
             let out = unsafe { std::slice::from_raw_parts_mut(out_ptr.at(job * hd), hd) };
             out.fill(0.0);
             for (p, &s) in scores.iter().enumerate() {
-                let vp = &vc[(p * nkv + kvh) * hd..(p * nkv + kvh + 1) * hd];
+                let vp = &v_cache[(p * nkv + kvh) * hd..(p * nkv + kvh + 1) * hd];
                 for (o, &vv) in out.iter_mut().zip(vp) {
                     *o += s * vv;
                 }
             }
         }
     });
-
-    for (a, &g) in attn.iter_mut().zip(&gate) {
-        *a *= sigmoid(g);
-    }
-    let mut out = vec![0f32; n * c.n_embd];
-    matmul(threads, w.o.view(), &attn, n, &mut out);
-    out
 }
 
 #[cfg(test)]

@@ -287,21 +287,45 @@ fn delta_rule(
     out
 }
 
-/// GDN mixer for `n` tokens of one sequence. `x` is the normed input.
+/// One sequence's rows of a GDN step and its state.
+pub(crate) struct GdnSeq<'a> {
+    pub rows: std::ops::Range<usize>,
+    pub conv: &'a mut [f32],
+    pub ssm: &'a mut [f32],
+}
+
+/// GDN mixer for a step of `n` rows (`x` normed) spread over `seqs`: the
+/// projections run once over all rows, the conv and the recurrence per
+/// sequence on its own state.
 pub(crate) fn forward(
     w: &GdnWeights,
     c: &ModelConfig,
     threads: &Threads,
     x: &[f32],
     n: usize,
-    conv_window: &mut [f32],
-    ssm: &mut [f32],
+    seqs: &mut [GdnSeq],
 ) -> Vec<f32> {
     let (mut qkv, z, g, beta) = project(w, c, threads, x, n);
-    conv_silu(w, c, &mut qkv, n, conv_window);
-    let mut y = delta_rule(w, c, threads, &mut qkv, &g, &beta, n, ssm);
+    let (cd, nv, d) = (c.conv_dim(), c.ssm_n_v_heads, c.ssm_head_dim);
+    let mut y = vec![0f32; n * nv * d];
+    for s in seqs.iter_mut() {
+        let (a, b) = (s.rows.start, s.rows.end);
+        let m = b - a;
+        let rows = &mut qkv[a * cd..b * cd];
+        conv_silu(w, c, rows, m, s.conv);
+        let ys = delta_rule(
+            w,
+            c,
+            threads,
+            rows,
+            &g[a * nv..b * nv],
+            &beta[a * nv..b * nv],
+            m,
+            s.ssm,
+        );
+        y[a * nv * d..b * nv * d].copy_from_slice(&ys);
+    }
     // Gated RMSNorm per value head: norm(o) ⊙ silu(z).
-    let d = c.ssm_head_dim;
     for (head, zh) in y.chunks_exact_mut(d).zip(z.chunks_exact(d)) {
         rms_norm_inplace(head, &w.norm, c.rms_eps);
         for (o, &zz) in head.iter_mut().zip(zh) {

@@ -1,0 +1,76 @@
+//! A batched step over several sequences gives each one exactly what it gets
+//! alone (the serving engine's batch invariance rests on this).
+
+mod common;
+
+use common::*;
+use rill_kernels::Threads;
+use rill_model::{BatchItem, Logits, SequenceState};
+
+#[test]
+fn a_mixed_batch_equals_each_sequence_alone() {
+    let threads = Threads::new(2);
+    for f in fixtures("f32") {
+        let model = load(&f);
+        let prompts: Vec<Vec<u32>> = (0..3u32)
+            .map(|s| (0..(5 + 9 * s)).map(|i| (i * 31 + s * 7) % 500).collect())
+            .collect();
+        // Alone: prefill, then two decode steps.
+        let mut alone = Vec::new();
+        for p in &prompts {
+            let mut st = SequenceState::new(&model, 64);
+            let mut rows = model.forward(&threads, &mut st, p, Logits::All).unwrap();
+            rows.extend(
+                model
+                    .forward(&threads, &mut st, &[7], Logits::Last)
+                    .unwrap(),
+            );
+            rows.extend(
+                model
+                    .forward(&threads, &mut st, &[8], Logits::Last)
+                    .unwrap(),
+            );
+            alone.push(rows);
+        }
+        // Together: sequence 0 prefills while 1 and 2 are at other stages.
+        let mut states: Vec<SequenceState> =
+            (0..3).map(|_| SequenceState::new(&model, 64)).collect();
+        let mut got: Vec<Vec<f32>> = vec![Vec::new(); 3];
+        let steps: [[Option<Vec<u32>>; 3]; 4] = [
+            [Some(prompts[0].clone()), Some(prompts[1].clone()), None],
+            [Some(vec![7]), Some(vec![7]), Some(prompts[2].clone())],
+            [Some(vec![8]), Some(vec![8]), Some(vec![7])],
+            [None, None, Some(vec![8])],
+        ];
+        for step in &steps {
+            let mut items = Vec::new();
+            let mut who = Vec::new();
+            for (i, (st, toks)) in states.iter_mut().zip(step).enumerate() {
+                if let Some(t) = toks {
+                    let logits = if t.len() > 1 {
+                        Logits::All
+                    } else {
+                        Logits::Last
+                    };
+                    items.push(BatchItem {
+                        state: st,
+                        tokens: t,
+                        logits,
+                    });
+                    who.push(i);
+                }
+            }
+            let out = model.forward_batch(&threads, &mut items).unwrap();
+            for (i, rows) in who.into_iter().zip(out) {
+                got[i].extend(rows);
+            }
+        }
+        for i in 0..3 {
+            assert!(
+                got[i] == alone[i],
+                "{}: sequence {i} differs in a batch",
+                f["name"]
+            );
+        }
+    }
+}
