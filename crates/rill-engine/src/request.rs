@@ -15,6 +15,11 @@ pub struct Request {
     pub logprobs: Option<usize>,
     /// Keep going past end-of-generation tokens.
     pub ignore_eos: bool,
+    /// Prompt positions worth a prompt-cache snapshot besides the end, e.g.
+    /// where a chat's history ends and the generation prompt begins (the next
+    /// turn re-renders the history the same way, but not the generation
+    /// prompt). Prefill chunks are cut there.
+    pub cache_points: Vec<usize>,
 }
 
 /// A generated token, with its log-probabilities when asked for.

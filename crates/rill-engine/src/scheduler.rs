@@ -329,7 +329,18 @@ impl Worker {
     /// depend only on the prompt (and the cached prefix length).
     fn prefill_span(&self, s: &Seq) -> std::ops::Range<usize> {
         let chunk = self.config.prefill_chunk.max(1);
-        let end = ((s.fed / chunk + 1) * chunk).min(s.sub.req.prompt.len());
+        let mut end = ((s.fed / chunk + 1) * chunk).min(s.sub.req.prompt.len());
+        // Stop at a requested snapshot point inside this chunk.
+        if let Some(&p) = s
+            .sub
+            .req
+            .cache_points
+            .iter()
+            .filter(|&&p| p > s.fed && p < end)
+            .min()
+        {
+            end = p;
+        }
         s.fed..end
     }
 
@@ -415,7 +426,8 @@ impl Worker {
                 s.fed = r.end;
                 let at = s.fed;
                 let interval = self.config.cache_interval.max(1);
-                if at == s.sub.req.prompt.len() || at.is_multiple_of(interval) {
+                let wanted = s.sub.req.cache_points.contains(&at);
+                if at == s.sub.req.prompt.len() || at.is_multiple_of(interval) || wanted {
                     self.cache.insert(&s.sub.req.prompt[..at], &s.state);
                     self.metrics
                         .cache_bytes

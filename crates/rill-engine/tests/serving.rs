@@ -38,6 +38,7 @@ fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Request {
         stop: vec![],
         logprobs: None,
         ignore_eos: true,
+        cache_points: vec![],
     }
 }
 
@@ -216,4 +217,29 @@ fn stop_strings_and_logprobs() {
         assert!(!got.contains(&piece));
         assert!(text.starts_with(&got));
     }
+}
+
+#[test]
+fn a_cache_point_inside_a_chunk_is_snapshotted_and_reused() {
+    let cfg = EngineConfig {
+        max_parallel: 1,
+        prefill_chunk: 64,
+        cache_interval: 1024,
+        ..Default::default()
+    };
+    let e = engine(cfg);
+    // History of 100 tokens, then a 5-token "generation prompt" the next turn will not repeat.
+    let history = prompt(9, 100);
+    let mut first = history.clone();
+    first.extend([501, 502, 503, 504, 505]);
+    let mut r = greedy(first, 2);
+    r.cache_points = vec![history.len()];
+    collect(e.submit(r).unwrap());
+    let mut second = history.clone();
+    second.extend(prompt(10, 20));
+    let (_, d) = collect(e.submit(greedy(second, 2)).unwrap());
+    assert_eq!(
+        d.cached_tokens, 100,
+        "resumed at the end of the shared history"
+    );
 }

@@ -170,6 +170,7 @@ pub fn build_request(
         stop,
         logprobs,
         ignore_eos: f.ignore_eos.unwrap_or(false),
+        cache_points: Vec::new(),
     })
 }
 

@@ -140,16 +140,28 @@ async fn prepare(state: &Arc<AppState>, req: ChatCompletionRequest) -> Result<Pr
     // Rendering and tokenizing a long conversation is real work: keep it off
     // the I/O threads.
     let st = state.clone();
-    let (prompt_text, ids) = tokio::task::spawn_blocking(move || {
+    let (prompt_text, ids, history_end) = tokio::task::spawn_blocking(move || {
         let text = template
             .render(&chat)
             .map_err(|e| ApiError::invalid(e.to_string()).with_code("template_error"))?;
         let ids = st.encode_prompt(&text);
-        Ok::<_, ApiError>((text, ids))
+        // Where the conversation so far ends: the next turn renders it the
+        // same way but not this generation prompt, so the prompt cache keeps
+        // a snapshot there.
+        chat.add_generation_prompt = false;
+        let history_end = template
+            .render(&chat)
+            .ok()
+            .filter(|h| text.starts_with(h.as_str()) && h.len() < text.len())
+            .map(|h| st.encode_prompt(&h))
+            .filter(|h| h.len() < ids.len() && ids.starts_with(h))
+            .map(|h| h.len());
+        Ok::<_, ApiError>((text, ids, history_end))
     })
     .await
     .map_err(|e| ApiError::internal(format!("prompt preparation failed: {e}")))??;
     request.prompt = ids;
+    request.cache_points = history_end.into_iter().collect();
     Ok(Prepared {
         request,
         prompt_text,

@@ -149,6 +149,7 @@ async fn shutdown_finishes_streams_in_flight() {
             stop: vec![],
             logprobs: None,
             ignore_eos: false,
+            cache_points: vec![],
         })
         .is_err());
     assert!(reqwest::Client::new()
