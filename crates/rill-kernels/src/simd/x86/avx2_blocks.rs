@@ -417,9 +417,15 @@ unsafe fn q5_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: u
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q6_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: usize) {
     let d = h2f(b.add(208));
+    // The 16 sub-block scales d·sc (the same f32 products as the scalar
+    // decoder), in two vectors instead of 16 scalar conversions.
     let mut dl = [0f32; 16];
-    for (g, o) in dl.iter_mut().enumerate() {
-        *o = d * (*b.add(192 + g) as i8) as f32;
+    let vd = _mm256_set1_ps(d);
+    for half in 0..2 {
+        let sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+            b.add(192 + 8 * half) as *const __m128i
+        )));
+        _mm256_storeu_ps(dl.as_mut_ptr().add(8 * half), _mm256_mul_ps(vd, sc));
     }
     let (m15, three, k32) = (
         _mm256_set1_epi32(15),
