@@ -179,7 +179,8 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiE
             "invalid request"
         };
         let err = ApiError::invalid(format!("{what}: {inner}"));
-        if path.is_empty() || path == "." {
+        // serde_path_to_error writes "?" when a syntax error leaves no path.
+        if path.is_empty() || path == "." || path == "?" {
             err
         } else {
             err.with_param(&path)
@@ -208,6 +209,12 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("b[0]"));
         let e = parse_json::<T>(b"{\"a\": ").unwrap_err();
         assert!(e.message.contains("not valid JSON"), "{}", e.message);
+        let e = parse_json::<T>(b"{bad json").unwrap_err();
+        assert!(e.message.contains("not valid JSON"), "{}", e.message);
+        assert_eq!(
+            e.param, None,
+            "a syntax error outside any field names no param"
+        );
         let e = parse_json::<T>(b"{\"a\": 1} x").unwrap_err();
         assert!(e.message.contains("not valid JSON"), "{}", e.message);
         assert!(parse_json::<T>(b"{\"a\": 1}").is_ok());
