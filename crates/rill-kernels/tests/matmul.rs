@@ -17,24 +17,8 @@ use rill_kernels::quant::dequantize_with;
 use rill_kernels::simd::Isa;
 use rill_kernels::{matmul_many_with, matmul_with, MatJob, MatRef, Threads};
 
-/// splitmix64.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [-1, 1).
-    fn f32(&mut self) -> f32 {
-        ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
+mod common;
+use common::Rng;
 
 /// The encodings whose products are checked, with a column count each
 /// (floats: not a multiple of 8 or 16, so the element-wise tail runs).

@@ -18,24 +18,8 @@ use std::path::PathBuf;
 use rill_dtype::{DType, ALL};
 use rill_kernels::quant::{dequantize, dot, is_supported};
 
-const SUPPORTED: [DType; 16] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::Q2K,
-    DType::Q3K,
-    DType::Q4K,
-    DType::Q5K,
-    DType::Q6K,
-    DType::IQ4NL,
-    DType::IQ4XS,
-    DType::MXFP4,
-];
+mod common;
+use common::SUPPORTED;
 
 struct Fixture {
     dtype: DType,

@@ -18,49 +18,14 @@ use rill_kernels::ops::{axpy_with, dot_f32_with};
 use rill_kernels::quant::{dequantize_with, dot_with};
 use rill_kernels::simd::Isa;
 
-const TYPES: [DType; 16] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::Q2K,
-    DType::Q3K,
-    DType::Q4K,
-    DType::Q5K,
-    DType::Q6K,
-    DType::IQ4NL,
-    DType::IQ4XS,
-    DType::MXFP4,
-];
+mod common;
+use common::{Rng, SUPPORTED};
 
 fn fixture(dtype: DType) -> Vec<u8> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(format!("{}.bin", dtype.name()));
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
-/// splitmix64.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [-1, 1).
-    fn f32(&mut self) -> f32 {
-        ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
 }
 
 /// Rows to test: the whole fixture, then `n` blocks picked at random from it.
@@ -108,7 +73,7 @@ fn best_is_available_and_scalar_always_is() {
 #[test]
 fn simd_dequantize_is_bit_identical_to_scalar() {
     let mut rng = Rng(1);
-    for dtype in TYPES {
+    for dtype in SUPPORTED {
         let raw = fixture(dtype);
         for row in rows(dtype, &raw, &mut rng) {
             let n = elements(dtype, row.len());
@@ -162,7 +127,7 @@ fn check_dot(isa: Isa, dtype: DType, row: &[u8], x: &[f32], what: &str) {
 #[test]
 fn simd_dot_matches_scalar() {
     let mut rng = Rng(2);
-    for dtype in TYPES {
+    for dtype in SUPPORTED {
         let raw = fixture(dtype);
         for row in rows(dtype, &raw, &mut rng) {
             let n = elements(dtype, row.len());
@@ -178,7 +143,7 @@ fn simd_dot_matches_scalar() {
 #[test]
 fn simd_dot_with_wide_activations() {
     let mut rng = Rng(3);
-    for dtype in TYPES {
+    for dtype in SUPPORTED {
         let raw = fixture(dtype);
         let n = elements(dtype, raw.len());
         let x: Vec<f32> = (0..n)

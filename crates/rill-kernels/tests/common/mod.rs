@@ -1,0 +1,44 @@
+//! Helpers shared by the kernel tests.
+#![allow(dead_code)]
+
+use rill_dtype::DType;
+
+/// The encodings rill computes with (the tests' own list, kept apart from
+/// the library's `is_supported` on purpose: it is what that is checked against).
+pub const SUPPORTED: [DType; 16] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q2K,
+    DType::Q3K,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+    DType::IQ4NL,
+    DType::IQ4XS,
+    DType::MXFP4,
+];
+
+/// splitmix64.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1).
+    pub fn f32(&mut self) -> f32 {
+        ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
