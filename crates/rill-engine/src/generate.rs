@@ -1,10 +1,10 @@
 //! One sequence from prompt to finished text.
 
-use crate::stop::StopMatcher;
+use crate::output::TextOutput;
 use rill_kernels::Threads;
 use rill_model::{ForwardError, Logits, Model, SequenceState};
 use rill_sampler::Sampler;
-use rill_tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
+use rill_tokenizer::{Tokenizer, TokenizerError};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -142,8 +142,8 @@ pub fn generate(
     let mut history: Vec<u32> = prompt.to_vec();
     let mut tokens = Vec::new();
     let mut text = String::new();
-    let mut decoder = StreamDecoder::skipping_special();
-    let mut stops = StopMatcher::new(&params.stop);
+    let mut out = TextOutput::new(&params.stop);
+    let mut hit_stop = false;
     let t1 = Instant::now();
     let mut finish = FinishReason::Length;
     let mut in_state = 0;
@@ -165,10 +165,11 @@ pub fn generate(
         }
         tokens.push(next);
         history.push(next);
-        let fed = stops.feed(&decoder.push(tok, next)?);
+        let fed = out.push(tok, next)?;
         emit(&fed.emit, &mut text);
         if fed.stopped {
             finish = FinishReason::Stop;
+            hit_stop = true;
             break;
         }
         if tokens.len() == params.max_tokens || state.position() >= state.capacity() {
@@ -177,13 +178,13 @@ pub fn generate(
         logits = model.forward(threads, state, &[next], Logits::Last)?;
         in_state += 1;
     }
-    if finish != FinishReason::Stop {
-        let tail = stops.feed(&decoder.finish());
+    if !hit_stop {
+        // Also after an end-of-generation token: text held back as a
+        // possible stop-string prefix is released, not lost.
+        let tail = out.finish();
         emit(&tail.emit, &mut text);
         if tail.stopped {
             finish = FinishReason::Stop;
-        } else {
-            emit(&stops.flush(), &mut text);
         }
     }
     let gen_ms = t1.elapsed().as_secs_f64() * 1e3;

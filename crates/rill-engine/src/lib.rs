@@ -8,6 +8,7 @@
 
 pub mod generate;
 pub mod metrics;
+mod output;
 pub mod prefix_cache;
 pub mod request;
 pub mod scheduler;

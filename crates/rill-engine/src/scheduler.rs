@@ -14,13 +14,13 @@
 
 use crate::generate::{end_of_generation_ids, FinishReason};
 use crate::metrics::Metrics;
+use crate::output::TextOutput;
 use crate::prefix_cache::PrefixCache;
 use crate::request::{Done, Event, Request, SubmitError, TokenInfo};
-use crate::stop::StopMatcher;
 use rill_kernels::Threads;
 use rill_model::{BatchItem, Logits, Model, SequenceState};
 use rill_sampler::{log_softmax, Sampler};
-use rill_tokenizer::{StreamDecoder, Tokenizer};
+use rill_tokenizer::Tokenizer;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc;
@@ -217,8 +217,7 @@ struct Seq {
     history: Vec<u32>,
     generated: usize,
     sampler: Sampler,
-    decoder: StreamDecoder,
-    stops: StopMatcher,
+    out: TextOutput,
     first_token_at: Option<Instant>,
 }
 
@@ -311,7 +310,7 @@ impl Worker {
             self.metrics.requests_running.fetch_add(1, Relaxed);
             self.running.push(Seq {
                 history: prompt.clone(),
-                stops: StopMatcher::new(&sub.req.stop),
+                out: TextOutput::new(&sub.req.stop),
                 sub,
                 state,
                 fed: cached,
@@ -319,7 +318,6 @@ impl Worker {
                 next_input: None,
                 generated: 0,
                 sampler,
-                decoder: StreamDecoder::skipping_special(),
                 first_token_at: None,
             });
         }
@@ -477,13 +475,7 @@ fn sample_one(s: &mut Seq, row: &[f32], eog: &[u32], tok: &Tokenizer, m: &Metric
         total_ms: s.sub.at.elapsed().as_secs_f64() * 1e3,
     };
     if !req.ignore_eos && eog.contains(&id) {
-        let tail = s.stops.flush() + &s.decoder.finish();
-        if !tail.is_empty() {
-            let _ = s.sub.events.send(Event::Text {
-                text: tail,
-                tokens: vec![],
-            });
-        }
+        send_tail(s);
         return Some(done(s, FinishReason::Stop));
     }
     s.generated += 1;
@@ -514,14 +506,13 @@ fn sample_one(s: &mut Seq, row: &[f32], eog: &[u32], tok: &Tokenizer, m: &Metric
             }
         }
     };
-    let piece = match s.decoder.push(tok, id) {
-        Ok(p) => p,
+    let fed = match s.out.push(tok, id) {
+        Ok(f) => f,
         Err(e) => {
             let _ = s.sub.events.send(Event::Error(e.to_string()));
             return Some(done(s, FinishReason::Stop));
         }
     };
-    let fed = s.stops.feed(&piece);
     let _ = s.sub.events.send(Event::Text {
         text: fed.emit,
         tokens: vec![info],
@@ -531,15 +522,25 @@ fn sample_one(s: &mut Seq, row: &[f32], eog: &[u32], tok: &Tokenizer, m: &Metric
     }
     let out_of_room = s.state.position() + 1 >= s.state.capacity();
     if s.generated >= req.max_tokens || out_of_room {
-        let tail = s.stops.flush() + &s.decoder.finish();
-        if !tail.is_empty() {
-            let _ = s.sub.events.send(Event::Text {
-                text: tail,
-                tokens: vec![],
-            });
-        }
-        return Some(done(s, FinishReason::Length));
+        let finish = if send_tail(s) {
+            FinishReason::Stop
+        } else {
+            FinishReason::Length
+        };
+        return Some(done(s, finish));
     }
     s.next_input = Some(id);
     None
+}
+
+/// Release the text `s` still holds; true when it completed a stop string.
+fn send_tail(s: &mut Seq) -> bool {
+    let tail = s.out.finish();
+    if !tail.emit.is_empty() {
+        let _ = s.sub.events.send(Event::Text {
+            text: tail.emit,
+            tokens: vec![],
+        });
+    }
+    tail.stopped
 }

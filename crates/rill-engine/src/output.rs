@@ -1,0 +1,37 @@
+//! The text of one generated sequence: token bytes → complete UTF-8 →
+//! stop strings. Shared by the single-sequence loop and the scheduler so
+//! both release text, hold back stop-string prefixes and flush the tail the
+//! same way.
+
+use crate::stop::{Fed, StopMatcher};
+use rill_tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
+
+pub(crate) struct TextOutput {
+    decoder: StreamDecoder,
+    stops: StopMatcher,
+}
+
+impl TextOutput {
+    pub fn new(stop: &[String]) -> TextOutput {
+        TextOutput {
+            decoder: StreamDecoder::skipping_special(),
+            stops: StopMatcher::new(stop),
+        }
+    }
+
+    /// Feed one generated token: the text that became final, and whether a
+    /// stop string ended the sequence.
+    pub fn push(&mut self, tok: &Tokenizer, id: u32) -> Result<Fed, TokenizerError> {
+        Ok(self.stops.feed(&self.decoder.push(tok, id)?))
+    }
+
+    /// Generation ended (end-of-generation token, length, cancel): release
+    /// everything held. A stop string completed by the tail still counts.
+    pub fn finish(&mut self) -> Fed {
+        let mut fed = self.stops.feed(&self.decoder.finish());
+        if !fed.stopped {
+            fed.emit.push_str(&self.stops.flush());
+        }
+        fed
+    }
+}
