@@ -244,7 +244,15 @@ fn read_part(path: &Path) -> Result<(Header, Part), GgufError> {
     } else {
         // SAFETY: the mapping is read-only; like every mmap-based reader we rely on the file
         // not being truncated or rewritten while it is mapped (documented on `open`).
-        Backing::Mmap(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?)
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        // Ask for 2 MiB pages where the kernel and file system can give
+        // them (large page-cache folios): decoding streams gigabytes of
+        // weights per token, and with 4 KiB pages every few rows cost a TLB
+        // miss and restart the hardware prefetcher (~20-30% of decode speed
+        // measured on Q4_K). A hint: refused or unsupported changes nothing.
+        #[cfg(unix)]
+        let _ = map.advise(memmap2::Advice::HugePage);
+        Backing::Mmap(map)
     };
     let header = parse_header(backing.bytes()).map_err(|e| e.in_file(path))?;
     let part = Part {

@@ -127,6 +127,12 @@ fn main() {
     println!();
     for dtype in types {
         let data = matrix(dtype, rows, cols);
+        // On 2 MiB pages where the kernel gives them, as rill-gguf maps
+        // model files: with 4 KiB pages TLB misses dominate large matrices.
+        let mut anon = memmap2::MmapMut::map_anon(data.len()).expect("mmap");
+        let _ = anon.advise(memmap2::Advice::HugePage);
+        anon.copy_from_slice(&data);
+        let data = anon;
         let w = MatRef {
             dtype,
             rows,

@@ -165,6 +165,9 @@ pub(crate) unsafe fn rows(
     scratch: &mut Scratch,
 ) {
     let cols = w.cols;
+    if fused_rows(isa, w, x, n, r0, r1, out) {
+        return;
+    }
     let mt = tile_tokens(isa);
     // Tokens per tile: a whole number of microkernel tiles whose activations
     // take about TILE_BYTES.
@@ -214,6 +217,57 @@ pub(crate) unsafe fn rows(
         }
         t0 = t1;
     }
+}
+
+/// Few tokens (decode, a few sequences' decode steps): decode each weight
+/// row in registers and multiply it straight away, several rows interleaved
+/// — no decoded rows stored and reloaded, and several DRAM streams at once.
+/// Same canonical order and decoded values as the blocked path, so the same
+/// bits. `false`: no such kernel here (nothing written).
+///
+/// # Safety
+/// As [`rows`].
+unsafe fn fused_rows(
+    isa: Isa,
+    w: MatRef<'_>,
+    x: &[f32],
+    n: usize,
+    r0: usize,
+    r1: usize,
+    out: SharedMut<f32>,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar {
+        use crate::simd::x86::{canon_tile, CANON_ROWS, CANON_TOKENS};
+        if n == 0 || n > CANON_TOKENS || w.cols == 0 {
+            return false;
+        }
+        let avx512 = isa == Isa::Avx512;
+        let mut res = [0f32; CANON_ROWS * CANON_TOKENS];
+        let rb = w.row_bytes();
+        let mut ra = r0;
+        while ra < r1 {
+            let re = (ra + CANON_ROWS).min(r1);
+            let nr = re - ra;
+            // SAFETY: the caller checked the CPU (`Isa::check`); `w` holds
+            // whole rows ra..re, `x` holds n ≤ CANON_TOKENS tokens.
+            let wr = &w.data[ra * rb..re * rb];
+            if !unsafe { canon_tile(avx512, w.dtype, wr, nr, x, n, w.cols, &mut res) } {
+                return false;
+            }
+            for r in 0..nr {
+                for t in 0..n {
+                    // SAFETY: (t, ra + r) is inside the output and row
+                    // ra + r belongs to this task only.
+                    unsafe { *out.at(t * w.rows + ra + r) = res[r * n + t] };
+                }
+            }
+            ra = re;
+        }
+        return true;
+    }
+    let _ = (isa, w, x, n, r0, r1, out);
+    false
 }
 
 /// An F32 matrix's values in place, when its bytes can be read as f32

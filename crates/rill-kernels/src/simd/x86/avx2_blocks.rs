@@ -26,25 +26,92 @@ use crate::quant::QK_K;
 
 type Acc = [__m256; 4];
 
-/// Emit 8 decoded values for elements `off..off + 8` of the block at `p`:
-/// store them there (`S`), or FMA them with `x` there into `acc[slot]`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn put<const S: bool>(p: *mut f32, off: usize, v: __m256, acc: &mut Acc, slot: usize) {
-    if S {
-        _mm256_storeu_ps(p.add(off), v);
-    } else {
-        let a = &mut acc[slot & 3];
-        *a = _mm256_fmadd_ps(v, _mm256_loadu_ps(p.add(off)), *a);
+/// Where a block decoder's vectors of 8 values go. A decoder calls
+/// [`Emit::put`] for elements `off..off + 8` of its block, in increasing
+/// `off` (the canonical emitter relies on that order).
+pub(super) trait Emit {
+    /// The values must be exactly the scalar decoder's (no fused scales).
+    const EXACT: bool;
+    /// Elements `off..off + 8` of the current block are `v`; `slot` is a
+    /// hint for emitters that spread the sum over several accumulators.
+    unsafe fn put(&mut self, off: usize, v: __m256, slot: usize);
+    /// Elements `off..off + 32` are `d · q[k]` (a single-scale block).
+    #[inline(always)]
+    unsafe fn scaled32(&mut self, off: usize, d: f32, q: [__m256; 4], slot: usize) {
+        let dv = _mm256_set1_ps(d);
+        for (k, v) in q.iter().enumerate() {
+            self.put(off + 8 * k, _mm256_mul_ps(dv, *v), slot);
+        }
     }
 }
 
-/// `dl * q - ml`: exactly as the scalar decoder (mul, then sub) when storing;
-/// fused (one rounding) in the dot.
+/// Stores the decoded block at `p` (`dequantize`).
+pub(super) struct Store {
+    pub(super) p: *mut f32,
+}
+
+impl Emit for Store {
+    const EXACT: bool = true;
+    #[inline(always)]
+    unsafe fn put(&mut self, off: usize, v: __m256, _slot: usize) {
+        _mm256_storeu_ps(self.p.add(off), v);
+    }
+}
+
+/// The fused dot of one row with `x` (this block's part at `x`): four
+/// accumulators, fused scale-and-min, factored block scales — fast, not in
+/// the canonical order.
+pub(super) struct Dot {
+    pub(super) x: *const f32,
+    pub(super) acc: Acc,
+}
+
+impl Emit for Dot {
+    const EXACT: bool = false;
+    #[inline(always)]
+    unsafe fn put(&mut self, off: usize, v: __m256, slot: usize) {
+        let a = &mut self.acc[slot & 3];
+        *a = _mm256_fmadd_ps(v, _mm256_loadu_ps(self.x.add(off)), *a);
+    }
+    #[inline(always)]
+    unsafe fn scaled32(&mut self, off: usize, d: f32, q: [__m256; 4], slot: usize) {
+        let p = self.x.add(off);
+        let l0 = _mm256_mul_ps(q[0], _mm256_loadu_ps(p));
+        let l1 = _mm256_mul_ps(q[1], _mm256_loadu_ps(p.add(8)));
+        let l0 = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(p.add(16)), l0);
+        let l1 = _mm256_fmadd_ps(q[3], _mm256_loadu_ps(p.add(24)), l1);
+        let a = &mut self.acc[slot & 3];
+        *a = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_add_ps(l0, l1), *a);
+    }
+}
+
+/// One row against `T` tokens in the canonical AVX2 order of `crate::gemm`:
+/// the exact decoded values, one accumulator per token, `acc = fma(w, x,
+/// acc)` over the row's chunks of 8 in order. `x` is this block's part of
+/// token 0; token `t` is `t · stride` values further.
+pub(super) struct Canon<const T: usize> {
+    pub(super) x: *const f32,
+    pub(super) stride: usize,
+    pub(super) acc: [__m256; T],
+}
+
+impl<const T: usize> Emit for Canon<T> {
+    const EXACT: bool = true;
+    #[inline(always)]
+    unsafe fn put(&mut self, off: usize, v: __m256, _slot: usize) {
+        for t in 0..T {
+            let xv = _mm256_loadu_ps(self.x.add(t * self.stride + off));
+            self.acc[t] = _mm256_fmadd_ps(v, xv, self.acc[t]);
+        }
+    }
+}
+
+/// `dl * q - ml`: exactly as the scalar decoder (mul, then sub) for exact
+/// emitters; fused (one rounding) in the dot.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scale_min<const S: bool>(dl: __m256, q: __m256, ml: __m256) -> __m256 {
-    if S {
+unsafe fn scale_min<E: Emit>(dl: __m256, q: __m256, ml: __m256) -> __m256 {
+    if E::EXACT {
         _mm256_sub_ps(_mm256_mul_ps(dl, q), ml)
     } else {
         _mm256_fmsub_ps(dl, q, ml)
@@ -92,44 +159,18 @@ unsafe fn four(lo: __m128i, hi: __m128i) -> [__m256; 4] {
     [a, b, c, d]
 }
 
-/// A 32-element block whose values are `d * q`: store them exactly, or add
-/// `d · Σ q·x` into `acc[slot]`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn emit_scaled32<const S: bool>(
-    p: *mut f32,
-    d: f32,
-    q: [__m256; 4],
-    acc: &mut Acc,
-    slot: usize,
-) {
-    let dv = _mm256_set1_ps(d);
-    if S {
-        for (k, v) in q.iter().enumerate() {
-            _mm256_storeu_ps(p.add(8 * k), _mm256_mul_ps(dv, *v));
-        }
-    } else {
-        let l0 = _mm256_mul_ps(q[0], _mm256_loadu_ps(p));
-        let l1 = _mm256_mul_ps(q[1], _mm256_loadu_ps(p.add(8)));
-        let l0 = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(p.add(16)), l0);
-        let l1 = _mm256_fmadd_ps(q[3], _mm256_loadu_ps(p.add(24)), l1);
-        let a = &mut acc[slot & 3];
-        *a = _mm256_fmadd_ps(dv, _mm256_add_ps(l0, l1), *a);
-    }
-}
-
 /// A 32-element block whose values are `d * q + m`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn emit_affine32<const S: bool>(p: *mut f32, d: f32, m: f32, q: [__m256; 4], acc: &mut Acc) {
+unsafe fn emit_affine32<E: Emit>(e: &mut E, d: f32, m: f32, q: [__m256; 4]) {
     let (dv, mv) = (_mm256_set1_ps(d), _mm256_set1_ps(m));
     for (k, v) in q.iter().enumerate() {
-        let w = if S {
+        let w = if E::EXACT {
             _mm256_add_ps(_mm256_mul_ps(dv, *v), mv)
         } else {
             _mm256_fmadd_ps(dv, *v, mv)
         };
-        put::<S>(p, 8 * k, w, acc, k);
+        e.put(8 * k, w, k);
     }
 }
 
@@ -154,45 +195,45 @@ unsafe fn fifth_bits(qh: u32) -> (__m128i, __m128i) {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_0<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, slot: usize) {
+unsafe fn q4_0<E: Emit>(b: *const u8, e: &mut E, slot: usize) {
     let (lo, hi) = nibbles16(b.add(2));
     let eight = _mm_set1_epi8(8);
     let q = four(_mm_sub_epi8(lo, eight), _mm_sub_epi8(hi, eight));
-    emit_scaled32::<S>(p, h2f(b), q, acc, slot);
+    e.scaled32(0, h2f(b), q, slot);
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_1<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: usize) {
+unsafe fn q4_1<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
     let (lo, hi) = nibbles16(b.add(4));
-    emit_affine32::<S>(p, h2f(b), h2f(b.add(2)), four(lo, hi), acc);
+    emit_affine32(e, h2f(b), h2f(b.add(2)), four(lo, hi));
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_0<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, slot: usize) {
+unsafe fn q5_0<E: Emit>(b: *const u8, e: &mut E, slot: usize) {
     let qh = u32::from_le_bytes(*(b.add(2) as *const [u8; 4]));
     let (lo, hi) = nibbles16(b.add(6));
     let (blo, bhi) = fifth_bits(qh);
     let k16 = _mm_set1_epi8(16);
     let lo = _mm_sub_epi8(_mm_or_si128(lo, blo), k16);
     let hi = _mm_sub_epi8(_mm_or_si128(hi, bhi), k16);
-    emit_scaled32::<S>(p, h2f(b), four(lo, hi), acc, slot);
+    e.scaled32(0, h2f(b), four(lo, hi), slot);
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_1<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: usize) {
+unsafe fn q5_1<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
     let qh = u32::from_le_bytes(*(b.add(4) as *const [u8; 4]));
     let (lo, hi) = nibbles16(b.add(8));
     let (blo, bhi) = fifth_bits(qh);
     let q = four(_mm_or_si128(lo, blo), _mm_or_si128(hi, bhi));
-    emit_affine32::<S>(p, h2f(b), h2f(b.add(2)), q, acc);
+    emit_affine32(e, h2f(b), h2f(b.add(2)), q);
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_0<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, slot: usize) {
+unsafe fn q8_0<E: Emit>(b: *const u8, e: &mut E, slot: usize) {
     let qs = b.add(2);
     let q = [
         cvt(ld8s(qs)),
@@ -200,7 +241,7 @@ unsafe fn q8_0<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, slot: us
         cvt(ld8s(qs.add(16))),
         cvt(ld8s(qs.add(24))),
     ];
-    emit_scaled32::<S>(p, h2f(b), q, acc, slot);
+    e.scaled32(0, h2f(b), q, slot);
 }
 
 /// 32 table-coded elements (nibbles as Q4_0) → their i8 levels as f32.
@@ -219,20 +260,20 @@ unsafe fn iq4_table() -> __m128i {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn iq4_nl<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, slot: usize) {
-    emit_scaled32::<S>(p, h2f(b), table32(iq4_table(), b.add(2)), acc, slot);
+unsafe fn iq4_nl<E: Emit>(b: *const u8, e: &mut E, slot: usize) {
+    e.scaled32(0, h2f(b), table32(iq4_table(), b.add(2)), slot);
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn mxfp4<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, slot: usize) {
+unsafe fn mxfp4<E: Emit>(b: *const u8, e: &mut E, slot: usize) {
     let table = _mm_loadu_si128(E2M1_DOUBLED.as_ptr() as *const __m128i);
-    emit_scaled32::<S>(p, e8m0_to_f32_half(*b), table32(table, b.add(1)), acc, slot);
+    e.scaled32(0, e8m0_to_f32_half(*b), table32(table, b.add(1)), slot);
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn iq4_xs<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: usize) {
+unsafe fn iq4_xs<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
     let d = h2f(b);
     let scales_h = u16::from_le_bytes([*b.add(2), *b.add(3)]);
     let table = iq4_table();
@@ -241,13 +282,13 @@ unsafe fn iq4_xs<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot:
         let high = ((scales_h >> (2 * ib)) & 3) as u8;
         let ls = (low | (high << 4)) as i32 - 32;
         let q = table32(table, b.add(8 + 16 * ib));
-        emit_scaled32::<S>(p.add(32 * ib), d * ls as f32, q, acc, ib);
+        e.scaled32(32 * ib, d * ls as f32, q, ib);
     }
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q2_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: usize) {
+unsafe fn q2_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
     let d = h2f(b.add(80));
     let dmin = h2f(b.add(82));
     let (mut dl, mut ml) = ([0f32; 16], [0f32; 16]);
@@ -270,8 +311,8 @@ unsafe fn q2_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: u
             for (k, r) in raw.iter().enumerate() {
                 let g = base / 16 + k / 2;
                 let q = cvt(_mm256_and_si256(srl(*r, 2 * j as i32), three));
-                let w = scale_min::<S>(_mm256_set1_ps(dl[g]), q, _mm256_set1_ps(ml[g]));
-                put::<S>(p, base + 8 * k, w, acc, k);
+                let w = scale_min::<E>(_mm256_set1_ps(dl[g]), q, _mm256_set1_ps(ml[g]));
+                e.put(base + 8 * k, w, k);
             }
         }
     }
@@ -279,7 +320,7 @@ unsafe fn q2_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: u
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q3_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: usize) {
+unsafe fn q3_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
     let scales = q3_k_scales(&*(b.add(96) as *const [u8; 12]));
     let d = h2f(b.add(108));
     let mut dl = [0f32; 16];
@@ -308,7 +349,7 @@ unsafe fn q3_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: u
                 // A set high bit adds 4 to low - 4.
                 let q = _mm256_sub_epi32(_mm256_or_si256(low, _mm256_slli_epi32(hbit, 2)), four);
                 let w = _mm256_mul_ps(_mm256_set1_ps(dl[base / 16 + k / 2]), cvt(q));
-                put::<S>(p, base + 8 * k, w, acc, k);
+                e.put(base + 8 * k, w, k);
             }
         }
     }
@@ -354,7 +395,7 @@ pub(super) unsafe fn k4_scales(b: *const u8) -> ([f32; 8], [f32; 8]) {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: usize) {
+unsafe fn q4_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
     let (dl, ml) = k4_scales(b);
     let qs = b.add(16);
     let m15 = _mm256_set1_epi32(15);
@@ -362,25 +403,22 @@ unsafe fn q4_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: u
         let (g0, g1) = (2 * c, 2 * c + 1);
         let (dl0, ml0) = (_mm256_set1_ps(dl[g0]), _mm256_set1_ps(ml[g0]));
         let (dl1, ml1) = (_mm256_set1_ps(dl[g1]), _mm256_set1_ps(ml[g1]));
+        let v = [0, 1, 2, 3].map(|k| ld8u(qs.add(32 * c + 8 * k)));
+        // Low nibbles are elements 64c..64c+32, high ones the next 32.
         for k in 0..4 {
-            let v = ld8u(qs.add(32 * c + 8 * k));
-            let lo = cvt(_mm256_and_si256(v, m15));
-            let hi = cvt(_mm256_srli_epi32(v, 4));
-            put::<S>(p, 64 * c + 8 * k, scale_min::<S>(dl0, lo, ml0), acc, k);
-            put::<S>(
-                p,
-                64 * c + 32 + 8 * k,
-                scale_min::<S>(dl1, hi, ml1),
-                acc,
-                k ^ 2,
-            );
+            let lo = cvt(_mm256_and_si256(v[k], m15));
+            e.put(64 * c + 8 * k, scale_min::<E>(dl0, lo, ml0), k);
+        }
+        for k in 0..4 {
+            let hi = cvt(_mm256_srli_epi32(v[k], 4));
+            e.put(64 * c + 32 + 8 * k, scale_min::<E>(dl1, hi, ml1), k ^ 2);
         }
     }
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: usize) {
+unsafe fn q5_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
     let (dl, ml) = k4_scales(b);
     let qh = b.add(16);
     let qs = b.add(48);
@@ -395,27 +433,23 @@ unsafe fn q5_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: u
         let (g0, g1) = (2 * c, 2 * c + 1);
         let (dl0, ml0) = (_mm256_set1_ps(dl[g0]), _mm256_set1_ps(ml[g0]));
         let (dl1, ml1) = (_mm256_set1_ps(dl[g1]), _mm256_set1_ps(ml[g1]));
+        let v = [0, 1, 2, 3].map(|k| ld8u(qs.add(32 * c + 8 * k)));
         for k in 0..4 {
-            let v = ld8u(qs.add(32 * c + 8 * k));
             let h0 = _mm256_slli_epi32(_mm256_and_si256(srl(hraw[k], g0 as i32), one), 4);
+            let lo = cvt(_mm256_or_si256(_mm256_and_si256(v[k], m15), h0));
+            e.put(64 * c + 8 * k, scale_min::<E>(dl0, lo, ml0), k);
+        }
+        for k in 0..4 {
             let h1 = _mm256_slli_epi32(_mm256_and_si256(srl(hraw[k], g1 as i32), one), 4);
-            let lo = cvt(_mm256_or_si256(_mm256_and_si256(v, m15), h0));
-            let hi = cvt(_mm256_or_si256(_mm256_srli_epi32(v, 4), h1));
-            put::<S>(p, 64 * c + 8 * k, scale_min::<S>(dl0, lo, ml0), acc, k);
-            put::<S>(
-                p,
-                64 * c + 32 + 8 * k,
-                scale_min::<S>(dl1, hi, ml1),
-                acc,
-                k ^ 2,
-            );
+            let hi = cvt(_mm256_or_si256(_mm256_srli_epi32(v[k], 4), h1));
+            e.put(64 * c + 32 + 8 * k, scale_min::<E>(dl1, hi, ml1), k ^ 2);
         }
     }
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: usize) {
+unsafe fn q6_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
     let d = h2f(b.add(208));
     // The 16 sub-block scales d·sc (the same f32 products as the scalar
     // decoder), in two vectors instead of 16 scalar conversions.
@@ -435,78 +469,112 @@ unsafe fn q6_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: u
     for h in 0..2 {
         let ql = b.add(64 * h);
         let qh = b.add(128 + 32 * h);
-        for k in 0..4 {
-            let a = ld8u(ql.add(8 * k));
-            let c = ld8u(ql.add(32 + 8 * k));
-            let hv = ld8u(qh.add(8 * k));
-            let lows = [
-                _mm256_and_si256(a, m15),
-                _mm256_and_si256(c, m15),
-                _mm256_srli_epi32(a, 4),
-                _mm256_srli_epi32(c, 4),
-            ];
-            for (j, lo) in lows.iter().enumerate() {
-                let hi = _mm256_and_si256(srl(hv, 2 * j as i32), three);
-                let q = _mm256_sub_epi32(_mm256_or_si256(*lo, _mm256_slli_epi32(hi, 4)), k32);
+        // Slice j (32 elements) of this half: low nibbles of ql[0..32]
+        // (j = 0) or ql[32..64] (j = 1), then their high nibbles; bits 2j..
+        // 2j+2 of qh on top. Emitted slice by slice, 8 at a time.
+        for j in 0..4 {
+            for k in 0..4 {
+                let raw = ld8u(ql.add(32 * (j % 2) + 8 * k));
+                let lo = if j < 2 {
+                    _mm256_and_si256(raw, m15)
+                } else {
+                    _mm256_srli_epi32(raw, 4)
+                };
+                let hi = _mm256_and_si256(srl(ld8u(qh.add(8 * k)), 2 * j as i32), three);
+                let q = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), k32);
                 let g = 8 * h + 2 * j + k / 2;
                 let w = _mm256_mul_ps(_mm256_set1_ps(dl[g]), cvt(q));
-                put::<S>(p, 128 * h + 32 * j + 8 * k, w, acc, j);
+                e.put(128 * h + 32 * j + 8 * k, w, j);
             }
         }
     }
 }
 
-/// `dot_NAME(row, x)` and `deq_NAME(src, dst)` over whole blocks of one encoding.
+/// `dot_NAME(row, x)`, `deq_NAME(src, dst)` and `canon_NAME::<R, T>` over
+/// whole blocks of one encoding.
 macro_rules! row_kernels {
-    ($($block:ident: $dot:ident, $deq:ident, $bb:expr, $bl:expr;)*) => {$(
+    ($($block:ident: $dot:ident, $deq:ident, $canon:ident, $bb:expr, $bl:expr;)*) => {$(
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) unsafe fn $dot(row: &[u8], x: &[f32]) -> f32 {
             let n = x.len() / $bl;
             debug_assert_eq!(row.len(), n * $bb);
-            let mut acc = [_mm256_setzero_ps(); 4];
-            let (rp, xp) = (row.as_ptr(), x.as_ptr() as *mut f32);
+            let rp = row.as_ptr();
+            let mut e = Dot { x: x.as_ptr(), acc: [_mm256_setzero_ps(); 4] };
             // Four blocks per step so that each gets a constant accumulator
             // slot (a computed one would keep the accumulators in memory).
-            // x is only read (S = false).
             let mut i = 0;
             while i + 4 <= n {
                 for k in 0..4 {
-                    $block::<false>(rp.add((i + k) * $bb), xp.add((i + k) * $bl), &mut acc, k);
+                    e.x = x.as_ptr().add((i + k) * $bl);
+                    $block(rp.add((i + k) * $bb), &mut e, k);
                 }
                 i += 4;
             }
             while i < n {
-                $block::<false>(rp.add(i * $bb), xp.add(i * $bl), &mut acc, 0);
+                e.x = x.as_ptr().add(i * $bl);
+                $block(rp.add(i * $bb), &mut e, 0);
                 i += 1;
             }
-            hsum4(&acc)
+            hsum4(&e.acc)
         }
 
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) unsafe fn $deq(src: &[u8], dst: &mut [f32]) {
             let n = dst.len() / $bl;
             debug_assert_eq!(src.len(), n * $bb);
-            let mut acc = [_mm256_setzero_ps(); 4];
             let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
             for i in 0..n {
-                $block::<true>(sp.add(i * $bb), dp.add(i * $bl), &mut acc, 0);
+                $block(sp.add(i * $bb), &mut Store { p: dp.add(i * $bl) }, 0);
             }
+        }
+
+        /// `R` consecutive encoded rows at `w` × `T` tokens at `x` (`cols`
+        /// values each), decoded in registers block by block (the rows
+        /// interleaved, each prefetched ahead) and multiplied in the
+        /// canonical AVX2 order.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) unsafe fn $canon<const R: usize, const T: usize>(
+            w: *const u8,
+            x: *const f32,
+            cols: usize,
+        ) -> [[f32; T]; R] {
+            let n = cols / $bl;
+            let row_bytes = n * $bb;
+            let mut e = [(); R].map(|_| Canon::<T> {
+                x,
+                stride: cols,
+                acc: [_mm256_setzero_ps(); T],
+            });
+            for i in 0..n {
+                for r in 0..R {
+                    super::prefetch_ahead(w.add(r * row_bytes), i * $bb, $bb, row_bytes);
+                    e[r].x = x.add(i * $bl);
+                    $block(w.add(r * row_bytes + i * $bb), &mut e[r], 0);
+                }
+            }
+            let mut out = [[0f32; T]; R];
+            for r in 0..R {
+                for t in 0..T {
+                    out[r][t] = super::hsum(e[r].acc[t]);
+                }
+            }
+            out
         }
     )*};
 }
 
 row_kernels! {
-    q4_0: dot_q4_0, deq_q4_0, 18, 32;
-    q4_1: dot_q4_1, deq_q4_1, 20, 32;
-    q5_0: dot_q5_0, deq_q5_0, 22, 32;
-    q5_1: dot_q5_1, deq_q5_1, 24, 32;
-    q8_0: dot_q8_0, deq_q8_0, 34, 32;
-    q2_k: dot_q2_k, deq_q2_k, 84, QK_K;
-    q3_k: dot_q3_k, deq_q3_k, 110, QK_K;
-    q4_k: dot_q4_k, deq_q4_k, 144, QK_K;
-    q5_k: dot_q5_k, deq_q5_k, 176, QK_K;
-    q6_k: dot_q6_k, deq_q6_k, 210, QK_K;
-    iq4_nl: dot_iq4_nl, deq_iq4_nl, 18, 32;
-    iq4_xs: dot_iq4_xs, deq_iq4_xs, 136, QK_K;
-    mxfp4: dot_mxfp4, deq_mxfp4, 17, 32;
+    q4_0: dot_q4_0, deq_q4_0, canon_q4_0, 18, 32;
+    q4_1: dot_q4_1, deq_q4_1, canon_q4_1, 20, 32;
+    q5_0: dot_q5_0, deq_q5_0, canon_q5_0, 22, 32;
+    q5_1: dot_q5_1, deq_q5_1, canon_q5_1, 24, 32;
+    q8_0: dot_q8_0, deq_q8_0, canon_q8_0, 34, 32;
+    q2_k: dot_q2_k, deq_q2_k, canon_q2_k, 84, QK_K;
+    q3_k: dot_q3_k, deq_q3_k, canon_q3_k, 110, QK_K;
+    q4_k: dot_q4_k, deq_q4_k, canon_q4_k, 144, QK_K;
+    q5_k: dot_q5_k, deq_q5_k, canon_q5_k, 176, QK_K;
+    q6_k: dot_q6_k, deq_q6_k, canon_q6_k, 210, QK_K;
+    iq4_nl: dot_iq4_nl, deq_iq4_nl, canon_iq4_nl, 18, 32;
+    iq4_xs: dot_iq4_xs, deq_iq4_xs, canon_iq4_xs, 136, QK_K;
+    mxfp4: dot_mxfp4, deq_mxfp4, canon_mxfp4, 17, 32;
 }

@@ -9,9 +9,13 @@
 //! nibble directly and, shifted right by 4, its high nibble — no masking.
 //! Q6_K and Q8_0 convert the integer quants with `cvtepi32_ps` instead.
 //!
-//! As in the AVX2 kernels, `S = true` stores the decoded values (bit-identical
-//! to the scalar decoders) and `S = false` FMAs them with `x`; in the dots the
-//! table may be built with a fused `fmsub` and the Q8_0 scale is factored out.
+//! Each block decoder hands its vectors to an [`Emit`]ter: [`Store`] writes
+//! the decoded values (bit-identical to the scalar decoders), [`Dot`] FMAs
+//! them with `x` (tables built with a fused `fmsub`, the Q8_0 scale factored
+//! out: fast, not canonical), and [`Canon`] FMAs the exact values into one
+//! accumulator per token in the canonical order of `crate::gemm`, so a
+//! product decoded in registers equals the decode-then-multiply one bit for
+//! bit.
 //!
 //! Every function is `unsafe` with `#[target_feature]` AVX-512F/BW/VL plus
 //! AVX2/FMA/F16C: callers must have checked the CPU and pass whole blocks.
@@ -31,16 +35,77 @@ use crate::quant::QK_K;
 
 type Acc = [__m512; 4];
 
-/// Emit 16 values for elements `off..off + 16` of the block at `p`: store
-/// them (`S`) or FMA them with `x` there into `acc[slot]`.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn put<const S: bool>(p: *mut f32, off: usize, v: __m512, acc: &mut Acc, slot: usize) {
-    if S {
-        _mm512_storeu_ps(p.add(off), v);
-    } else {
-        let a = &mut acc[slot & 3];
-        *a = _mm512_fmadd_ps(v, _mm512_loadu_ps(p.add(off)), *a);
+/// Where a block decoder's vectors of 16 values go. A decoder calls
+/// [`Emit::put`] for elements `off..off + 16` of its block, in increasing
+/// `off` (the canonical emitter relies on that order).
+trait Emit {
+    /// The values must be exactly the scalar decoder's (no fused scales).
+    const EXACT: bool;
+    /// Elements `off..off + 16` of the current block are `v`; `slot` is a
+    /// hint for emitters that spread the sum over several accumulators.
+    unsafe fn put(&mut self, off: usize, v: __m512, slot: usize);
+    /// Elements `off..off + 32` are `d · q0` and `d · q1`.
+    #[inline(always)]
+    unsafe fn put_scaled32(&mut self, off: usize, d: __m512, q0: __m512, q1: __m512, slot: usize) {
+        self.put(off, _mm512_mul_ps(d, q0), slot);
+        self.put(off + 16, _mm512_mul_ps(d, q1), slot);
+    }
+}
+
+/// Stores the decoded block at `p` (`dequantize`).
+struct Store {
+    p: *mut f32,
+}
+
+impl Emit for Store {
+    const EXACT: bool = true;
+    #[inline(always)]
+    unsafe fn put(&mut self, off: usize, v: __m512, _slot: usize) {
+        _mm512_storeu_ps(self.p.add(off), v);
+    }
+}
+
+/// The fused dot of one row with `x` (block part at `x`): four accumulators,
+/// fused scales, factored block scales — fast, not in the canonical order.
+struct Dot {
+    x: *const f32,
+    acc: Acc,
+}
+
+impl Emit for Dot {
+    const EXACT: bool = false;
+    #[inline(always)]
+    unsafe fn put(&mut self, off: usize, v: __m512, slot: usize) {
+        let a = &mut self.acc[slot & 3];
+        *a = _mm512_fmadd_ps(v, _mm512_loadu_ps(self.x.add(off)), *a);
+    }
+    #[inline(always)]
+    unsafe fn put_scaled32(&mut self, off: usize, d: __m512, q0: __m512, q1: __m512, slot: usize) {
+        let s = _mm512_mul_ps(q0, _mm512_loadu_ps(self.x.add(off)));
+        let s = _mm512_fmadd_ps(q1, _mm512_loadu_ps(self.x.add(off + 16)), s);
+        let a = &mut self.acc[slot & 3];
+        *a = _mm512_fmadd_ps(d, s, *a);
+    }
+}
+
+/// One row against `T` tokens in the canonical order of `crate::gemm`: the
+/// exact decoded values, one accumulator per token, `acc = fma(w, x, acc)`
+/// over the row's chunks of 16 in order. `x` is this block's part of token
+/// 0; token `t` is `t · stride` values further.
+struct Canon<const T: usize> {
+    x: *const f32,
+    stride: usize,
+    acc: [__m512; T],
+}
+
+impl<const T: usize> Emit for Canon<T> {
+    const EXACT: bool = true;
+    #[inline(always)]
+    unsafe fn put(&mut self, off: usize, v: __m512, _slot: usize) {
+        for t in 0..T {
+            let xv = _mm512_loadu_ps(self.x.add(t * self.stride + off));
+            self.acc[t] = _mm512_fmadd_ps(v, xv, self.acc[t]);
+        }
     }
 }
 
@@ -55,12 +120,12 @@ unsafe fn iota(from: f32) -> __m512 {
     )
 }
 
-/// `dl * q - ml` for the 16 quants in `q`: mul then sub (exact) when storing,
-/// fused in the dot.
+/// `dl * q - ml` for the 16 quants in `q`: mul then sub (exact) for exact
+/// emitters, fused in the dot.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn scale_min<const S: bool>(dl: __m512, q: __m512, ml: __m512) -> __m512 {
-    if S {
+unsafe fn scale_min<E: Emit>(dl: __m512, q: __m512, ml: __m512) -> __m512 {
+    if E::EXACT {
         _mm512_sub_ps(_mm512_mul_ps(dl, q), ml)
     } else {
         _mm512_fmsub_ps(dl, q, ml)
@@ -103,17 +168,16 @@ unsafe fn ld16u(p: *const u8) -> __m512i {
 }
 
 /// A 32-element block of nibbles (element `j` low nibble of byte `j`,
-/// element `j + 16` its high nibble) through the 16-entry table `t`.
+/// element `j + 16` its high nibble) through the 16-entry table `t`, as
+/// elements `off..off + 32` of the block.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn nib32<const S: bool>(t: __m512, qs: *const u8, p: *mut f32, acc: &mut Acc, slot: usize) {
+unsafe fn nib32<E: Emit>(t: __m512, qs: *const u8, e: &mut E, off: usize, slot: usize) {
     let v = ld16u(qs);
-    put::<S>(p, 0, _mm512_permutexvar_ps(v, t), acc, slot);
-    put::<S>(
-        p,
-        16,
+    e.put(off, _mm512_permutexvar_ps(v, t), slot);
+    e.put(
+        off + 16,
         _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), t),
-        acc,
         slot + 1,
     );
 }
@@ -129,41 +193,41 @@ unsafe fn levels(t: &[i8; 16]) -> __m512 {
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn q4_0<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, slot: usize) {
+unsafe fn q4_0<E: Emit>(b: *const u8, e: &mut E, slot: usize) {
     // Scalar: d * (q - 8) as f32; (q - 8) as f32 is exact, so is the table.
     let t = _mm512_mul_ps(_mm512_set1_ps(h2f(b)), iota(-8.0));
-    nib32::<S>(t, b.add(2), p, acc, 2 * slot);
+    nib32(t, b.add(2), e, 0, 2 * slot);
 }
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn q4_1<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, slot: usize) {
+unsafe fn q4_1<E: Emit>(b: *const u8, e: &mut E, slot: usize) {
     let (d, m) = (_mm512_set1_ps(h2f(b)), _mm512_set1_ps(h2f(b.add(2))));
-    let t = if S {
+    let t = if E::EXACT {
         _mm512_add_ps(_mm512_mul_ps(d, iota(0.0)), m)
     } else {
         _mm512_fmadd_ps(d, iota(0.0), m)
     };
-    nib32::<S>(t, b.add(4), p, acc, 2 * slot);
+    nib32(t, b.add(4), e, 0, 2 * slot);
 }
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn iq4_nl<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, slot: usize) {
+unsafe fn iq4_nl<E: Emit>(b: *const u8, e: &mut E, slot: usize) {
     let t = _mm512_mul_ps(_mm512_set1_ps(h2f(b)), levels(&IQ4_NL_VALUES));
-    nib32::<S>(t, b.add(2), p, acc, 2 * slot);
+    nib32(t, b.add(2), e, 0, 2 * slot);
 }
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn mxfp4<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, slot: usize) {
+unsafe fn mxfp4<E: Emit>(b: *const u8, e: &mut E, slot: usize) {
     let t = _mm512_mul_ps(_mm512_set1_ps(e8m0_to_f32_half(*b)), levels(&E2M1_DOUBLED));
-    nib32::<S>(t, b.add(1), p, acc, 2 * slot);
+    nib32(t, b.add(1), e, 0, 2 * slot);
 }
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn iq4_xs<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: usize) {
+unsafe fn iq4_xs<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
     let d = h2f(b);
     let scales_h = u16::from_le_bytes([*b.add(2), *b.add(3)]);
     let lv = levels(&IQ4_NL_VALUES);
@@ -172,7 +236,7 @@ unsafe fn iq4_xs<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot:
         let high = ((scales_h >> (2 * ib)) & 3) as u8;
         let ls = (low | (high << 4)) as i32 - 32;
         let t = _mm512_mul_ps(_mm512_set1_ps(d * ls as f32), lv);
-        nib32::<S>(t, b.add(8 + 16 * ib), p.add(32 * ib), acc, 2 * ib);
+        nib32(t, b.add(8 + 16 * ib), e, 32 * ib, 2 * ib);
     }
 }
 
@@ -185,47 +249,35 @@ unsafe fn ld16s_f32(p: *const u8) -> __m512 {
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn q8_0<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, slot: usize) {
+unsafe fn q8_0<E: Emit>(b: *const u8, e: &mut E, slot: usize) {
     let d = _mm512_set1_ps(h2f(b));
     let (q0, q1) = (ld16s_f32(b.add(2)), ld16s_f32(b.add(18)));
-    if S {
-        _mm512_storeu_ps(p, _mm512_mul_ps(d, q0));
-        _mm512_storeu_ps(p.add(16), _mm512_mul_ps(d, q1));
-    } else {
-        let s = _mm512_mul_ps(q0, _mm512_loadu_ps(p));
-        let s = _mm512_fmadd_ps(q1, _mm512_loadu_ps(p.add(16)), s);
-        let a = &mut acc[slot & 3];
-        *a = _mm512_fmadd_ps(d, s, *a);
-    }
+    e.put_scaled32(0, d, q0, q1, slot);
 }
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn q4_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: usize) {
+unsafe fn q4_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
     let s = k4_scales16(b);
     let sp = s.as_ptr();
     let qs = b.add(16);
     let q = iota(0.0);
     for c in 0..4 {
-        let t0 = scale_min::<S>(bcast(sp.add(2 * c)), q, bcast(sp.add(8 + 2 * c)));
-        let t1 = scale_min::<S>(bcast(sp.add(2 * c + 1)), q, bcast(sp.add(9 + 2 * c)));
+        let t0 = scale_min::<E>(bcast(sp.add(2 * c)), q, bcast(sp.add(8 + 2 * c)));
+        let t1 = scale_min::<E>(bcast(sp.add(2 * c + 1)), q, bcast(sp.add(9 + 2 * c)));
         let v0 = ld16u(qs.add(32 * c));
         let v1 = ld16u(qs.add(32 * c + 16));
         let o = 64 * c;
-        put::<S>(p, o, _mm512_permutexvar_ps(v0, t0), acc, 0);
-        put::<S>(p, o + 16, _mm512_permutexvar_ps(v1, t0), acc, 1);
-        put::<S>(
-            p,
+        e.put(o, _mm512_permutexvar_ps(v0, t0), 0);
+        e.put(o + 16, _mm512_permutexvar_ps(v1, t0), 1);
+        e.put(
             o + 32,
             _mm512_permutexvar_ps(_mm512_srli_epi32(v0, 4), t1),
-            acc,
             2,
         );
-        put::<S>(
-            p,
+        e.put(
             o + 48,
             _mm512_permutexvar_ps(_mm512_srli_epi32(v1, 4), t1),
-            acc,
             3,
         );
     }
@@ -244,7 +296,7 @@ unsafe fn bit_to_4(h: __m512i, g: usize) -> __m512i {
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn q5_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: usize) {
+unsafe fn q5_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
     let s = k4_scales16(b);
     let sp = s.as_ptr();
     let qh = [ld16u(b.add(16)), ld16u(b.add(32))];
@@ -255,8 +307,8 @@ unsafe fn q5_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: u
         for (h, g) in [(0, 2 * c), (1, 2 * c + 1)] {
             // 32-entry table: q = 0..16 in one register, 16..32 in the other.
             let (dl, ml) = (bcast(sp.add(g)), bcast(sp.add(8 + g)));
-            let lo = scale_min::<S>(dl, q_lo, ml);
-            let hi = scale_min::<S>(dl, q_hi, ml);
+            let lo = scale_min::<E>(dl, q_lo, ml);
+            let hi = scale_min::<E>(dl, q_hi, ml);
             for half in 0..2 {
                 let v = ld16u(qs.add(32 * c + 16 * half));
                 let nib = if h == 0 { v } else { _mm512_srli_epi32(v, 4) };
@@ -264,7 +316,7 @@ unsafe fn q5_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: u
                 // permute ignores bits 5 and up. 0xE4: c ? a : b, bitwise.
                 let idx = _mm512_ternarylogic_epi32(nib, bit_to_4(qh[half], g), m15, 0xE4);
                 let w = _mm512_permutex2var_ps(lo, idx, hi);
-                put::<S>(p, 64 * c + 32 * h + 16 * half, w, acc, 2 * h + half);
+                e.put(64 * c + 32 * h + 16 * half, w, 2 * h + half);
             }
         }
     }
@@ -272,7 +324,7 @@ unsafe fn q5_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: u
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn q6_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: usize) {
+unsafe fn q6_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
     let d = h2f(b.add(208));
     // The 16 sub-block scales d·sc (the same f32 products as the scalar
     // decoder), computed in one vector instead of 16 scalar conversions.
@@ -289,53 +341,61 @@ unsafe fn q6_k<const S: bool>(b: *const u8, p: *mut f32, acc: &mut Acc, _slot: u
     for h in 0..2 {
         let ql = b.add(64 * h);
         let qh = b.add(128 + 32 * h);
-        for s in 0..2 {
-            // Elements l = 16s..16s + 16 of each 32-element slice j.
-            let a = ld16u(ql.add(16 * s));
-            let c = ld16u(ql.add(32 + 16 * s));
-            let hv = ld16u(qh.add(16 * s));
-            let lows = [a, c, _mm512_srli_epi32(a, 4), _mm512_srli_epi32(c, 4)];
-            for (j, lo) in lows.iter().enumerate() {
+        // Elements l = 16s..16s + 16 of each 32-element slice j, emitted
+        // slice by slice (increasing offsets).
+        let a = [ld16u(ql), ld16u(ql.add(16))];
+        let c = [ld16u(ql.add(32)), ld16u(ql.add(48))];
+        let hv = [ld16u(qh), ld16u(qh.add(16))];
+        for j in 0..4 {
+            for s in 0..2 {
+                let lo = match j {
+                    0 => a[s],
+                    1 => c[s],
+                    2 => _mm512_srli_epi32(a[s], 4),
+                    _ => _mm512_srli_epi32(c[s], 4),
+                };
                 // Bits 2j..2j+2 of qh moved to bits 4..6.
                 let hs = if j < 2 {
-                    _mm512_sll_epi32(hv, _mm_cvtsi32_si128(4 - 2 * j as i32))
+                    _mm512_sll_epi32(hv[s], _mm_cvtsi32_si128(4 - 2 * j as i32))
                 } else {
-                    _mm512_srl_epi32(hv, _mm_cvtsi32_si128(2 * j as i32 - 4))
+                    _mm512_srl_epi32(hv[s], _mm_cvtsi32_si128(2 * j as i32 - 4))
                 };
                 // 0xE4: (lo & 0x0F) | (hs & !0x0F), then keep 6 bits.
-                let q = _mm512_and_si512(_mm512_ternarylogic_epi32(*lo, hs, m15, 0xE4), m3f);
+                let q = _mm512_and_si512(_mm512_ternarylogic_epi32(lo, hs, m15, 0xE4), m3f);
                 let qf = _mm512_cvtepi32_ps(_mm512_sub_epi32(q, k32));
                 let w = _mm512_mul_ps(_mm512_set1_ps(dl[8 * h + 2 * j + s]), qf);
-                put::<S>(p, 128 * h + 32 * j + 16 * s, w, acc, j);
+                e.put(128 * h + 32 * j + 16 * s, w, j);
             }
         }
     }
 }
 
-/// `dot_NAME(row, x)` and `deq_NAME(src, dst)` over whole blocks.
+/// `dot_NAME(row, x)`, `deq_NAME(src, dst)` and `canon_NAME::<R, T>` over
+/// whole blocks.
 macro_rules! row_kernels {
-    ($($block:ident: $dot:ident, $deq:ident, $bb:expr, $bl:expr;)*) => {$(
+    ($($block:ident: $dot:ident, $deq:ident, $canon:ident, $bb:expr, $bl:expr;)*) => {$(
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
         unsafe fn $dot(row: &[u8], x: &[f32]) -> f32 {
             let n = x.len() / $bl;
             debug_assert_eq!(row.len(), n * $bb);
-            let mut acc = [_mm512_setzero_ps(); 4];
-            // x is only read when S = false.
-            let (rp, xp) = (row.as_ptr(), x.as_ptr() as *mut f32);
+            let rp = row.as_ptr();
+            let mut e = Dot { x: x.as_ptr(), acc: [_mm512_setzero_ps(); 4] };
             // Four blocks per step so that each gets a constant accumulator
             // slot (a computed one would keep the accumulators in memory).
-            // x is only read (S = false).
             let mut i = 0;
             while i + 4 <= n {
                 for k in 0..4 {
-                    $block::<false>(rp.add((i + k) * $bb), xp.add((i + k) * $bl), &mut acc, k);
+                    e.x = x.as_ptr().add((i + k) * $bl);
+                    $block(rp.add((i + k) * $bb), &mut e, k);
                 }
                 i += 4;
             }
             while i < n {
-                $block::<false>(rp.add(i * $bb), xp.add(i * $bl), &mut acc, 0);
+                e.x = x.as_ptr().add(i * $bl);
+                $block(rp.add(i * $bb), &mut e, 0);
                 i += 1;
             }
+            let acc = e.acc;
             let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
             hsum(_mm256_add_ps(
                 _mm512_castps512_ps256(s),
@@ -349,25 +409,57 @@ macro_rules! row_kernels {
         unsafe fn $deq(src: &[u8], dst: &mut [f32]) {
             let n = dst.len() / $bl;
             debug_assert_eq!(src.len(), n * $bb);
-            let mut acc = [_mm512_setzero_ps(); 4];
             let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
             for i in 0..n {
-                $block::<true>(sp.add(i * $bb), dp.add(i * $bl), &mut acc, 0);
+                $block(sp.add(i * $bb), &mut Store { p: dp.add(i * $bl) }, 0);
             }
+        }
+
+        /// `R` consecutive encoded rows at `w` × `T` tokens at `x` (`cols`
+        /// values each), decoded in registers block by block (the rows
+        /// interleaved, each prefetched ahead) and multiplied in the
+        /// canonical AVX-512 order.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+        pub(super) unsafe fn $canon<const R: usize, const T: usize>(
+            w: *const u8,
+            x: *const f32,
+            cols: usize,
+        ) -> [[f32; T]; R] {
+            let n = cols / $bl;
+            let row_bytes = n * $bb;
+            let mut e = [(); R].map(|_| Canon::<T> {
+                x,
+                stride: cols,
+                acc: [_mm512_setzero_ps(); T],
+            });
+            for i in 0..n {
+                for r in 0..R {
+                    super::prefetch_ahead(w.add(r * row_bytes), i * $bb, $bb, row_bytes);
+                    e[r].x = x.add(i * $bl);
+                    $block(w.add(r * row_bytes + i * $bb), &mut e[r], 0);
+                }
+            }
+            let mut out = [[0f32; T]; R];
+            for r in 0..R {
+                for t in 0..T {
+                    out[r][t] = super::gemm::hsum512(e[r].acc[t]);
+                }
+            }
+            out
         }
     )*};
 }
 
 row_kernels! {
-    q4_0: dot_q4_0, deq_q4_0, 18, 32;
-    q4_1: dot_q4_1, deq_q4_1, 20, 32;
-    q8_0: dot_q8_0, deq_q8_0, 34, 32;
-    q4_k: dot_q4_k, deq_q4_k, 144, QK_K;
-    q5_k: dot_q5_k, deq_q5_k, 176, QK_K;
-    q6_k: dot_q6_k, deq_q6_k, 210, QK_K;
-    iq4_nl: dot_iq4_nl, deq_iq4_nl, 18, 32;
-    iq4_xs: dot_iq4_xs, deq_iq4_xs, 136, QK_K;
-    mxfp4: dot_mxfp4, deq_mxfp4, 17, 32;
+    q4_0: dot_q4_0, deq_q4_0, canon_q4_0, 18, 32;
+    q4_1: dot_q4_1, deq_q4_1, canon_q4_1, 20, 32;
+    q8_0: dot_q8_0, deq_q8_0, canon_q8_0, 34, 32;
+    q4_k: dot_q4_k, deq_q4_k, canon_q4_k, 144, QK_K;
+    q5_k: dot_q5_k, deq_q5_k, canon_q5_k, 176, QK_K;
+    q6_k: dot_q6_k, deq_q6_k, canon_q6_k, 210, QK_K;
+    iq4_nl: dot_iq4_nl, deq_iq4_nl, canon_iq4_nl, 18, 32;
+    iq4_xs: dot_iq4_xs, deq_iq4_xs, canon_iq4_xs, 136, QK_K;
+    mxfp4: dot_mxfp4, deq_mxfp4, canon_mxfp4, 17, 32;
 }
 
 /// # Safety

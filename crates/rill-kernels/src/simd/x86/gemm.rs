@@ -45,7 +45,7 @@ unsafe fn tail(w: *const f32, x: *const f32, from: usize, cols: usize, mut s: f3
 /// The 16 lanes summed: upper 8 onto lower 8, then [`hsum`].
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn hsum512(v: __m512) -> f32 {
+pub(super) unsafe fn hsum512(v: __m512) -> f32 {
     let lo = _mm512_castps512_ps256(v);
     let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
     hsum(_mm256_add_ps(lo, hi))

@@ -143,3 +143,118 @@ pub(crate) unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 pub(crate) unsafe fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
     float::axpy(a, x, y)
 }
+
+/// Most tokens of one [`canon_tile`] call, and its rows.
+pub(crate) const CANON_TOKENS: usize = 4;
+pub(crate) const CANON_ROWS: usize = 4;
+
+/// Bytes ahead of the block being decoded that [`prefetch_ahead`] asks for:
+/// enough to cover DRAM latency, little enough to stay in L1 (the best of
+/// 256..4096 on Q4_K / Q6_K / Q8_0 matrices of 0.5-1 GB, 4 rows at a time).
+const PREFETCH_AHEAD: usize = 384;
+
+/// Prefetch the bytes `PREFETCH_AHEAD` past the block at `off..off + bb`
+/// of the encoded row at `row` (clamped to the row): several rows stream
+/// from DRAM at once, and the hardware prefetcher alone does not keep up.
+#[inline(always)]
+unsafe fn prefetch_ahead(row: *const u8, off: usize, bb: usize, row_bytes: usize) {
+    let mut o = 0;
+    while o < bb {
+        let at = (off + PREFETCH_AHEAD + o).min(row_bytes - 1);
+        _mm_prefetch(row.add(at) as *const i8, _MM_HINT_T0);
+        o += 64;
+    }
+}
+
+/// `out[r·nt + t] = Σ_c w[r][c]·x[t][c]` for `nr` encoded rows at `w` and
+/// `nt` tokens, decoded in registers and multiplied in the canonical order
+/// of the AVX-512 (`avx512`) or AVX2 path — the same bits as decoding the
+/// rows and running `gemm::tile`. `false`: no such kernel for `dtype`
+/// (nothing written); the caller decodes and multiplies instead.
+///
+/// # Safety
+/// The CPU must support the path (as [`dot`]); `w` holds `nr` whole
+/// encoded rows of `cols` values, `x` holds `nt · cols` values, `1 ≤ nr ≤`
+/// [`CANON_ROWS`], `1 ≤ nt ≤` [`CANON_TOKENS`], `out` at least `nr · nt`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn canon_tile(
+    avx512: bool,
+    dtype: DType,
+    w: &[u8],
+    nr: usize,
+    x: &[f32],
+    nt: usize,
+    cols: usize,
+    out: &mut [f32],
+) -> bool {
+    debug_assert!((1..=CANON_ROWS).contains(&nr) && (1..=CANON_TOKENS).contains(&nt));
+    let row_bytes = cols / dtype.block_len() * dtype.block_bytes();
+    debug_assert!(w.len() >= nr * row_bytes && x.len() >= nt * cols && out.len() >= nr * nt);
+    let (wp, xp) = (w.as_ptr(), x.as_ptr());
+    // Four rows at a time, or one at a time at the end of a task's range.
+    macro_rules! shapes {
+        ($m:ident :: $f:ident) => {{
+            if nr == CANON_ROWS {
+                match nt {
+                    1 => flat(&$m::$f::<4, 1>(wp, xp, cols), out),
+                    2 => flat(&$m::$f::<4, 2>(wp, xp, cols), out),
+                    3 => flat(&$m::$f::<4, 3>(wp, xp, cols), out),
+                    _ => flat(&$m::$f::<4, 4>(wp, xp, cols), out),
+                }
+            } else {
+                for r in 0..nr {
+                    let (wr, o) = (wp.add(r * row_bytes), &mut out[r * nt..]);
+                    match nt {
+                        1 => flat(&$m::$f::<1, 1>(wr, xp, cols), o),
+                        2 => flat(&$m::$f::<1, 2>(wr, xp, cols), o),
+                        3 => flat(&$m::$f::<1, 3>(wr, xp, cols), o),
+                        _ => flat(&$m::$f::<1, 4>(wr, xp, cols), o),
+                    }
+                }
+            }
+            true
+        }};
+    }
+    use DType::*;
+    if avx512 {
+        // Encodings without an AVX-512 decoder have no kernel in the
+        // AVX-512 order (16 lanes): the blocked path handles them.
+        use self::avx512 as k;
+        return match dtype {
+            Q4_0 => shapes!(k::canon_q4_0),
+            Q4_1 => shapes!(k::canon_q4_1),
+            Q8_0 => shapes!(k::canon_q8_0),
+            Q4K => shapes!(k::canon_q4_k),
+            Q5K => shapes!(k::canon_q5_k),
+            Q6K => shapes!(k::canon_q6_k),
+            IQ4NL => shapes!(k::canon_iq4_nl),
+            IQ4XS => shapes!(k::canon_iq4_xs),
+            MXFP4 => shapes!(k::canon_mxfp4),
+            _ => false,
+        };
+    }
+    use avx2_blocks as k;
+    match dtype {
+        Q4_0 => shapes!(k::canon_q4_0),
+        Q4_1 => shapes!(k::canon_q4_1),
+        Q5_0 => shapes!(k::canon_q5_0),
+        Q5_1 => shapes!(k::canon_q5_1),
+        Q8_0 => shapes!(k::canon_q8_0),
+        Q2K => shapes!(k::canon_q2_k),
+        Q3K => shapes!(k::canon_q3_k),
+        Q4K => shapes!(k::canon_q4_k),
+        Q5K => shapes!(k::canon_q5_k),
+        Q6K => shapes!(k::canon_q6_k),
+        IQ4NL => shapes!(k::canon_iq4_nl),
+        IQ4XS => shapes!(k::canon_iq4_xs),
+        MXFP4 => shapes!(k::canon_mxfp4),
+        _ => false,
+    }
+}
+
+/// A kernel's `R × T` results into `out` (row-major).
+fn flat<const R: usize, const T: usize>(v: &[[f32; T]; R], out: &mut [f32]) {
+    for r in 0..R {
+        out[r * T..(r + 1) * T].copy_from_slice(&v[r]);
+    }
+}
