@@ -333,39 +333,38 @@ unsafe fn q6_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
         b.add(192) as *const __m128i
     )));
     _mm512_storeu_ps(dl.as_mut_ptr(), _mm512_mul_ps(_mm512_set1_ps(d), sc));
-    let (m15, m3f, k32) = (
-        _mm512_set1_epi32(0x0F),
-        _mm512_set1_epi32(0x3F),
-        _mm512_set1_epi32(32),
+    // The 6-bit quants are assembled 64 at a time in bytes: half h holds
+    // slices j = 0..4 of 32 elements; slice j's low 4 bits are the low
+    // (j < 2) or high nibbles of ql[32(j % 2)..][..32], its top 2 bits are
+    // bits 2j..2j+2 of qh[..32]. Slices 0 and 1 (elements 0..64 of the
+    // half) come from the low nibbles of all 64 ql bytes, slices 2 and 3
+    // from the high ones; qh is repeated in both 256-bit halves and each
+    // half shifted so its pair of bits lands at bits 4..6.
+    let (m0f, m30, k32) = (
+        _mm512_set1_epi8(0x0F),
+        _mm512_set1_epi8(0x30),
+        _mm512_set1_epi8(32),
     );
+    let word_shift =
+        |lo: i16, hi: i16| _mm512_inserti64x4(_mm512_set1_epi16(lo), _mm256_set1_epi16(hi), 1);
+    let (up01, down23) = (word_shift(4, 2), word_shift(0, 2));
+    let mut q = [0i8; 128];
     for h in 0..2 {
-        let ql = b.add(64 * h);
-        let qh = b.add(128 + 32 * h);
-        // Elements l = 16s..16s + 16 of each 32-element slice j, emitted
-        // slice by slice (increasing offsets).
-        let a = [ld16u(ql), ld16u(ql.add(16))];
-        let c = [ld16u(ql.add(32)), ld16u(ql.add(48))];
-        let hv = [ld16u(qh), ld16u(qh.add(16))];
-        for j in 0..4 {
-            for s in 0..2 {
-                let lo = match j {
-                    0 => a[s],
-                    1 => c[s],
-                    2 => _mm512_srli_epi32(a[s], 4),
-                    _ => _mm512_srli_epi32(c[s], 4),
-                };
-                // Bits 2j..2j+2 of qh moved to bits 4..6.
-                let hs = if j < 2 {
-                    _mm512_sll_epi32(hv[s], _mm_cvtsi32_si128(4 - 2 * j as i32))
-                } else {
-                    _mm512_srl_epi32(hv[s], _mm_cvtsi32_si128(2 * j as i32 - 4))
-                };
-                // 0xE4: (lo & 0x0F) | (hs & !0x0F), then keep 6 bits.
-                let q = _mm512_and_si512(_mm512_ternarylogic_epi32(lo, hs, m15, 0xE4), m3f);
-                let qf = _mm512_cvtepi32_ps(_mm512_sub_epi32(q, k32));
-                let w = _mm512_mul_ps(_mm512_set1_ps(dl[8 * h + 2 * j + s]), qf);
-                e.put(128 * h + 32 * j + 16 * s, w, j);
-            }
+        let l = _mm512_loadu_si512(b.add(64 * h) as *const _);
+        let qh = _mm256_loadu_si256(b.add(128 + 32 * h) as *const __m256i);
+        let qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1);
+        let h01 = _mm512_and_si512(_mm512_sllv_epi16(qh2, up01), m30);
+        let h23 = _mm512_and_si512(_mm512_srlv_epi16(qh2, down23), m30);
+        // 0xE4: (a & 0x0F) | (b & !0x0F) with c = 0x0F.
+        let q01 = _mm512_ternarylogic_epi32(l, h01, m0f, 0xE4);
+        let q23 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(l, 4), h23, m0f, 0xE4);
+        let qp = q.as_mut_ptr() as *mut __m512i;
+        _mm512_storeu_si512(qp as *mut _, _mm512_sub_epi8(q01, k32));
+        _mm512_storeu_si512(qp.add(1) as *mut _, _mm512_sub_epi8(q23, k32));
+        for g in 0..8 {
+            let qf = ld16s_f32(q.as_ptr().add(16 * g) as *const u8);
+            let w = _mm512_mul_ps(_mm512_set1_ps(dl[8 * h + g]), qf);
+            e.put(128 * h + 16 * g, w, g / 2);
         }
     }
 }
