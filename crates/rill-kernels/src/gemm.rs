@@ -132,7 +132,7 @@ impl Scratch {
     /// This thread's scratch, big enough for rows of `max_cols` values.
     pub(crate) fn take(max_cols: usize) -> Scratch {
         let mut rows = SCRATCH.with(|s| s.take());
-        let need = MAX_BLOCK_ROWS.max(8) * max_cols;
+        let need = MAX_BLOCK_ROWS.max(8) * max_cols + 16; // + 16: alignment
         if rows.len() < need {
             rows = vec![0f32; need];
         }
@@ -184,7 +184,11 @@ pub(crate) unsafe fn rows(
             let wbuf: &[f32] = match plain {
                 Some(all) => &all[b0 * cols..b1 * cols],
                 None => {
-                    let buf = &mut scratch.rows[..(b1 - b0) * cols];
+                    // Rows start on cache lines (cols is a multiple of 16
+                    // for every block encoding): no load of the microkernel
+                    // splits a line, which costs ~20% of its speed.
+                    let off = scratch.rows.as_ptr().align_offset(64).min(16);
+                    let buf = &mut scratch.rows[off..off + (b1 - b0) * cols];
                     for (i, r) in (b0..b1).enumerate() {
                         w.dequantize_row(r, &mut buf[i * cols..(i + 1) * cols]);
                     }
