@@ -2,7 +2,7 @@
 """Aggregate generation throughput of `rill serve` with 1 vs N concurrent streams, optionally beside llama-server.
 
     scripts/bench/serve_throughput.py -m MODEL.gguf [-t 2] [--max-tokens 128] [--prompt-words 48]
-                                      [--concurrency 1,4] [--rounds 2] [--llama-server PATH | --no-llama]
+                                      [--concurrency 1,4] [--rounds 2] [--llama-server PATH [--no-repack] | --no-llama]
 
 Each engine is started on 127.0.0.1 with `--parallel max(concurrency)` and the same thread count; then for each
 concurrency C, C streaming /v1/completions requests run at once (prompts of the same length, `max_tokens`
@@ -156,6 +156,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=2048, help="context per sequence")
     ap.add_argument("--llama-server", default=str(DEFAULT_LLAMA))
+    ap.add_argument("--no-repack", action="store_true",
+                    help="start llama-server with --no-repack (its AMX/AVX-512 repacked kernels crash on some VMs)")
     ap.add_argument("--no-llama", action="store_true")
     args = ap.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
@@ -174,7 +176,8 @@ def main():
         try:
             results["llama-server"] = bench_engine("llama-server", [
                 args.llama_server, "-m", args.model, "--host", "127.0.0.1", "--port", str(port), "-np", str(n_par),
-                "-c", str(args.ctx * n_par), "-t", str(args.threads), "-tb", str(args.threads)], port, args, log_dir)
+                "-c", str(args.ctx * n_par), "-t", str(args.threads), "-tb", str(args.threads)]
+                + (["--no-repack"] if args.no_repack else []), port, args, log_dir)
         except RuntimeError as e:
             print(f"  llama-server: {e}")
     elif not args.no_llama:
