@@ -17,6 +17,10 @@
 //!   as `Scalar`.
 //! * `Avx512`: one 16-lane accumulator over chunks of 16, its upper 256 bits
 //!   added onto the lower, then as `Avx2` (horizontal sum, tail of `cols % 16`).
+//! * `Neon` (aarch64): `Avx2`'s order exactly, so the same bits as `Avx2`:
+//!   the 8-lane accumulator held as two 4-lane halves, each `vfmaq_f32`'d
+//!   (one rounding, as `_mm256_fmadd_ps`), the halves added lane by lane
+//!   (`Avx2`'s 128-bit halves), then as `Avx2`.
 //!
 //! The tile kernels keep one accumulator per output, so a tile of 4 rows × 6
 //! tokens and a tile of 1 row × 1 token give each output the same bits. The
@@ -62,6 +66,8 @@ fn tile_tokens(isa: Isa) -> usize {
         Isa::Avx2 => crate::simd::x86::gemm::NR_256,
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => crate::simd::x86::gemm::NR_512,
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => crate::simd::neon::gemm::NR,
         _ => 4,
     }
 }
@@ -107,6 +113,13 @@ fn tile(isa: Isa, w: &[f32], nr: usize, x: &[f32], nt: usize, cols: usize, out: 
         // SAFETY: the caller checked the CPU features (`Isa::check`); sizes
         // and tile bounds are asserted above.
         unsafe { crate::simd::x86::gemm::tile(isa == Isa::Avx512, w, nr, x, nt, cols, out) };
+        return;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if isa == Isa::Neon {
+        // SAFETY: the caller checked the CPU features (`Isa::check`); sizes
+        // and tile bounds are asserted above.
+        unsafe { crate::simd::neon::gemm::tile(w, nr, x, nt, cols, out) };
         return;
     }
     for r in 0..nr {

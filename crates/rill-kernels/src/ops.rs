@@ -67,6 +67,11 @@ pub fn dot_f32_with(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
         // SAFETY: `isa.check()` confirmed AVX2+FMA+F16C; lengths are equal.
         return unsafe { crate::simd::x86::dot_f32(a, b) };
     }
+    #[cfg(target_arch = "aarch64")]
+    if isa == Isa::Neon {
+        // SAFETY: `isa.check()` confirmed NEON; lengths are equal.
+        return unsafe { crate::simd::neon::dot_f32(a, b) };
+    }
     dot_f32_scalar(a, b)
 }
 
@@ -102,7 +107,8 @@ pub fn sum(x: &[f32]) -> f32 {
 }
 
 /// `y += a · x`, with the fastest kernels this CPU supports (fused
-/// multiply-add on x86-64, so it may differ from the scalar path in the last bit).
+/// multiply-add on x86-64 and aarch64, so it may differ from the scalar path
+/// in the last bit).
 #[inline]
 pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
     axpy_with(Isa::best(), a, x, y)
@@ -116,6 +122,11 @@ pub fn axpy_with(isa: Isa, a: f32, x: &[f32], y: &mut [f32]) {
     if isa != Isa::Scalar {
         // SAFETY: `isa.check()` confirmed AVX2+FMA+F16C; lengths are equal.
         return unsafe { crate::simd::x86::axpy(a, x, y) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if isa == Isa::Neon {
+        // SAFETY: `isa.check()` confirmed NEON; lengths are equal.
+        return unsafe { crate::simd::neon::axpy(a, x, y) };
     }
     for (yi, &xi) in y.iter_mut().zip(x) {
         *yi += a * xi;

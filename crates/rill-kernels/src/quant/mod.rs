@@ -94,6 +94,13 @@ pub fn dequantize_with(isa: Isa, dtype: DType, src: &[u8], dst: &mut [f32]) {
             return;
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    if isa == Isa::Neon {
+        // SAFETY: `isa.check()` confirmed NEON; sizes are checked above.
+        if unsafe { crate::simd::neon::dequantize(dtype, src, dst) } {
+            return;
+        }
+    }
     dequantize_scalar(dtype, src, dst)
 }
 
@@ -152,6 +159,15 @@ pub fn dot_with(isa: Isa, dtype: DType, row: &[u8], x: &[f32]) -> f32 {
     if isa != Isa::Scalar {
         // SAFETY: `isa.check()` confirmed the CPU features; sizes are checked above.
         if let Some(v) = unsafe { crate::simd::x86::dot(isa == Isa::Avx512, dtype, row, x) } {
+            return v;
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    if isa == Isa::Neon {
+        // No fused NEON dots yet: the NEON decoders into a stack buffer and
+        // a NEON f32 dot, or the scalar dot for encodings they do not cover.
+        // SAFETY: `isa.check()` confirmed NEON; sizes are checked above.
+        if let Some(v) = unsafe { crate::simd::neon::dot(dtype, row, x) } {
             return v;
         }
     }

@@ -9,14 +9,18 @@
 //! path available on one machine against the scalar one.
 //!
 //! Layout: `x86` holds the x86-64 kernels (AVX2+FMA+F16C, plus AVX-512 for the
-//! hottest encodings), compiled only on x86-64. An aarch64 NEON path would be a
-//! sibling module (`neon`), a new [`Isa`] variant detected in [`detect`], and a
-//! match arm in each dispatching function (`quant::dot_with`, ...).
+//! hottest encodings), compiled only on x86-64; `neon` holds the aarch64 ones
+//! (exact decoders, the matmul microkernel in the AVX2 order, f32 dot / axpy),
+//! compiled only on aarch64, where [`Isa`] has its `Neon` variant. Each
+//! dispatching function (`quant::dot_with`, ...) has one arm per family.
 
 use std::sync::OnceLock;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon;
 
 /// A kernel implementation family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -28,6 +32,11 @@ pub enum Isa {
     /// x86-64 with AVX-512F/BW/VL on top of [`Isa::Avx2`]. Encodings without
     /// an AVX-512 kernel use the AVX2 one.
     Avx512,
+    /// aarch64 with NEON (Advanced SIMD). Matmul outputs are bit-identical
+    /// to [`Isa::Avx2`]'s (the same canonical order); encodings without a
+    /// NEON decoder use the scalar one.
+    #[cfg(target_arch = "aarch64")]
+    Neon,
 }
 
 impl Isa {
@@ -40,10 +49,16 @@ impl Isa {
 
     /// Every path this CPU can run, slowest (scalar) first.
     pub fn available() -> Vec<Isa> {
-        [Isa::Scalar, Isa::Avx2, Isa::Avx512]
-            .into_iter()
-            .filter(|i| i.is_available())
-            .collect()
+        [
+            Isa::Scalar,
+            Isa::Avx2,
+            Isa::Avx512,
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon,
+        ]
+        .into_iter()
+        .filter(|i| i.is_available())
+        .collect()
     }
 
     /// Whether this CPU can run the path.
@@ -52,6 +67,8 @@ impl Isa {
             Isa::Scalar => true,
             Isa::Avx2 => matches!(Isa::best(), Isa::Avx2 | Isa::Avx512),
             Isa::Avx512 => Isa::best() == Isa::Avx512,
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => Isa::best() == Isa::Neon,
         }
     }
 
@@ -60,6 +77,8 @@ impl Isa {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => "neon",
         }
     }
 
@@ -99,6 +118,10 @@ fn detect() -> Isa {
         if avx2 {
             return Isa::Avx2;
         }
+    }
+    #[cfg(target_arch = "aarch64")]
+    if std::arch::is_aarch64_feature_detected!("neon") {
+        return Isa::Neon;
     }
     Isa::Scalar
 }
