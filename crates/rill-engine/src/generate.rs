@@ -2,7 +2,7 @@
 
 use crate::output::TextOutput;
 use rill_kernels::Threads;
-use rill_model::{ForwardError, Logits, Model, SequenceState};
+use rill_model::{ForwardError, Logits, Model, SequenceState, StepLogits};
 use rill_sampler::Sampler;
 use rill_tokenizer::{Tokenizer, TokenizerError};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -131,11 +131,12 @@ pub fn generate(
     let eog = end_of_generation_ids(tok);
     let t0 = Instant::now();
     let chunk = params.prefill_chunk.max(1);
-    let mut logits = Vec::new();
+    // Kept from step to step: decoding allocates nothing for the logits.
+    let mut logits = StepLogits::new();
     for (i, part) in prompt.chunks(chunk).enumerate() {
         let last = (i + 1) * chunk >= prompt.len();
         let want = if last { Logits::Last } else { Logits::None };
-        logits = model.forward(threads, state, part, want)?;
+        model.forward_into(threads, state, part, want, &mut logits)?;
     }
     let prompt_ms = t0.elapsed().as_secs_f64() * 1e3;
 
@@ -158,7 +159,7 @@ pub fn generate(
             finish = FinishReason::Cancelled;
             break;
         }
-        let next = sampler.sample(&logits, &history);
+        let next = sampler.sample(logits.get(0), &history);
         if !params.ignore_eos && eog.contains(&next) {
             finish = FinishReason::Stop;
             break;
@@ -175,7 +176,7 @@ pub fn generate(
         if tokens.len() == params.max_tokens || state.position() >= state.capacity() {
             break;
         }
-        logits = model.forward(threads, state, &[next], Logits::Last)?;
+        model.forward_into(threads, state, &[next], Logits::Last, &mut logits)?;
         in_state += 1;
     }
     if !hit_stop {

@@ -18,7 +18,7 @@ use crate::output::TextOutput;
 use crate::prefix_cache::PrefixCache;
 use crate::request::{Done, Event, Request, SubmitError, TokenInfo};
 use rill_kernels::Threads;
-use rill_model::{BatchItem, Logits, Model, SequenceState};
+use rill_model::{BatchItem, Logits, Model, SequenceState, StepLogits};
 use rill_sampler::{log_softmax, Sampler};
 use rill_tokenizer::Tokenizer;
 use std::collections::VecDeque;
@@ -117,6 +117,7 @@ impl Engine {
             waiting_count: waiting.clone(),
             waiting: VecDeque::new(),
             running: Vec::new(),
+            logits: StepLogits::new(),
         };
         let handle = std::thread::Builder::new()
             .name("rill-engine".into())
@@ -238,6 +239,8 @@ struct Worker {
     waiting_count: Arc<std::sync::atomic::AtomicUsize>,
     waiting: VecDeque<Submitted>,
     running: Vec<Seq>,
+    /// The last step's logits, in a buffer kept from step to step.
+    logits: StepLogits,
 }
 
 impl Worker {
@@ -391,23 +394,22 @@ impl Worker {
                 }
             })
             .collect();
-        let result = self.model.forward_batch(&self.threads, &mut items);
+        let result = self
+            .model
+            .forward_batch_into(&self.threads, &mut items, &mut self.logits);
         drop(items);
-        let logits = match result {
-            Ok(l) => l,
-            Err(e) => {
-                // Never expected (inputs are validated at submission); fail
-                // the step's requests rather than the server.
-                for s in self.running.drain(..) {
-                    self.metrics.requests_running.fetch_sub(1, Relaxed);
-                    let _ = s
-                        .sub
-                        .events
-                        .send(Event::Error(format!("internal error: {e}")));
-                }
-                return;
+        if let Err(e) = result {
+            // Never expected (inputs are validated at submission); fail
+            // the step's requests rather than the server.
+            for s in self.running.drain(..) {
+                self.metrics.requests_running.fetch_sub(1, Relaxed);
+                let _ = s
+                    .sub
+                    .events
+                    .send(Event::Error(format!("internal error: {e}")));
             }
-        };
+            return;
+        }
         self.metrics.steps_total.fetch_add(1, Relaxed);
         let n_decode = spans.iter().filter(|s| s.is_none()).count();
         let secs = t0.elapsed().as_secs_f64();
@@ -418,7 +420,8 @@ impl Worker {
         }
 
         let mut finished = Vec::new();
-        for (i, (span, row)) in spans.iter().zip(logits).enumerate() {
+        for (i, span) in spans.iter().enumerate() {
+            let row = self.logits.get(i);
             let s = &mut self.running[i];
             if let Some(r) = span {
                 s.fed = r.end;
@@ -438,7 +441,7 @@ impl Worker {
                     continue;
                 }
             }
-            if let Some(done) = sample_one(s, &row, &self.eog, &self.tok, &self.metrics) {
+            if let Some(done) = sample_one(s, row, &self.eog, &self.tok, &self.metrics) {
                 finished.push((i, done));
             }
         }

@@ -47,7 +47,16 @@ impl HeadInputs<'_> {
 /// Token-by-token form. `state` is `[d_k × d_v]`, `out` is `[n × d_v]`.
 pub fn delta_rule_recurrent(x: &HeadInputs, state: &mut [f32], out: &mut [f32]) {
     let (dk, dv) = (x.d_k, x.d_v);
-    let mut u = vec![0f32; dv];
+    // u on the stack for the usual head sizes: decode runs this once per
+    // head per token and should not allocate.
+    let mut on_stack = [0f32; 256];
+    let mut on_heap = Vec::new();
+    let u: &mut [f32] = if dv <= on_stack.len() {
+        &mut on_stack[..dv]
+    } else {
+        on_heap.resize(dv, 0.0);
+        &mut on_heap
+    };
     for t in 0..x.n() {
         let q = &x.q[t * dk..(t + 1) * dk];
         let k = &x.k[t * dk..(t + 1) * dk];
@@ -67,7 +76,7 @@ pub fn delta_rule_recurrent(x: &HeadInputs, state: &mut [f32], out: &mut [f32]) 
         o.fill(0.0);
         for (i, row) in state.chunks_exact_mut(dv).enumerate() {
             let (ki, qi) = (k[i], q[i]);
-            for ((s, &uj), oj) in row.iter_mut().zip(&u).zip(o.iter_mut()) {
+            for ((s, &uj), oj) in row.iter_mut().zip(u.iter()).zip(o.iter_mut()) {
                 *s += ki * uj;
                 *oj += *s * qi;
             }

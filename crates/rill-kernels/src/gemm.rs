@@ -130,33 +130,24 @@ fn tile(isa: Isa, w: &[f32], nr: usize, x: &[f32], nt: usize, cols: usize, out: 
     }
 }
 
-/// Scratch of one task: decoded weight rows.
-pub(crate) struct Scratch {
-    rows: Vec<f32>,
+/// Scratch of one task: decoded weight rows, in a part of a buffer that the
+/// caller of [`matmul`](crate::matmul) keeps between calls, one part per pool
+/// thread (a worker's own buffer would grow whenever it first happens to
+/// pick up a wider product).
+pub(crate) struct Scratch<'a> {
+    rows: &'a mut [f32],
 }
 
-thread_local! {
-    /// Each thread's scratch, kept between calls (a forward step makes
-    /// hundreds of products).
-    static SCRATCH: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
-impl Scratch {
-    /// This thread's scratch, big enough for rows of `max_cols` values.
-    pub(crate) fn take(max_cols: usize) -> Scratch {
-        let mut rows = SCRATCH.with(|s| s.take());
-        let need = MAX_BLOCK_ROWS.max(8) * max_cols + 16; // + 16: alignment
-        if rows.len() < need {
-            rows = vec![0f32; need];
-        }
-        Scratch { rows }
+impl<'a> Scratch<'a> {
+    /// Floats of scratch for rows of `max_cols` values: a multiple of 16 (64
+    /// bytes), so parts laid end to end do not share cache lines.
+    pub(crate) fn len(max_cols: usize) -> usize {
+        (MAX_BLOCK_ROWS.max(8) * max_cols + 16).next_multiple_of(16) // + 16: alignment
     }
-}
 
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let rows = std::mem::take(&mut self.rows);
-        SCRATCH.with(|s| s.set(rows));
+    /// `rows` must hold at least [`Scratch::len`] of the widest product.
+    pub(crate) fn new(rows: &'a mut [f32]) -> Scratch<'a> {
+        Scratch { rows }
     }
 }
 
@@ -175,7 +166,7 @@ pub(crate) unsafe fn rows(
     r0: usize,
     r1: usize,
     out: SharedMut<f32>,
-    scratch: &mut Scratch,
+    scratch: &mut Scratch<'_>,
 ) {
     let cols = w.cols;
     if fused_rows(isa, w, x, n, r0, r1, out) {

@@ -93,9 +93,19 @@ pub fn matmul_many(threads: &Threads, jobs: &mut [MatJob]) {
 }
 
 /// [`matmul_many`] on an explicit kernel path. Panics if the CPU cannot run `isa`.
+///
+/// Makes no heap allocation once the calling thread's staging buffers have
+/// grown to the sizes of its products (a decode step repeats the same ones).
 pub fn matmul_many_with(isa: Isa, threads: &Threads, jobs: &mut [MatJob]) {
     isa.check();
-    let mut starts = Vec::with_capacity(jobs.len() + 1);
+    let mut staging = Staging::take();
+    let Staging {
+        starts,
+        outs,
+        x,
+        scratch,
+    } = &mut *staging;
+    starts.clear();
     let mut total = 0;
     let mut max_cols = 1;
     for j in jobs.iter() {
@@ -106,14 +116,27 @@ pub fn matmul_many_with(isa: Isa, threads: &Threads, jobs: &mut [MatJob]) {
         max_cols = max_cols.max(j.w.cols);
     }
     starts.push(total);
-    let outs: Vec<SharedMut<f32>> = jobs.iter_mut().map(|j| SharedMut::new(j.out)).collect();
-    let mut staging = AlignedX::take();
-    let xs = staging.align(jobs);
+    outs.clear();
+    outs.extend(jobs.iter_mut().map(|j| SharedMut::new(j.out)));
+    x.align(jobs);
+    // Decoded weight rows: one part per pool thread, all in one buffer of
+    // the calling thread (see `Threads::for_ranges_on`). Only ever grown;
+    // every task decodes rows into it before reading them.
+    let part = gemm::Scratch::len(max_cols);
+    if scratch.len() < part * threads.count() {
+        scratch.resize(part * threads.count(), 0.0);
+    }
+    let parts = SharedMut::new(scratch);
+    let (starts, outs, x) = (&*starts, &*outs, &*x);
     let jobs = &*jobs;
     // Enough rows per task that scheduling overhead stays small.
     let min_rows = (16384 / max_cols).max(1);
-    threads.for_ranges(total, min_rows, |g0, g1| {
-        let mut scratch = gemm::Scratch::take(max_cols);
+    threads.for_ranges_on(total, min_rows, |slot, g0, g1| {
+        // SAFETY: part `slot` of the buffer (sized for `count()` parts
+        // above) is used by one task at a time.
+        let mut scratch = gemm::Scratch::new(unsafe {
+            std::slice::from_raw_parts_mut(parts.at(slot * part), part)
+        });
         // The first job overlapping this task's rows.
         let mut k = starts.partition_point(|&s| s <= g0) - 1;
         let mut g = g0;
@@ -129,7 +152,7 @@ pub fn matmul_many_with(isa: Isa, threads: &Threads, jobs: &mut [MatJob]) {
                 gemm::rows(
                     isa,
                     j.w,
-                    xs[k],
+                    x.of(jobs, k),
                     j.n,
                     g - starts[k],
                     r_end,
@@ -142,66 +165,118 @@ pub fn matmul_many_with(isa: Isa, threads: &Threads, jobs: &mut [MatJob]) {
     });
 }
 
+/// What [`matmul_many_with`] needs besides its inputs, kept per calling
+/// thread between calls so that a call allocates only when it needs more
+/// room than any before it (a forward step makes hundreds of products).
+#[derive(Default)]
+struct Staging {
+    /// First global row of each job, then the total.
+    starts: Vec<usize>,
+    /// Each job's output.
+    outs: Vec<SharedMut<f32>>,
+    x: AlignedX,
+    /// Decoded-row scratch of every pool thread.
+    scratch: Vec<f32>,
+}
+
+thread_local! {
+    static STAGING: std::cell::Cell<Staging> = std::cell::Cell::new(Staging::default());
+}
+
+impl Staging {
+    fn take() -> StagingGuard {
+        StagingGuard(STAGING.with(|s| s.take()))
+    }
+}
+
+/// The calling thread's [`Staging`], given back when dropped. (A product
+/// started inside another one's task finds it taken and uses a fresh one.)
+struct StagingGuard(Staging);
+
+impl std::ops::Deref for StagingGuard {
+    type Target = Staging;
+    fn deref(&self) -> &Staging {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for StagingGuard {
+    fn deref_mut(&mut self) -> &mut Staging {
+        &mut self.0
+    }
+}
+
+impl Drop for StagingGuard {
+    fn drop(&mut self) {
+        let staging = std::mem::take(&mut self.0);
+        // `try_with`: nothing to keep once the thread is being torn down.
+        let _ = STAGING.try_with(|s| s.set(staging));
+    }
+}
+
 /// Activations on 64-byte boundaries for the kernels: a 16-lane load of
 /// an f32 vector that starts mid cache line reads two lines, and the
 /// microkernels run ~15-20% slower on such rows (malloc gives 16-byte
 /// alignment). Misaligned inputs are copied into a per-thread buffer kept
 /// between calls (a forward step makes hundreds of products; copying is
 /// a few µs against the product's milliseconds).
+#[derive(Default)]
 struct AlignedX {
     buf: Vec<f32>,
-}
-
-thread_local! {
-    static STAGING: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+    /// Where `buf` reaches a 64-byte boundary.
+    base: usize,
+    /// Per job: the offset of its copy past `base`, or `None` when its
+    /// activations are used in place.
+    at: Vec<Option<usize>>,
+    /// The distinct inputs copied: (first job with it, its offset). Jobs are
+    /// kept by index, not by reference, so the list outlives the call.
+    placed: Vec<(usize, usize)>,
 }
 
 impl AlignedX {
-    fn take() -> AlignedX {
-        AlignedX {
-            buf: STAGING.with(|s| s.take()),
-        }
-    }
-
-    /// Each job's activations, aligned: in place when they already are (or
-    /// are too short to matter), else a copy (one per distinct input: the
-    /// q, k and v projections of a layer share theirs).
-    fn align<'a>(&'a mut self, jobs: &[MatJob<'a>]) -> Vec<&'a [f32]> {
+    /// Place each job's activations: in place when they already are aligned
+    /// (or are too short to matter), else a copy (one per distinct input:
+    /// the q, k and v projections of a layer share theirs).
+    fn align(&mut self, jobs: &[MatJob]) {
         let misaligned = |x: &[f32]| x.len() >= 16 && !(x.as_ptr() as usize).is_multiple_of(64);
         let same = |a: &[f32], b: &[f32]| a.as_ptr() == b.as_ptr() && a.len() == b.len();
-        // (input, its offset in the buffer past the alignment padding)
-        let mut placed: Vec<(&'a [f32], usize)> = Vec::new();
+        self.at.clear();
+        self.placed.clear();
         let mut need = 0;
-        for j in jobs {
-            if misaligned(j.x) && !placed.iter().any(|p| same(p.0, j.x)) {
-                placed.push((j.x, need));
-                need += j.x.len().next_multiple_of(16);
-            }
+        for (k, j) in jobs.iter().enumerate() {
+            let at = misaligned(j.x).then(|| {
+                match self.placed.iter().find(|&&(i, _)| same(jobs[i].x, j.x)) {
+                    Some(&(_, at)) => at,
+                    None => {
+                        let at = need;
+                        self.placed.push((k, at));
+                        need += j.x.len().next_multiple_of(16);
+                        at
+                    }
+                }
+            });
+            self.at.push(at);
         }
-        if placed.is_empty() {
-            return jobs.iter().map(|j| j.x).collect();
+        if self.placed.is_empty() {
+            return;
         }
         if self.buf.len() < need + 16 {
             self.buf = vec![0f32; need + 16];
         }
-        let base = self.buf.as_ptr().align_offset(64).min(16);
-        for &(x, at) in &placed {
-            self.buf[base + at..base + at + x.len()].copy_from_slice(x);
+        self.base = self.buf.as_ptr().align_offset(64).min(16);
+        for &(i, at) in &self.placed {
+            let x = jobs[i].x;
+            self.buf[self.base + at..self.base + at + x.len()].copy_from_slice(x);
         }
-        let buf = &self.buf;
-        jobs.iter()
-            .map(|j| match placed.iter().find(|p| same(p.0, j.x)) {
-                Some(&(x, at)) => &buf[base + at..base + at + x.len()],
-                None => j.x,
-            })
-            .collect()
     }
-}
 
-impl Drop for AlignedX {
-    fn drop(&mut self) {
-        let buf = std::mem::take(&mut self.buf);
-        STAGING.with(|s| s.set(buf));
+    /// Job `k`'s activations as placed by the last [`align`](Self::align).
+    fn of<'a>(&'a self, jobs: &'a [MatJob], k: usize) -> &'a [f32] {
+        let x = jobs[k].x;
+        match self.at[k] {
+            Some(at) => &self.buf[self.base + at..self.base + at + x.len()],
+            None => x,
+        }
     }
 }
 

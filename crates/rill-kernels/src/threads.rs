@@ -29,7 +29,8 @@ pub struct Threads {
 /// The region being run: its closure (type-erased) and chunk bookkeeping.
 /// Lives on the caller's stack for the duration of `for_ranges`.
 struct Job {
-    call: unsafe fn(*const (), usize, usize),
+    /// `(closure, slot, start, end)`
+    call: unsafe fn(*const (), usize, usize, usize),
     data: *const (),
     n: usize,
     chunk: usize,
@@ -53,8 +54,8 @@ thread_local! {
 }
 
 impl Job {
-    /// Claim and run chunks until none are left.
-    fn run(&self) {
+    /// Claim and run chunks until none are left, as pool thread `slot`.
+    fn run(&self, slot: usize) {
         loop {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             let start = i * self.chunk;
@@ -64,15 +65,20 @@ impl Job {
             let end = (start + self.chunk).min(self.n);
             // SAFETY: `data` points at the closure `call` was made for, alive
             // until every worker has acknowledged this job.
-            unsafe { (self.call)(self.data, start, end) };
+            unsafe { (self.call)(self.data, slot, start, end) };
         }
     }
 }
 
-unsafe fn call_closure<F: Fn(usize, usize) + Sync>(data: *const (), a: usize, b: usize) {
-    // SAFETY: `data` was made from `&F` in `for_ranges`.
+unsafe fn call_closure<F: Fn(usize, usize, usize) + Sync>(
+    data: *const (),
+    slot: usize,
+    a: usize,
+    b: usize,
+) {
+    // SAFETY: `data` was made from `&F` in `for_ranges_on`.
     let f = unsafe { &*(data as *const F) };
-    f(a, b)
+    f(slot, a, b)
 }
 
 fn worker(shared: Arc<Shared>, me: usize) {
@@ -116,7 +122,7 @@ fn worker(shared: Arc<Shared>, me: usize) {
         // keeps it alive until this worker stores `done = epoch`.
         let job = unsafe { &*shared.job.load(Ordering::Acquire) };
         IN_REGION.with(|r| r.set(true));
-        job.run();
+        job.run(me + 1);
         IN_REGION.with(|r| r.set(false));
         shared.done[me].store(epoch, Ordering::Release);
         seen = epoch;
@@ -166,6 +172,20 @@ impl Threads {
     where
         F: Fn(usize, usize) + Sync,
     {
+        self.for_ranges_on(n, min_chunk, |_, a, b| f(a, b));
+    }
+
+    /// [`for_ranges`](Self::for_ranges) that also tells `f` which of the
+    /// pool's threads runs the range: `f(slot, start, end)`, `slot <
+    /// count()`, and two ranges of one call with the same slot never run at
+    /// the same time. The caller can so give each thread its own part of one
+    /// scratch buffer that it owns and sizes itself; a buffer per worker
+    /// thread would instead grow (allocate) whenever a worker first happens
+    /// to pick up a bigger task, which depends on timing.
+    pub fn for_ranges_on<F>(&self, n: usize, min_chunk: usize, f: F)
+    where
+        F: Fn(usize, usize, usize) + Sync,
+    {
         if n == 0 {
             return;
         }
@@ -173,11 +193,11 @@ impl Threads {
         let chunk = n.div_ceil(self.n * 4).max(min_chunk.max(1));
         let nested = IN_REGION.with(|r| r.get());
         if chunk >= n || self.n == 1 || nested {
-            f(0, n);
+            f(0, 0, n);
             return;
         }
         let Ok(_guard) = self.busy.try_lock() else {
-            f(0, n);
+            f(0, 0, n);
             return;
         };
         let job = Job {
@@ -195,7 +215,7 @@ impl Threads {
             sh.wake.notify_all();
         }
         IN_REGION.with(|r| r.set(true));
-        job.run();
+        job.run(0);
         IN_REGION.with(|r| r.set(false));
         for d in &sh.done {
             let mut spins = 0u32;
@@ -283,6 +303,26 @@ mod tests {
         for h in handles {
             assert_eq!(h.join().unwrap(), 20_000);
         }
+    }
+
+    #[test]
+    fn a_slot_runs_one_range_at_a_time() {
+        let t = Threads::new(3);
+        let busy: Vec<AtomicBool> = (0..3).map(|_| AtomicBool::new(false)).collect();
+        let covered = AtomicUsize::new(0);
+        for _ in 0..50 {
+            t.for_ranges_on(300, 1, |slot, a, b| {
+                assert!(slot < t.count());
+                assert!(
+                    !busy[slot].swap(true, Ordering::AcqRel),
+                    "slot {slot} shared"
+                );
+                covered.fetch_add(b - a, Ordering::Relaxed);
+                std::hint::black_box((a..b).sum::<usize>());
+                busy[slot].store(false, Ordering::Release);
+            });
+        }
+        assert_eq!(covered.load(Ordering::Relaxed), 50 * 300);
     }
 
     #[test]

@@ -11,9 +11,12 @@ use crate::error::ForwardError;
 use crate::layers::attention::{self, AttnSeq};
 use crate::layers::gdn::{self, GdnSeq};
 use crate::model::{Mixer, Model};
+use crate::scratch::{Buf, Reused};
 use crate::state::{LayerState, SequenceState};
 use rill_kernels::ops::rms_norm;
 use rill_kernels::{matmul, Threads};
+use std::cell::Cell;
+use std::ops::Range;
 
 /// Which positions' logits a forward call returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,6 +36,48 @@ pub struct BatchItem<'a> {
     pub logits: Logits,
 }
 
+/// The logits of a step, in one buffer that a caller keeps and passes to
+/// every [`Model::forward_batch_into`]: it grows to the largest step and is
+/// then reused, so decoding allocates nothing for them.
+#[derive(Clone, Debug, Default)]
+pub struct StepLogits {
+    /// The rows of every item, item after item: `[rows × n_vocab]`.
+    data: Vec<f32>,
+    /// Each item's part of `data`.
+    spans: Vec<Range<usize>>,
+}
+
+impl StepLogits {
+    pub fn new() -> StepLogits {
+        StepLogits::default()
+    }
+
+    /// Item `i`'s logits, as its [`Logits`] asked: `[n_tokens × n_vocab]`
+    /// (`All`), `[n_vocab]` (`Last`) or nothing (`None`).
+    pub fn get(&self, i: usize) -> &[f32] {
+        &self.data[self.spans[i].clone()]
+    }
+
+    /// Items of the last step.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// Every item's logits, in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[f32]> + '_ {
+        self.spans.iter().map(|s| &self.data[s.clone()])
+    }
+}
+
+thread_local! {
+    static SPANS: Cell<Vec<Range<usize>>> = const { Cell::new(Vec::new()) };
+    static ROWS: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
+}
+
 impl Model {
     /// Run `tokens` through the model, continuing `state`, and return the
     /// logits asked for. The state advances by `tokens.len()` positions.
@@ -43,15 +88,26 @@ impl Model {
         tokens: &[u32],
         want: Logits,
     ) -> Result<Vec<f32>, ForwardError> {
+        let mut out = StepLogits::new();
+        self.forward_into(threads, state, tokens, want, &mut out)?;
+        Ok(out.data)
+    }
+
+    /// [`forward`](Self::forward) into a kept [`StepLogits`] (its item 0).
+    pub fn forward_into(
+        &self,
+        threads: &Threads,
+        state: &mut SequenceState,
+        tokens: &[u32],
+        want: Logits,
+        out: &mut StepLogits,
+    ) -> Result<(), ForwardError> {
         let mut items = [BatchItem {
             state,
             tokens,
             logits: want,
         }];
-        Ok(self
-            .forward_batch(threads, &mut items)?
-            .pop()
-            .unwrap_or_default())
+        self.forward_batch_into(threads, &mut items, out)
     }
 
     fn check(&self, item: &BatchItem) -> Result<(), ForwardError> {
@@ -83,25 +139,41 @@ impl Model {
         threads: &Threads,
         items: &mut [BatchItem],
     ) -> Result<Vec<Vec<f32>>, ForwardError> {
+        let mut out = StepLogits::new();
+        self.forward_batch_into(threads, items, &mut out)?;
+        Ok(out.iter().map(<[f32]>::to_vec).collect())
+    }
+
+    /// [`forward_batch`](Self::forward_batch) into a kept [`StepLogits`]:
+    /// the serving loop's form. Once a step of the same shape has run (one
+    /// decode token per sequence), a step makes no heap allocation: its
+    /// temporaries come from per-thread buffers (`crate::scratch`) and the
+    /// KV caches are reserved for the sequences' capacities.
+    pub fn forward_batch_into(
+        &self,
+        threads: &Threads,
+        items: &mut [BatchItem],
+        out: &mut StepLogits,
+    ) -> Result<(), ForwardError> {
         for item in items.iter() {
             self.check(item)?;
         }
         let c = &self.config;
         let h = c.n_embd;
         // Row ranges of each item in the step's activation matrix.
-        let mut spans = Vec::with_capacity(items.len());
+        let mut spans = Reused::take(&SPANS);
         let mut n = 0;
         for item in items.iter() {
             spans.push(n..n + item.tokens.len());
             n += item.tokens.len();
         }
-        let mut x = vec![0f32; n * h];
+        let mut x = Buf::zeroed(n * h);
         let embd = self.token_embd.view();
         for (t, &id) in items.iter().flat_map(|i| i.tokens).enumerate() {
             embd.dequantize_row(id as usize, &mut x[t * h..(t + 1) * h]);
         }
 
-        let mut xn = vec![0f32; n * h];
+        let mut xn = Buf::zeroed(n * h);
         for (il, layer) in self.layers.iter().enumerate() {
             for t in 0..n {
                 rms_norm(
@@ -111,45 +183,43 @@ impl Model {
                     &mut xn[t * h..(t + 1) * h],
                 );
             }
+            // Each sequence's rows and its state of this layer (no list is
+            // built: the mixers take them as they go).
             let mixed = match &layer.mixer {
                 Mixer::Attention(w) => {
-                    let mut seqs: Vec<AttnSeq> = items
-                        .iter_mut()
-                        .zip(&spans)
-                        .map(|(item, span)| {
-                            let pos = item.state.pos;
+                    let seqs = items.iter_mut().zip(spans.iter()).map(|(item, span)| {
+                        let (pos, capacity) = (item.state.pos, item.state.capacity);
+                        match &mut item.state.layers[il] {
+                            LayerState::Attention { k, v } => AttnSeq {
+                                rows: span.clone(),
+                                pos,
+                                capacity,
+                                k_cache: k,
+                                v_cache: v,
+                            },
+                            _ => unreachable!("state layout is built from the same layer kinds"),
+                        }
+                    });
+                    attention::forward(w, c, &self.rope_inv_freq, threads, &xn, n, seqs)
+                }
+                Mixer::Recurrent(w) => {
+                    let seqs =
+                        items.iter_mut().zip(spans.iter()).map(|(item, span)| {
                             match &mut item.state.layers[il] {
-                                LayerState::Attention { k, v } => AttnSeq {
+                                LayerState::Recurrent { conv, ssm } => GdnSeq {
                                     rows: span.clone(),
-                                    pos,
-                                    k_cache: k,
-                                    v_cache: v,
+                                    conv,
+                                    ssm,
                                 },
                                 _ => {
                                     unreachable!("state layout is built from the same layer kinds")
                                 }
                             }
-                        })
-                        .collect();
-                    attention::forward(w, c, &self.rope_inv_freq, threads, &xn, n, &mut seqs)
-                }
-                Mixer::Recurrent(w) => {
-                    let mut seqs: Vec<GdnSeq> = items
-                        .iter_mut()
-                        .zip(&spans)
-                        .map(|(item, span)| match &mut item.state.layers[il] {
-                            LayerState::Recurrent { conv, ssm } => GdnSeq {
-                                rows: span.clone(),
-                                conv,
-                                ssm,
-                            },
-                            _ => unreachable!("state layout is built from the same layer kinds"),
-                        })
-                        .collect();
-                    gdn::forward(w, c, threads, &xn, n, &mut seqs)
+                        });
+                    gdn::forward(w, c, threads, &xn, n, seqs)
                 }
             };
-            for (xi, mi) in x.iter_mut().zip(&mixed) {
+            for (xi, mi) in x.iter_mut().zip(mixed.iter()) {
                 *xi += mi;
             }
             for t in 0..n {
@@ -161,7 +231,7 @@ impl Model {
                 );
             }
             let f = layer.ffn.forward(c, threads, &xn, n);
-            for (xi, fi) in x.iter_mut().zip(&f) {
+            for (xi, fi) in x.iter_mut().zip(f.iter()) {
                 *xi += fi;
             }
         }
@@ -169,19 +239,24 @@ impl Model {
             item.state.pos += item.tokens.len();
         }
 
-        // The output head, on the rows someone asked for, all at once.
-        let mut rows = Vec::new();
-        for (item, span) in items.iter().zip(&spans) {
+        // The output head, on the rows someone asked for, all at once,
+        // straight into the caller's buffer.
+        let v = c.n_vocab;
+        let mut rows = Reused::take(&ROWS);
+        out.spans.clear();
+        for (item, span) in items.iter().zip(spans.iter()) {
+            let first = rows.len();
             match item.logits {
                 Logits::All => rows.extend(span.clone()),
                 Logits::Last => rows.push(span.end - 1),
                 Logits::None => {}
             }
+            out.spans.push(first * v..rows.len() * v);
         }
-        let v = c.n_vocab;
-        let mut logits = vec![0f32; rows.len() * v];
+        out.data.clear();
+        out.data.resize(rows.len() * v, 0.0);
         if !rows.is_empty() {
-            let mut normed = vec![0f32; rows.len() * h];
+            let mut normed = Buf::zeroed(rows.len() * h);
             for (i, &t) in rows.iter().enumerate() {
                 rms_norm(
                     &x[t * h..(t + 1) * h],
@@ -195,20 +270,9 @@ impl Model {
                 self.output_matrix().view(),
                 &normed,
                 rows.len(),
-                &mut logits,
+                &mut out.data,
             );
         }
-        let mut out = Vec::with_capacity(items.len());
-        let mut at = 0;
-        for (item, span) in items.iter().zip(&spans) {
-            let k = match item.logits {
-                Logits::All => span.len(),
-                Logits::Last => 1,
-                Logits::None => 0,
-            };
-            out.push(logits[at * v..(at + k) * v].to_vec());
-            at += k;
-        }
-        Ok(out)
+        Ok(())
     }
 }

@@ -11,11 +11,12 @@ mod error;
 mod forward;
 mod layers;
 mod model;
+mod scratch;
 mod state;
 mod weights;
 
 pub use config::{Arch, LayerKind, ModelConfig};
 pub use error::{ForwardError, ModelError};
-pub use forward::{BatchItem, Logits};
+pub use forward::{BatchItem, Logits, StepLogits};
 pub use model::Model;
 pub use state::SequenceState;

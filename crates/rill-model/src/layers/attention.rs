@@ -3,6 +3,7 @@
 
 use crate::config::ModelConfig;
 use crate::error::ModelError;
+use crate::scratch::Buf;
 use crate::weights::{Binder, Matrix};
 use rill_kernels::ops::{dot_f32, rms_norm_inplace, sigmoid, softmax_inplace};
 use rill_kernels::threads::SharedMut;
@@ -50,6 +51,8 @@ pub(crate) struct AttnSeq<'a> {
     pub rows: std::ops::Range<usize>,
     /// Position of the first row.
     pub pos: usize,
+    /// Positions the sequence can hold.
+    pub capacity: usize,
     pub k_cache: &'a mut Vec<f32>,
     pub v_cache: &'a mut Vec<f32>,
 }
@@ -57,19 +60,19 @@ pub(crate) struct AttnSeq<'a> {
 /// Attention for a step of `n` rows (`x` normed) spread over `seqs`: the
 /// projections run once over all rows, the attention itself per sequence
 /// over its own KV cache (to which the new keys and values are appended).
-pub(crate) fn forward(
+pub(crate) fn forward<'s>(
     w: &AttentionWeights,
     c: &ModelConfig,
     inv_freq: &[f32],
     threads: &Threads,
     x: &[f32],
     n: usize,
-    seqs: &mut [AttnSeq],
-) -> Vec<f32> {
+    seqs: impl IntoIterator<Item = AttnSeq<'s>>,
+) -> Buf {
     let (nh, nkv, hd) = (c.n_head, c.n_head_kv, c.head_dim);
-    let mut qg = vec![0f32; n * 2 * nh * hd];
-    let mut k = vec![0f32; n * nkv * hd];
-    let mut v = vec![0f32; n * nkv * hd];
+    let mut qg = Buf::zeroed(n * 2 * nh * hd);
+    let mut k = Buf::zeroed(n * nkv * hd);
+    let mut v = Buf::zeroed(n * nkv * hd);
     matmul_many(
         threads,
         &mut [
@@ -94,10 +97,11 @@ pub(crate) fn forward(
         ],
     );
 
-    // Split Q from its gate, norm and rotate Q and K at each row's position.
-    let mut q = vec![0f32; n * nh * hd];
-    let mut gate = vec![0f32; n * nh * hd];
-    for s in seqs.iter() {
+    let mut q = Buf::zeroed(n * nh * hd);
+    let mut gate = Buf::zeroed(n * nh * hd);
+    let mut attn = Buf::zeroed(n * nh * hd);
+    for s in seqs {
+        // Split Q from its gate, norm and rotate Q and K at each row's position.
         for t in s.rows.clone() {
             let pos = s.pos + (t - s.rows.start);
             for hh in 0..nh {
@@ -114,30 +118,40 @@ pub(crate) fn forward(
                 rope_neox(kh, pos, inv_freq);
             }
         }
-    }
-
-    let mut attn = vec![0f32; n * nh * hd];
-    for s in seqs.iter_mut() {
         let (a, b) = (s.rows.start, s.rows.end);
-        s.k_cache.extend_from_slice(&k[a * nkv * hd..b * nkv * hd]);
-        s.v_cache.extend_from_slice(&v[a * nkv * hd..b * nkv * hd]);
+        let full = s.capacity * nkv * hd;
+        append(s.k_cache, &k[a * nkv * hd..b * nkv * hd], full);
+        append(s.v_cache, &v[a * nkv * hd..b * nkv * hd], full);
         attend(
             c,
             threads,
             &q[a * nh * hd..b * nh * hd],
             b - a,
             s.pos,
+            s.capacity,
             s.k_cache,
             s.v_cache,
             &mut attn[a * nh * hd..b * nh * hd],
         );
     }
-    for (o, &g) in attn.iter_mut().zip(&gate) {
+    for (o, &g) in attn.iter_mut().zip(gate.iter()) {
         *o *= sigmoid(g);
     }
-    let mut out = vec![0f32; n * c.n_embd];
+    let mut out = Buf::zeroed(n * c.n_embd);
     matmul(threads, w.o.view(), &attn, n, &mut out);
     out
+}
+
+/// Append `new` to a KV cache. When the cache has to grow, it grows at once
+/// to `full` values (every position the sequence can hold), so that decode
+/// steps never reallocate it. The allocator maps a block that large lazily:
+/// its pages take memory only once written.
+fn append(cache: &mut Vec<f32>, new: &[f32], full: usize) {
+    let need = cache.len() + new.len();
+    if cache.capacity() < need {
+        cache.reserve_exact(full.max(need) - cache.len());
+    }
+    cache.extend_from_slice(new);
 }
 
 /// Causal GQA softmax attention of `m` query rows at positions `pos0..`
@@ -149,6 +163,7 @@ fn attend(
     q: &[f32],
     m: usize,
     pos0: usize,
+    capacity: usize,
     k_cache: &[f32],
     v_cache: &[f32],
     attn: &mut [f32],
@@ -156,20 +171,26 @@ fn attend(
     let (nh, nkv, hd) = (c.n_head, c.n_head_kv, c.head_dim);
     let scale = 1.0 / (hd as f32).sqrt();
     let group = nh / nkv;
+    // Room for the longest row's scores, per pool thread, in one buffer of
+    // this thread. It is taken at the size of the sequence's whole capacity,
+    // so it does not grow (allocate) again as the context does.
+    let part = pos0 + m;
+    let mut scores = Buf::scratch(threads.count() * part, threads.count() * capacity);
+    let scores_ptr = SharedMut::new(&mut scores);
     let out_ptr = SharedMut::new(attn);
-    threads.for_ranges(m * nh, 1, |a, b| {
-        let mut scores = Vec::new();
+    threads.for_ranges_on(m * nh, 1, |slot, a, b| {
+        // SAFETY: part `slot` of the scores is used by one task at a time.
+        let room = unsafe { std::slice::from_raw_parts_mut(scores_ptr.at(slot * part), part) };
         for job in a..b {
             let (t, hh) = (job / nh, job % nh);
             let kvh = hh / group;
             let qh = &q[job * hd..(job + 1) * hd];
-            let len = pos0 + t + 1;
-            scores.clear();
-            for p in 0..len {
+            let scores = &mut room[..pos0 + t + 1];
+            for (p, s) in scores.iter_mut().enumerate() {
                 let kp = &k_cache[(p * nkv + kvh) * hd..(p * nkv + kvh + 1) * hd];
-                scores.push(dot_f32(qh, kp) * scale);
+                *s = dot_f32(qh, kp) * scale;
             }
-            softmax_inplace(&mut scores);
+            softmax_inplace(scores);
             // SAFETY: each job owns the disjoint output slice of (t, hh).
             let out = unsafe { std::slice::from_raw_parts_mut(out_ptr.at(job * hd), hd) };
             out.fill(0.0);

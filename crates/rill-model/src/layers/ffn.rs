@@ -3,9 +3,11 @@
 
 use crate::config::ModelConfig;
 use crate::error::ModelError;
+use crate::scratch::{Buf, JobList, Reused};
 use crate::weights::{Binder, Experts, Matrix};
 use rill_kernels::ops::{axpy, dot_f32, sigmoid, silu, softmax_inplace};
 use rill_kernels::{matmul, matmul_many, MatJob, MatRef, Threads};
+use std::cell::Cell;
 
 pub(crate) enum Ffn {
     Moe(Box<MoeWeights>),
@@ -72,7 +74,7 @@ impl DenseWeights {
     }
 
     /// SwiGLU for `n` tokens: `down(silu(gate x) ⊙ up x)`.
-    fn forward(&self, threads: &Threads, x: &[f32], n: usize) -> Vec<f32> {
+    fn forward(&self, threads: &Threads, x: &[f32], n: usize) -> Buf {
         swiglu(
             threads,
             self.gate.view(),
@@ -84,17 +86,10 @@ impl DenseWeights {
     }
 }
 
-fn swiglu(
-    threads: &Threads,
-    gate: MatRef,
-    up: MatRef,
-    down: MatRef,
-    x: &[f32],
-    n: usize,
-) -> Vec<f32> {
+fn swiglu(threads: &Threads, gate: MatRef, up: MatRef, down: MatRef, x: &[f32], n: usize) -> Buf {
     let ff = gate.rows;
-    let mut g = vec![0f32; n * ff];
-    let mut u = vec![0f32; n * ff];
+    let mut g = Buf::zeroed(n * ff);
+    let mut u = Buf::zeroed(n * ff);
     matmul_many(
         threads,
         &mut [
@@ -112,10 +107,10 @@ fn swiglu(
             },
         ],
     );
-    for (gi, &ui) in g.iter_mut().zip(&u) {
+    for (gi, &ui) in g.iter_mut().zip(u.iter()) {
         *gi = silu(*gi) * ui;
     }
-    let mut out = vec![0f32; n * down.rows];
+    let mut out = Buf::zeroed(n * down.rows);
     matmul(threads, down, &g, n, &mut out);
     out
 }
@@ -167,46 +162,35 @@ impl MoeWeights {
     /// are grouped by expert so each expert's weights are read once per
     /// batch; all gate/up products run in one parallel region, all down
     /// products in a second.
-    fn forward(&self, c: &ModelConfig, threads: &Threads, x: &[f32], n: usize) -> Vec<f32> {
+    fn forward(&self, c: &ModelConfig, threads: &Threads, x: &[f32], n: usize) -> Buf {
         let h = c.n_embd;
         let ff = self.n_ff;
         let routes = route(self, c, threads, x, n);
-        let active: Vec<usize> = (0..routes.len())
-            .filter(|&e| !routes[e].is_empty())
-            .collect();
-        // Gathered inputs per active expert.
-        let xs: Vec<Vec<f32>> = active
-            .iter()
-            .map(|&e| {
-                routes[e]
-                    .iter()
-                    .flat_map(|&(t, _)| &x[t * h..(t + 1) * h])
-                    .copied()
-                    .collect()
-            })
-            .collect();
+        // Every expert's tokens, expert after expert (as `routes.pairs`):
+        // their inputs gathered, then the gate, up and down outputs.
+        let m_all = routes.pairs.len();
+        let mut xs = Buf::zeroed(m_all * h);
+        for (xi, &(t, _)) in xs.chunks_exact_mut(h).zip(routes.pairs.iter()) {
+            xi.copy_from_slice(&x[t * h..(t + 1) * h]);
+        }
         let sh_ff = self.shared.as_ref().map_or(0, |s| s.mlp.gate.rows);
 
         // gate and up of every active expert (and the shared expert).
-        let mut gates: Vec<Vec<f32>> = active
-            .iter()
-            .map(|&e| vec![0f32; routes[e].len() * ff])
-            .collect();
-        let mut ups: Vec<Vec<f32>> = active
-            .iter()
-            .map(|&e| vec![0f32; routes[e].len() * ff])
-            .collect();
-        let (mut sh_g, mut sh_u) = (vec![0f32; n * sh_ff], vec![0f32; n * sh_ff]);
+        let mut gates = Buf::zeroed(m_all * ff);
+        let mut ups = Buf::zeroed(m_all * ff);
+        let (mut sh_g, mut sh_u) = (Buf::zeroed(n * sh_ff), Buf::zeroed(n * sh_ff));
         {
-            let mut jobs = Vec::with_capacity(2 * active.len() + 2);
-            for (((&e, xe), g), u) in active
-                .iter()
-                .zip(&xs)
-                .zip(gates.iter_mut())
-                .zip(ups.iter_mut())
-            {
+            let mut jobs = JobList::take();
+            let (mut xr, mut gr, mut ur) = (&xs[..], &mut gates[..], &mut ups[..]);
+            for e in routes.active() {
+                let m = routes.tokens(e).len();
+                let (xe, rest) = xr.split_at(m * h);
+                xr = rest;
+                let (g, rest) = std::mem::take(&mut gr).split_at_mut(m * ff);
+                gr = rest;
+                let (u, rest) = std::mem::take(&mut ur).split_at_mut(m * ff);
+                ur = rest;
                 let (wg, wu) = self.gate_up(e);
-                let m = routes[e].len();
                 jobs.push(MatJob {
                     w: wg,
                     x: xe,
@@ -236,28 +220,27 @@ impl MoeWeights {
             }
             matmul_many(threads, &mut jobs);
         }
-        for (g, u) in gates
-            .iter_mut()
-            .zip(&ups)
-            .chain(std::iter::once((&mut sh_g, &sh_u)))
-        {
-            for (gi, &ui) in g.iter_mut().zip(u) {
+        for (g, u) in [(&mut gates, &ups), (&mut sh_g, &sh_u)] {
+            for (gi, &ui) in g.iter_mut().zip(u.iter()) {
                 *gi = silu(*gi) * ui;
             }
         }
         // down of every active expert (and the shared expert).
-        let mut downs: Vec<Vec<f32>> = active
-            .iter()
-            .map(|&e| vec![0f32; routes[e].len() * h])
-            .collect();
-        let mut sh_y = vec![0f32; n * h];
+        let mut downs = Buf::zeroed(m_all * h);
+        let mut sh_y = Buf::zeroed(n * h);
         {
-            let mut jobs = Vec::with_capacity(active.len() + 1);
-            for ((&e, g), y) in active.iter().zip(&gates).zip(downs.iter_mut()) {
+            let mut jobs = JobList::take();
+            let (mut gr, mut yr) = (&gates[..], &mut downs[..]);
+            for e in routes.active() {
+                let m = routes.tokens(e).len();
+                let (ge, rest) = gr.split_at(m * ff);
+                gr = rest;
+                let (y, rest) = std::mem::take(&mut yr).split_at_mut(m * h);
+                yr = rest;
                 jobs.push(MatJob {
                     w: self.down.expert(e),
-                    x: g,
-                    n: routes[e].len(),
+                    x: ge,
+                    n: m,
                     out: y,
                 });
             }
@@ -273,11 +256,9 @@ impl MoeWeights {
         }
 
         // Weighted sum, in expert order for every token (batch invariant).
-        let mut out = vec![0f32; n * h];
-        for (&e, y) in active.iter().zip(&downs) {
-            for (i, &(t, wgt)) in routes[e].iter().enumerate() {
-                axpy(wgt, &y[i * h..(i + 1) * h], &mut out[t * h..(t + 1) * h]);
-            }
+        let mut out = Buf::zeroed(n * h);
+        for (y, &(t, wgt)) in downs.chunks_exact(h).zip(routes.pairs.iter()) {
+            axpy(wgt, y, &mut out[t * h..(t + 1) * h]);
         }
         if let Some(sh) = &self.shared {
             for t in 0..n {
@@ -293,38 +274,75 @@ impl MoeWeights {
     }
 }
 
+/// Where a step's tokens go: for each expert the `(token, weight)` pairs
+/// routed to it, tokens in order, experts one after another in one list.
+struct Routes {
+    /// Expert `e`'s pairs are `pairs[start[e]..start[e + 1]]`.
+    start: Reused<usize>,
+    pairs: Reused<(usize, f32)>,
+}
+
+impl Routes {
+    fn tokens(&self, e: usize) -> &[(usize, f32)] {
+        &self.pairs[self.start[e]..self.start[e + 1]]
+    }
+
+    /// The experts with at least one token, in id order.
+    fn active(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.start.len() - 1).filter(|&e| self.start[e] < self.start[e + 1])
+    }
+}
+
+thread_local! {
+    static ORDER: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
+    static PICKS: Cell<Vec<(usize, f32)>> = const { Cell::new(Vec::new()) };
+    static START: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
+    static NEXT: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
+    static PAIRS: Cell<Vec<(usize, f32)>> = const { Cell::new(Vec::new()) };
+}
+
 /// Softmax over all experts, top-k (ties to the lower id), renormalised.
-/// Returns, per expert, the `(token, weight)` pairs routed to it.
-fn route(
-    w: &MoeWeights,
-    c: &ModelConfig,
-    threads: &Threads,
-    x: &[f32],
-    n: usize,
-) -> Vec<Vec<(usize, f32)>> {
-    let e = c.n_expert;
-    let mut logits = vec![0f32; n * e];
+fn route(w: &MoeWeights, c: &ModelConfig, threads: &Threads, x: &[f32], n: usize) -> Routes {
+    let (e, k) = (c.n_expert, c.n_expert_used);
+    let mut logits = Buf::zeroed(n * e);
     matmul(threads, w.router.view(), x, n, &mut logits);
-    let mut routes = vec![Vec::new(); e];
-    let mut order: Vec<usize> = Vec::with_capacity(e);
+    // Each token's top k as (expert, weight), token after token.
+    let mut picks = Reused::take(&PICKS);
+    let mut start = Reused::take(&START);
+    start.resize(e + 1, 0);
+    let mut order = Reused::take(&ORDER);
     for t in 0..n {
         let p = &mut logits[t * e..(t + 1) * e];
         softmax_inplace(p);
         order.clear();
         order.extend(0..e);
-        // Stable sort by descending probability keeps lower ids first on ties.
-        order.sort_by(|&a, &b| p[b].total_cmp(&p[a]));
-        let top = &order[..c.n_expert_used];
+        // Descending probability, lower ids first on ties: a total order,
+        // so the in-place (unstable) sort gives what a stable one would.
+        order.sort_unstable_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
+        let top = &order[..k];
         let sum: f32 = top.iter().map(|&i| p[i]).sum();
         for &i in top {
-            routes[i].push((t, p[i] / sum));
+            picks.push((i, p[i] / sum));
+            start[i + 1] += 1;
         }
     }
-    routes
+    // Group by expert (a counting sort, which keeps tokens in order).
+    for i in 0..e {
+        start[i + 1] += start[i];
+    }
+    let mut next = Reused::take(&NEXT);
+    next.extend_from_slice(&start[..e]);
+    let mut pairs = Reused::take(&PAIRS);
+    pairs.resize(picks.len(), (0, 0.0));
+    for (j, &(i, wgt)) in picks.iter().enumerate() {
+        pairs[next[i]] = (j / k, wgt);
+        next[i] += 1;
+    }
+    Routes { start, pairs }
 }
 
 impl Ffn {
-    pub fn forward(&self, c: &ModelConfig, threads: &Threads, x: &[f32], n: usize) -> Vec<f32> {
+    pub fn forward(&self, c: &ModelConfig, threads: &Threads, x: &[f32], n: usize) -> Buf {
         match self {
             Ffn::Moe(m) => m.forward(c, threads, x, n),
             Ffn::Dense(d) => d.forward(threads, x, n),

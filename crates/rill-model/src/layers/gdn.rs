@@ -4,6 +4,7 @@
 
 use crate::config::{HeadOrder, ModelConfig};
 use crate::error::ModelError;
+use crate::scratch::{Buf, JobList};
 use crate::weights::{Binder, Matrix};
 use rill_kernels::gdn::{delta_rule_chunked, delta_rule_recurrent, HeadInputs};
 use rill_kernels::ops::{l2_norm_inplace, rms_norm_inplace, sigmoid, silu, softplus};
@@ -90,21 +91,21 @@ fn project(
     threads: &Threads,
     x: &[f32],
     n: usize,
-) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+) -> (Buf, Buf, Buf, Buf) {
     let (nk, nv, d) = (c.ssm_n_k_heads, c.ssm_n_v_heads, c.ssm_head_dim);
     let r = nv / nk;
     let conv_dim = c.conv_dim();
     let vdim = c.ssm_value_dim();
-    let mut qkv = vec![0f32; n * conv_dim];
-    let mut z = vec![0f32; n * vdim];
-    let mut b = vec![0f32; n * nv];
-    let mut a = vec![0f32; n * nv];
+    let mut qkv = Buf::zeroed(n * conv_dim);
+    let mut z = Buf::zeroed(n * vdim);
+    let mut b = Buf::zeroed(n * nv);
+    let mut a = Buf::zeroed(n * nv);
     let fused_qkvz = matches!(w.proj, Projections::FusedQkvz(_));
     let fused_ba = matches!(w.ba, BetaAlpha::Fused(_));
-    let mut mixed = vec![0f32; if fused_qkvz { n * (conv_dim + vdim) } else { 0 }];
-    let mut ba = vec![0f32; if fused_ba { n * 2 * nv } else { 0 }];
+    let mut mixed = Buf::zeroed(if fused_qkvz { n * (conv_dim + vdim) } else { 0 });
+    let mut ba = Buf::zeroed(if fused_ba { n * 2 * nv } else { 0 });
     {
-        let mut jobs = Vec::with_capacity(4);
+        let mut jobs = JobList::take();
         match &w.proj {
             Projections::Split { qkv: wq, gate } => {
                 jobs.push(MatJob {
@@ -193,7 +194,7 @@ fn project(
 fn conv_silu(w: &GdnWeights, c: &ModelConfig, qkv: &mut [f32], n: usize, window: &mut [f32]) {
     let cd = c.conv_dim();
     let kk = c.conv_kernel;
-    let mut raw = vec![0f32; cd];
+    let mut raw = Buf::zeroed(cd);
     for t in 0..n {
         let row = &mut qkv[t * cd..(t + 1) * cd];
         raw.copy_from_slice(row);
@@ -215,7 +216,7 @@ fn conv_silu(w: &GdnWeights, c: &ModelConfig, qkv: &mut [f32], n: usize, window:
 
 /// The gated delta rule for `n` tokens, value heads in parallel: token by
 /// token for decode, chunkwise for prefill (the same result within f32
-/// rounding). `qkv` holds the conv outputs; returns `[n × n_v·d_v]`.
+/// rounding). `qkv` holds the conv outputs; writes `out` `[n × n_v·d_v]`.
 #[allow(clippy::too_many_arguments)]
 fn delta_rule(
     w: &GdnWeights,
@@ -226,7 +227,8 @@ fn delta_rule(
     beta: &[f32],
     n: usize,
     ssm: &mut [f32],
-) -> Vec<f32> {
+    out: &mut [f32],
+) {
     let (nk, nv, d) = (c.ssm_n_k_heads, c.ssm_n_v_heads, c.ssm_head_dim);
     let cd = c.conv_dim();
     // L2-normalise q and k per key head; fold 1/√d_k into q.
@@ -241,13 +243,22 @@ fn delta_rule(
             }
         }
     }
-    let mut out = vec![0f32; n * nv * d];
-    let out_ptr = SharedMut::new(&mut out);
+    // Per pool thread, room for one head's inputs gathered contiguously
+    // (q, k, v, g, β) and its output, in one buffer of this thread.
+    let part = 4 * n * d + 2 * n;
+    let mut room = Buf::zeroed(threads.count() * part);
+    let room_ptr = SharedMut::new(&mut room);
+    let out_ptr = SharedMut::new(out);
     let ssm_ptr = SharedMut::new(ssm);
     let qkv = &*qkv;
-    threads.for_ranges(nv, 1, |h0, h1| {
-        let (mut q, mut k, mut v) = (vec![0f32; n * d], vec![0f32; n * d], vec![0f32; n * d]);
-        let (mut gh, mut bh, mut o) = (vec![0f32; n], vec![0f32; n], vec![0f32; n * d]);
+    threads.for_ranges_on(nv, 1, |slot, h0, h1| {
+        // SAFETY: part `slot` of the room is used by one task at a time.
+        let room = unsafe { std::slice::from_raw_parts_mut(room_ptr.at(slot * part), part) };
+        let (q, room) = room.split_at_mut(n * d);
+        let (k, room) = room.split_at_mut(n * d);
+        let (v, room) = room.split_at_mut(n * d);
+        let (o, room) = room.split_at_mut(n * d);
+        let (gh, bh) = room.split_at_mut(n);
         for h in h0..h1 {
             let kh = w.order.key_head(h, nk, nv);
             // Gather this head's inputs contiguously.
@@ -261,20 +272,20 @@ fn delta_rule(
                 bh[t] = beta[t * nv + h];
             }
             let inputs = HeadInputs {
-                q: &q,
-                k: &k,
-                v: &v,
-                g: &gh,
-                beta: &bh,
+                q,
+                k,
+                v,
+                g: gh,
+                beta: bh,
                 d_k: d,
                 d_v: d,
             };
             // SAFETY: value head h's state belongs to this task only.
             let s = unsafe { std::slice::from_raw_parts_mut(ssm_ptr.at(h * d * d), d * d) };
             if n == 1 {
-                delta_rule_recurrent(&inputs, s, &mut o);
+                delta_rule_recurrent(&inputs, s, o);
             } else {
-                delta_rule_chunked(&inputs, s, &mut o);
+                delta_rule_chunked(&inputs, s, o);
             }
             for t in 0..n {
                 // SAFETY: the output columns of head h belong to this task only.
@@ -284,7 +295,6 @@ fn delta_rule(
             }
         }
     });
-    out
 }
 
 /// One sequence's rows of a GDN step and its state.
@@ -297,23 +307,23 @@ pub(crate) struct GdnSeq<'a> {
 /// GDN mixer for a step of `n` rows (`x` normed) spread over `seqs`: the
 /// projections run once over all rows, the conv and the recurrence per
 /// sequence on its own state.
-pub(crate) fn forward(
+pub(crate) fn forward<'s>(
     w: &GdnWeights,
     c: &ModelConfig,
     threads: &Threads,
     x: &[f32],
     n: usize,
-    seqs: &mut [GdnSeq],
-) -> Vec<f32> {
+    seqs: impl IntoIterator<Item = GdnSeq<'s>>,
+) -> Buf {
     let (mut qkv, z, g, beta) = project(w, c, threads, x, n);
     let (cd, nv, d) = (c.conv_dim(), c.ssm_n_v_heads, c.ssm_head_dim);
-    let mut y = vec![0f32; n * nv * d];
-    for s in seqs.iter_mut() {
+    let mut y = Buf::zeroed(n * nv * d);
+    for s in seqs {
         let (a, b) = (s.rows.start, s.rows.end);
         let m = b - a;
         let rows = &mut qkv[a * cd..b * cd];
         conv_silu(w, c, rows, m, s.conv);
-        let ys = delta_rule(
+        delta_rule(
             w,
             c,
             threads,
@@ -322,8 +332,8 @@ pub(crate) fn forward(
             &beta[a * nv..b * nv],
             m,
             s.ssm,
+            &mut y[a * nv * d..b * nv * d],
         );
-        y[a * nv * d..b * nv * d].copy_from_slice(&ys);
     }
     // Gated RMSNorm per value head: norm(o) ⊙ silu(z).
     for (head, zh) in y.chunks_exact_mut(d).zip(z.chunks_exact(d)) {
@@ -332,7 +342,7 @@ pub(crate) fn forward(
             *o *= silu(zz);
         }
     }
-    let mut out = vec![0f32; n * c.n_embd];
+    let mut out = Buf::zeroed(n * c.n_embd);
     matmul(threads, w.out.view(), &y, n, &mut out);
     out
 }

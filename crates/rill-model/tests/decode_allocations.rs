@@ -1,0 +1,135 @@
+//! A steady-state decode step makes no heap allocation: once a step of the
+//! same shape has run, decoding one token per sequence (alone, or several
+//! sequences in one batch) calls neither `alloc` nor `realloc`.
+//!
+//! The counting allocator below sees the whole process, the test's thread
+//! pool included (its workers run parts of every step), so this binary holds
+//! a single test: nothing else runs while it counts.
+
+mod common;
+
+use common::*;
+use rill_kernels::Threads;
+use rill_model::{BatchItem, Logits, Model, SequenceState, StepLogits};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+/// The system allocator, counting allocations (`alloc`, `alloc_zeroed`,
+/// `realloc`; frees are not counted).
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, SeqCst);
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, SeqCst);
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, SeqCst);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Allocations made while `f` runs (on any thread).
+fn allocations_in(f: impl FnOnce()) -> usize {
+    let before = ALLOCATIONS.load(SeqCst);
+    f();
+    ALLOCATIONS.load(SeqCst) - before
+}
+
+/// One decode token for each of `N` sequences, in one step, into `out`.
+/// The items are an array, not a `Vec`: the test's own bookkeeping must
+/// not allocate either.
+fn decode_step<const N: usize>(
+    model: &Model,
+    threads: &Threads,
+    states: &mut [SequenceState; N],
+    tokens: &[[u32; 1]; N],
+    out: &mut StepLogits,
+) {
+    let mut next = tokens.iter();
+    let mut items = states.each_mut().map(|state| BatchItem {
+        state,
+        tokens: next.next().expect("one token each"),
+        logits: Logits::Last,
+    });
+    model.forward_batch_into(threads, &mut items, out).unwrap();
+}
+
+/// Steps before the counted ones: the first decode step after a prefill
+/// may still grow buffers to the decode step's shapes.
+const WARM_UP: u32 = 1;
+
+#[test]
+fn decode_steps_make_no_heap_allocation() {
+    assert!(
+        allocations_in(|| drop(std::hint::black_box(Vec::<u8>::with_capacity(1)))) > 0,
+        "the allocator counts"
+    );
+    // Workers of its own, which the count covers.
+    let threads = Threads::new(3);
+    let mut all = fixtures("f32");
+    all.extend(fixtures("quant"));
+    for f in &all {
+        let model = load(f);
+        let name = f["gguf"].as_str().unwrap();
+        let vocab = model.config.n_vocab as u32;
+        let mut out = StepLogits::new();
+
+        // One sequence.
+        let mut one = [SequenceState::new(&model, 64)];
+        let prompt: Vec<u32> = (0..9).map(|i| (i * 37 + 5) % vocab).collect();
+        model
+            .forward_into(&threads, &mut one[0], &prompt, Logits::Last, &mut out)
+            .unwrap();
+        for step in 0..WARM_UP + 4 {
+            let tok = [[(step * 13 + 1) % vocab]];
+            let before = one[0].clone();
+            let n = allocations_in(|| decode_step(&model, &threads, &mut one, &tok, &mut out));
+            assert!(
+                step < WARM_UP || n == 0,
+                "{name}: decode step {step} of one sequence: {n} allocations"
+            );
+            // The kept buffers change nothing: the same step as a fresh call.
+            let mut again = before;
+            let want = model
+                .forward(&threads, &mut again, &tok[0], Logits::Last)
+                .unwrap();
+            assert_eq!(out.get(0), &want[..], "{name}: step {step}");
+        }
+
+        // Three sequences at different positions, in one batch.
+        let mut three = [(); 3].map(|_| SequenceState::new(&model, 64));
+        for (i, st) in three.iter_mut().enumerate() {
+            let prompt: Vec<u32> = (0..4 + 7 * i as u32)
+                .map(|j| (j * 29 + 3) % vocab)
+                .collect();
+            model
+                .forward_into(&threads, st, &prompt, Logits::Last, &mut out)
+                .unwrap();
+        }
+        for step in 0..WARM_UP + 4 {
+            let toks = [0u32, 1, 2].map(|i| [(step * 11 + i * 5 + 2) % vocab]);
+            let n = allocations_in(|| decode_step(&model, &threads, &mut three, &toks, &mut out));
+            assert!(
+                step < WARM_UP || n == 0,
+                "{name}: decode step {step} of a batch of 3: {n} allocations"
+            );
+            assert_eq!(out.len(), 3);
+        }
+    }
+}
