@@ -274,6 +274,35 @@ unsafe fn fused_rows(
         }
         return true;
     }
+    #[cfg(target_arch = "aarch64")]
+    if isa == Isa::Neon {
+        use crate::simd::neon::{canon_tile, CANON_ROWS, CANON_TOKENS};
+        if n == 0 || n > CANON_TOKENS || w.cols == 0 {
+            return false;
+        }
+        let mut res = [0f32; CANON_ROWS * CANON_TOKENS];
+        let rb = w.row_bytes();
+        let mut ra = r0;
+        while ra < r1 {
+            let re = (ra + CANON_ROWS).min(r1);
+            let nr = re - ra;
+            // SAFETY: the caller checked the CPU (`Isa::check`); `w` holds
+            // whole rows ra..re, `x` holds n ≤ CANON_TOKENS tokens.
+            let wr = &w.data[ra * rb..re * rb];
+            if !unsafe { canon_tile(w.dtype, wr, nr, x, n, w.cols, &mut res) } {
+                return false;
+            }
+            for r in 0..nr {
+                for t in 0..n {
+                    // SAFETY: (t, ra + r) is inside the output and row
+                    // ra + r belongs to this task only.
+                    unsafe { *out.at(t * w.rows + ra + r) = res[r * n + t] };
+                }
+            }
+            ra = re;
+        }
+        return true;
+    }
     let _ = (isa, w, x, n, r0, r1, out);
     false
 }

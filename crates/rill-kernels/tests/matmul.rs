@@ -37,9 +37,16 @@ const CASES: [(DType, usize); 12] = [
     (DType::IQ4NL, 128),
 ];
 
-/// Checked for invariance only: the MXFP4 fixture's scales overflow f32 in
-/// products with the accuracy test's large activations.
-const INVARIANCE_ONLY: [(DType, usize); 1] = [(DType::MXFP4, 96)];
+/// Checked for invariance only (the MXFP4 fixture's scales overflow f32 in
+/// products with the accuracy test's large activations; the others add
+/// encodings that only some paths decode in registers).
+const INVARIANCE_ONLY: [(DType, usize); 5] = [
+    (DType::MXFP4, 96),
+    (DType::Q5_0, 64),
+    (DType::Q5_1, 96),
+    (DType::Q2K, 256),
+    (DType::Q3K, 512),
+];
 
 /// A `rows × cols` matrix: float encodings from random values in [-1, 1)
 /// (the float fixtures hold values near the overflow limits), the others
