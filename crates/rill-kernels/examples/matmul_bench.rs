@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use rill_dtype::DType;
 use rill_kernels::{matmul, MatRef, Threads};
 
-const ALL: [DType; 8] = [
+const ALL: [DType; 10] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -27,6 +27,8 @@ const ALL: [DType; 8] = [
     DType::Q4K,
     DType::Q5K,
     DType::Q6K,
+    DType::Q2K,
+    DType::Q3K,
 ];
 
 fn matrix(dtype: DType, rows: usize, cols: usize) -> Vec<u8> {

@@ -11,7 +11,7 @@ use crate::load;
 use anyhow::Result;
 use rill_gguf::GgufFile;
 use rill_kernels::Threads;
-use rill_model::{BatchItem, Logits, Model, SequenceState};
+use rill_model::{BatchItem, Logits, Model, SequenceState, StepLogits};
 use rill_sampler::Rng;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -160,6 +160,8 @@ pub fn run(a: Args) -> Result<()> {
             let mut states: Vec<SequenceState> = (0..par)
                 .map(|_| SequenceState::new(&model, a.n_gen))
                 .collect();
+            // As the server steps: logits into one reused buffer.
+            let mut logits = StepLogits::new();
             let t = Instant::now();
             for i in 0..a.n_gen {
                 let mut items: Vec<BatchItem> = states
@@ -171,7 +173,7 @@ pub fn run(a: Args) -> Result<()> {
                         logits: Logits::Last,
                     })
                     .collect();
-                model.forward_batch(&threads, &mut items)?;
+                model.forward_batch_into(&threads, &mut items, &mut logits)?;
             }
             if rep > 0 {
                 tg.push((a.n_gen * par) as f64 / t.elapsed().as_secs_f64());

@@ -106,6 +106,30 @@ impl<const T: usize> Emit for Canon<T> {
     }
 }
 
+/// [`Canon`] in the AVX-512 path's canonical order (16-lane accumulators),
+/// for encodings without an AVX-512 decoder: each 16-lane accumulator is
+/// held as two 8-lane halves, every lane gets the same FMAs in the same
+/// order, and the upper half added onto the lower is exactly the first
+/// step of the AVX-512 horizontal sum — the same bits as the AVX-512
+/// blocked path, with AVX2 instructions.
+pub(super) struct Canon16<const T: usize> {
+    pub(super) x: *const f32,
+    pub(super) stride: usize,
+    pub(super) acc: [[__m256; 2]; T],
+}
+
+impl<const T: usize> Emit for Canon16<T> {
+    const EXACT: bool = true;
+    #[inline(always)]
+    unsafe fn put(&mut self, off: usize, v: __m256, _slot: usize) {
+        let half = (off / 8) % 2;
+        for t in 0..T {
+            let xv = _mm256_loadu_ps(self.x.add(t * self.stride + off));
+            self.acc[t][half] = _mm256_fmadd_ps(v, xv, self.acc[t][half]);
+        }
+    }
+}
+
 /// `dl * q - ml`: exactly as the scalar decoder (mul, then sub) for exact
 /// emitters; fused (one rounding) in the dot.
 #[inline]
@@ -493,7 +517,7 @@ unsafe fn q6_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
 /// `dot_NAME(row, x)`, `deq_NAME(src, dst)` and `canon_NAME::<R, T>` over
 /// whole blocks of one encoding.
 macro_rules! row_kernels {
-    ($($block:ident: $dot:ident, $deq:ident, $canon:ident, $bb:expr, $bl:expr;)*) => {$(
+    ($($block:ident: $dot:ident, $deq:ident, $canon:ident, $canon16:ident, $bb:expr, $bl:expr;)*) => {$(
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) unsafe fn $dot(row: &[u8], x: &[f32]) -> f32 {
             let n = x.len() / $bl;
@@ -560,21 +584,53 @@ macro_rules! row_kernels {
             }
             out
         }
+
+        /// As the one above, in the AVX-512 path's order ([`Canon16`]).
+        #[allow(dead_code)]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) unsafe fn $canon16<const R: usize, const T: usize>(
+            w: *const u8,
+            x: *const f32,
+            cols: usize,
+        ) -> [[f32; T]; R] {
+            let n = cols / $bl;
+            let row_bytes = n * $bb;
+            let mut e = [(); R].map(|_| Canon16::<T> {
+                x,
+                stride: cols,
+                acc: [[_mm256_setzero_ps(); 2]; T],
+            });
+            for i in 0..n {
+                for r in 0..R {
+                    super::prefetch_ahead(w.add(r * row_bytes), i * $bb, $bb, row_bytes);
+                    e[r].x = x.add(i * $bl);
+                    $block(w.add(r * row_bytes + i * $bb), &mut e[r], 0);
+                }
+            }
+            let mut out = [[0f32; T]; R];
+            for r in 0..R {
+                for t in 0..T {
+                    let [lo, hi] = e[r].acc[t];
+                    out[r][t] = super::hsum(_mm256_add_ps(lo, hi));
+                }
+            }
+            out
+        }
     )*};
 }
 
 row_kernels! {
-    q4_0: dot_q4_0, deq_q4_0, canon_q4_0, 18, 32;
-    q4_1: dot_q4_1, deq_q4_1, canon_q4_1, 20, 32;
-    q5_0: dot_q5_0, deq_q5_0, canon_q5_0, 22, 32;
-    q5_1: dot_q5_1, deq_q5_1, canon_q5_1, 24, 32;
-    q8_0: dot_q8_0, deq_q8_0, canon_q8_0, 34, 32;
-    q2_k: dot_q2_k, deq_q2_k, canon_q2_k, 84, QK_K;
-    q3_k: dot_q3_k, deq_q3_k, canon_q3_k, 110, QK_K;
-    q4_k: dot_q4_k, deq_q4_k, canon_q4_k, 144, QK_K;
-    q5_k: dot_q5_k, deq_q5_k, canon_q5_k, 176, QK_K;
-    q6_k: dot_q6_k, deq_q6_k, canon_q6_k, 210, QK_K;
-    iq4_nl: dot_iq4_nl, deq_iq4_nl, canon_iq4_nl, 18, 32;
-    iq4_xs: dot_iq4_xs, deq_iq4_xs, canon_iq4_xs, 136, QK_K;
-    mxfp4: dot_mxfp4, deq_mxfp4, canon_mxfp4, 17, 32;
+    q4_0: dot_q4_0, deq_q4_0, canon_q4_0, canon16_q4_0, 18, 32;
+    q4_1: dot_q4_1, deq_q4_1, canon_q4_1, canon16_q4_1, 20, 32;
+    q5_0: dot_q5_0, deq_q5_0, canon_q5_0, canon16_q5_0, 22, 32;
+    q5_1: dot_q5_1, deq_q5_1, canon_q5_1, canon16_q5_1, 24, 32;
+    q8_0: dot_q8_0, deq_q8_0, canon_q8_0, canon16_q8_0, 34, 32;
+    q2_k: dot_q2_k, deq_q2_k, canon_q2_k, canon16_q2_k, 84, QK_K;
+    q3_k: dot_q3_k, deq_q3_k, canon_q3_k, canon16_q3_k, 110, QK_K;
+    q4_k: dot_q4_k, deq_q4_k, canon_q4_k, canon16_q4_k, 144, QK_K;
+    q5_k: dot_q5_k, deq_q5_k, canon_q5_k, canon16_q5_k, 176, QK_K;
+    q6_k: dot_q6_k, deq_q6_k, canon_q6_k, canon16_q6_k, 210, QK_K;
+    iq4_nl: dot_iq4_nl, deq_iq4_nl, canon_iq4_nl, canon16_iq4_nl, 18, 32;
+    iq4_xs: dot_iq4_xs, deq_iq4_xs, canon_iq4_xs, canon16_iq4_xs, 136, QK_K;
+    mxfp4: dot_mxfp4, deq_mxfp4, canon_mxfp4, canon16_mxfp4, 17, 32;
 }

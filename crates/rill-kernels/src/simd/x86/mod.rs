@@ -217,12 +217,17 @@ pub(crate) unsafe fn canon_tile(
     }
     use DType::*;
     if avx512 {
-        // Encodings without an AVX-512 decoder have no kernel in the
-        // AVX-512 order (16 lanes): the blocked path handles them.
+        // Encodings with only an AVX2 decoder keep the 16-lane order in
+        // pairs of 8-lane halves (Q5_0, Q5_1, Q2_K, Q3_K); the float ones
+        // use the blocked path.
         use self::avx512 as k;
         return match dtype {
             Q4_0 => shapes!(k::canon_q4_0),
             Q4_1 => shapes!(k::canon_q4_1),
+            Q5_0 => shapes!(avx2_blocks::canon16_q5_0),
+            Q5_1 => shapes!(avx2_blocks::canon16_q5_1),
+            Q2K => shapes!(avx2_blocks::canon16_q2_k),
+            Q3K => shapes!(avx2_blocks::canon16_q3_k),
             Q8_0 => shapes!(k::canon_q8_0),
             Q4K => shapes!(k::canon_q4_k),
             Q5K => shapes!(k::canon_q5_k),
