@@ -148,8 +148,15 @@ pub(crate) fn forward<'s>(
 /// its pages take memory only once written.
 fn append(cache: &mut Vec<f32>, new: &[f32], full: usize) {
     let need = cache.len() + new.len();
-    if cache.capacity() < need {
-        cache.reserve_exact(full.max(need) - cache.len());
+    if cache.capacity() < need
+        && cache
+            .try_reserve_exact(full.max(need) - cache.len())
+            .is_err()
+    {
+        // An allocator that refuses the whole context's address space at
+        // once (strict overcommit, a huge --ctx-size) still gets the usual
+        // amortised growth.
+        cache.reserve(need - cache.len());
     }
     cache.extend_from_slice(new);
 }
