@@ -35,8 +35,14 @@
 //! vector several rows. F32 weights are read in place, not decoded.
 
 use crate::matmul::MatRef;
+#[cfg(target_arch = "aarch64")]
+use crate::simd::neon;
+#[cfg(target_arch = "x86_64")]
+use crate::simd::x86;
 use crate::simd::Isa;
+use crate::simd::{CANON_ROWS, CANON_TOKENS};
 use crate::threads::SharedMut;
+use rill_dtype::DType;
 
 /// Bytes of decoded weight rows kept at once: they should stay in L1 while
 /// every token of a tile passes over them.
@@ -244,67 +250,48 @@ unsafe fn fused_rows(
     r1: usize,
     out: SharedMut<f32>,
 ) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    if isa != Isa::Scalar {
-        use crate::simd::x86::{canon_tile, CANON_ROWS, CANON_TOKENS};
-        if n == 0 || n > CANON_TOKENS || w.cols == 0 {
+    // The in-register kernel of this path: (dtype, rows, nr, x, nt, cols, out).
+    type CanonTile = unsafe fn(DType, &[u8], usize, &[f32], usize, usize, &mut [f32]) -> bool;
+    let canon: CanonTile = match isa {
+        // SAFETY (all three): the callers of `fused_rows` checked the CPU.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            |d, w, nr, x, nt, c, o| unsafe { x86::canon_tile(false, d, w, nr, x, nt, c, o) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => {
+            |d, w, nr, x, nt, c, o| unsafe { x86::canon_tile(true, d, w, nr, x, nt, c, o) }
+        }
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => |d, w, nr, x, nt, c, o| unsafe { neon::canon_tile(d, w, nr, x, nt, c, o) },
+        _ => return false,
+    };
+    if n == 0 || n > CANON_TOKENS || w.cols == 0 {
+        return false;
+    }
+    let mut res = [0f32; CANON_ROWS * CANON_TOKENS];
+    let rb = w.row_bytes();
+    let mut ra = r0;
+    while ra < r1 {
+        let re = (ra + CANON_ROWS).min(r1);
+        let nr = re - ra;
+        // SAFETY: `w` holds whole rows ra..re, `x` holds n ≤ CANON_TOKENS
+        // tokens, `res` CANON_ROWS · CANON_TOKENS values.
+        let wr = &w.data[ra * rb..re * rb];
+        if !unsafe { canon(w.dtype, wr, nr, x, n, w.cols, &mut res) } {
+            // No such kernel for this encoding: nothing was written yet.
             return false;
         }
-        let avx512 = isa == Isa::Avx512;
-        let mut res = [0f32; CANON_ROWS * CANON_TOKENS];
-        let rb = w.row_bytes();
-        let mut ra = r0;
-        while ra < r1 {
-            let re = (ra + CANON_ROWS).min(r1);
-            let nr = re - ra;
-            // SAFETY: the caller checked the CPU (`Isa::check`); `w` holds
-            // whole rows ra..re, `x` holds n ≤ CANON_TOKENS tokens.
-            let wr = &w.data[ra * rb..re * rb];
-            if !unsafe { canon_tile(avx512, w.dtype, wr, nr, x, n, w.cols, &mut res) } {
-                return false;
+        for r in 0..nr {
+            for t in 0..n {
+                // SAFETY: (t, ra + r) is inside the output and row ra + r
+                // belongs to this task only.
+                unsafe { *out.at(t * w.rows + ra + r) = res[r * n + t] };
             }
-            for r in 0..nr {
-                for t in 0..n {
-                    // SAFETY: (t, ra + r) is inside the output and row
-                    // ra + r belongs to this task only.
-                    unsafe { *out.at(t * w.rows + ra + r) = res[r * n + t] };
-                }
-            }
-            ra = re;
         }
-        return true;
+        ra = re;
     }
-    #[cfg(target_arch = "aarch64")]
-    if isa == Isa::Neon {
-        use crate::simd::neon::{canon_tile, CANON_ROWS, CANON_TOKENS};
-        if n == 0 || n > CANON_TOKENS || w.cols == 0 {
-            return false;
-        }
-        let mut res = [0f32; CANON_ROWS * CANON_TOKENS];
-        let rb = w.row_bytes();
-        let mut ra = r0;
-        while ra < r1 {
-            let re = (ra + CANON_ROWS).min(r1);
-            let nr = re - ra;
-            // SAFETY: the caller checked the CPU (`Isa::check`); `w` holds
-            // whole rows ra..re, `x` holds n ≤ CANON_TOKENS tokens.
-            let wr = &w.data[ra * rb..re * rb];
-            if !unsafe { canon_tile(w.dtype, wr, nr, x, n, w.cols, &mut res) } {
-                return false;
-            }
-            for r in 0..nr {
-                for t in 0..n {
-                    // SAFETY: (t, ra + r) is inside the output and row
-                    // ra + r belongs to this task only.
-                    unsafe { *out.at(t * w.rows + ra + r) = res[r * n + t] };
-                }
-            }
-            ra = re;
-        }
-        return true;
-    }
-    let _ = (isa, w, x, n, r0, r1, out);
-    false
+    true
 }
 
 /// An F32 matrix's values in place, when its bytes can be read as f32

@@ -22,6 +22,11 @@ pub(crate) mod x86;
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon;
 
+/// Rows and most tokens of one in-register canonical kernel call
+/// (`canon_tile` of a SIMD path; see `crate::gemm::fused_rows`).
+pub(crate) const CANON_ROWS: usize = 4;
+pub(crate) const CANON_TOKENS: usize = 4;
+
 /// A kernel implementation family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Isa {

@@ -169,9 +169,7 @@ pub(crate) unsafe fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
     float::axpy(a, x, y)
 }
 
-/// Most tokens of one [`canon_tile`] call, and its rows.
-pub(crate) const CANON_TOKENS: usize = 4;
-pub(crate) const CANON_ROWS: usize = 4;
+pub(crate) use super::{CANON_ROWS, CANON_TOKENS};
 
 /// `out[r·nt + t] = Σ_c w[r][c]·x[t][c]` for `nr` encoded rows at `w` and
 /// `nt` tokens, decoded in registers and multiplied in the canonical order

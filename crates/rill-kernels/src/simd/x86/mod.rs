@@ -144,9 +144,7 @@ pub(crate) unsafe fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
     float::axpy(a, x, y)
 }
 
-/// Most tokens of one [`canon_tile`] call, and its rows.
-pub(crate) const CANON_TOKENS: usize = 4;
-pub(crate) const CANON_ROWS: usize = 4;
+pub(crate) use super::{CANON_ROWS, CANON_TOKENS};
 
 /// Bytes ahead of the block being decoded that [`prefetch_ahead`] asks for:
 /// enough to cover DRAM latency, little enough to stay in L1 (the best of
