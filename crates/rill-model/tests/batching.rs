@@ -10,7 +10,9 @@ use rill_model::{BatchItem, Logits, SequenceState};
 #[test]
 fn a_mixed_batch_equals_each_sequence_alone() {
     let threads = Threads::new(2);
-    for f in fixtures("f32") {
+    // Quantized files too: alone, a decode step takes the in-register
+    // kernels (few tokens); in the batch the blocked ones. Same bits.
+    for f in fixtures("f32").into_iter().chain(fixtures("quant")) {
         let model = load(&f);
         let prompts: Vec<Vec<u32>> = (0..3u32)
             .map(|s| (0..(5 + 9 * s)).map(|i| (i * 31 + s * 7) % 500).collect())
