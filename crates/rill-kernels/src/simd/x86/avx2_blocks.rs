@@ -485,31 +485,43 @@ unsafe fn q6_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
         )));
         _mm256_storeu_ps(dl.as_mut_ptr().add(8 * half), _mm256_mul_ps(vd, sc));
     }
-    let (m15, three, k32) = (
-        _mm256_set1_epi32(15),
-        _mm256_set1_epi32(3),
-        _mm256_set1_epi32(32),
+    // The 6-bit quants are assembled 32 at a time in bytes: slice j (32
+    // elements) of half h takes the low (j < 2) or high nibbles of
+    // ql[32(j % 2)..][..32] and bits 2j..2j+2 of qh[..32] as its top bits;
+    // the four slices (128 signed quants) go through a small buffer and are
+    // widened 8 at a time.
+    let (m0f, m03, k32) = (
+        _mm256_set1_epi8(0x0F),
+        _mm256_set1_epi8(0x03),
+        _mm256_set1_epi8(32),
     );
+    let mut q = [0i8; 128];
     for h in 0..2 {
-        let ql = b.add(64 * h);
-        let qh = b.add(128 + 32 * h);
-        // Slice j (32 elements) of this half: low nibbles of ql[0..32]
-        // (j = 0) or ql[32..64] (j = 1), then their high nibbles; bits 2j..
-        // 2j+2 of qh on top. Emitted slice by slice, 8 at a time.
-        for j in 0..4 {
-            for k in 0..4 {
-                let raw = ld8u(ql.add(32 * (j % 2) + 8 * k));
-                let lo = if j < 2 {
-                    _mm256_and_si256(raw, m15)
-                } else {
-                    _mm256_srli_epi32(raw, 4)
-                };
-                let hi = _mm256_and_si256(srl(ld8u(qh.add(8 * k)), 2 * j as i32), three);
-                let q = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), k32);
-                let g = 8 * h + 2 * j + k / 2;
-                let w = _mm256_mul_ps(_mm256_set1_ps(dl[g]), cvt(q));
-                e.put(128 * h + 32 * j + 8 * k, w, j);
-            }
+        let l0 = _mm256_loadu_si256(b.add(64 * h) as *const __m256i);
+        let l1 = _mm256_loadu_si256(b.add(64 * h + 32) as *const __m256i);
+        let qh = _mm256_loadu_si256(b.add(128 + 32 * h) as *const __m256i);
+        // Bits 2j..2j+2 of every qh byte at bits 4..6 (16-bit shifts move
+        // bits across bytes; the masks keep each byte's own).
+        let top = |j: i32| {
+            let two = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j)), m03);
+            _mm256_slli_epi16(two, 4)
+        };
+        let nib_hi = |v: __m256i| _mm256_and_si256(_mm256_srli_epi16(v, 4), m0f);
+        let slices = [
+            _mm256_or_si256(_mm256_and_si256(l0, m0f), top(0)),
+            _mm256_or_si256(_mm256_and_si256(l1, m0f), top(1)),
+            _mm256_or_si256(nib_hi(l0), top(2)),
+            _mm256_or_si256(nib_hi(l1), top(3)),
+        ];
+        let qp = q.as_mut_ptr() as *mut __m256i;
+        for (j, v) in slices.iter().enumerate() {
+            _mm256_storeu_si256(qp.add(j), _mm256_sub_epi8(*v, k32));
+        }
+        for g in 0..16 {
+            let qf = cvt(ld8s(q.as_ptr().add(8 * g) as *const u8));
+            // Sub-block of 16: elements 16·(g / 2).. of the half.
+            let w = _mm256_mul_ps(_mm256_set1_ps(dl[8 * h + g / 2]), qf);
+            e.put(128 * h + 8 * g, w, g / 4);
         }
     }
 }
