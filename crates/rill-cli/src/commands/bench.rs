@@ -10,6 +10,7 @@
 use crate::load;
 use anyhow::Result;
 use rill_gguf::GgufFile;
+use rill_kernels::simd::Isa;
 use rill_kernels::Threads;
 use rill_model::{BatchItem, Logits, Model, SequenceState, StepLogits};
 use rill_sampler::Rng;
@@ -200,6 +201,7 @@ pub fn run(a: Args) -> Result<()> {
         let obj = serde_json::json!({
             "model": a.model.display().to_string(),
             "threads": threads.count(),
+            "kernels": Isa::best().name(),
             "load_s": load_s,
             "peak_rss_bytes": rss,
             "pp": { "n": a.n_prompt, "tok_s": pp, "mean": pp_m, "sd": pp_sd },
@@ -212,10 +214,11 @@ pub fn run(a: Args) -> Result<()> {
         return Ok(());
     }
     println!(
-        "model: {} ({}, {} threads), loaded in {load_s:.2} s",
+        "model: {} ({}, {} threads, {} kernels), loaded in {load_s:.2} s",
         a.model.display(),
         c.arch.name(),
-        threads.count()
+        threads.count(),
+        Isa::best().name()
     );
     println!("| test   |            t/s |");
     println!("| ------ | -------------: |");
