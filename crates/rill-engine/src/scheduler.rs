@@ -118,6 +118,8 @@ impl Engine {
             waiting: VecDeque::new(),
             running: Vec::new(),
             logits: StepLogits::new(),
+            spans: Vec::new(),
+            finished: Vec::new(),
         };
         let handle = std::thread::Builder::new()
             .name("rill-engine".into())
@@ -241,6 +243,10 @@ struct Worker {
     running: Vec<Seq>,
     /// The last step's logits, in a buffer kept from step to step.
     logits: StepLogits,
+    /// Each running sequence's prompt rows in this step (None: decoding),
+    /// and the step's finished sequences: kept between steps.
+    spans: Vec<Option<std::ops::Range<usize>>>,
+    finished: Vec<(usize, Done)>,
 }
 
 impl Worker {
@@ -360,36 +366,41 @@ impl Worker {
             return;
         }
         let _ = before;
-        let spans: Vec<Option<std::ops::Range<usize>>> = self
-            .running
-            .iter()
-            .map(|s| s.in_prefill().then(|| self.prefill_span(s)))
-            .collect();
+        let mut spans = std::mem::take(&mut self.spans);
+        spans.clear();
+        spans.extend(
+            self.running
+                .iter()
+                .map(|s| s.in_prefill().then(|| self.prefill_span(s))),
+        );
         let t0 = Instant::now();
-        let inputs: Vec<Vec<u32>> = self
-            .running
-            .iter()
-            .zip(&spans)
-            .map(|(s, span)| match span {
-                Some(r) => s.sub.req.prompt[r.clone()].to_vec(),
-                None => vec![s
-                    .next_input
-                    .expect("a generating sequence has a token to feed")],
-            })
-            .collect();
+        // The step's tokens are borrowed where they are: a chunk of the
+        // prompt, or the last sampled token.
         let mut items: Vec<BatchItem> = self
             .running
             .iter_mut()
-            .zip(&inputs)
             .zip(&spans)
-            .map(|((s, toks), span)| {
-                let last = match span {
-                    Some(r) => r.end == s.sub.req.prompt.len(),
-                    None => true,
+            .map(|(s, span)| {
+                let Seq {
+                    state,
+                    sub,
+                    next_input,
+                    ..
+                } = s;
+                let (tokens, last) = match span {
+                    Some(r) => (&sub.req.prompt[r.clone()], r.end == sub.req.prompt.len()),
+                    None => (
+                        std::slice::from_ref(
+                            next_input
+                                .as_ref()
+                                .expect("a generating sequence has a token to feed"),
+                        ),
+                        true,
+                    ),
                 };
                 BatchItem {
-                    state: &mut s.state,
-                    tokens: toks,
+                    state,
+                    tokens,
                     logits: if last { Logits::Last } else { Logits::None },
                 }
             })
@@ -419,7 +430,8 @@ impl Worker {
                 .store((n_decode as f64 / secs * 1000.0) as u64, Relaxed);
         }
 
-        let mut finished = Vec::new();
+        let mut finished = std::mem::take(&mut self.finished);
+        finished.clear();
         for (i, span) in spans.iter().enumerate() {
             let row = self.logits.get(i);
             let s = &mut self.running[i];
@@ -445,13 +457,15 @@ impl Worker {
                 finished.push((i, done));
             }
         }
-        for (i, done) in finished.into_iter().rev() {
+        for (i, done) in finished.drain(..).rev() {
             let s = self.running.swap_remove(i);
             // Counters first, so a client that sees Done sees them settled.
             self.metrics.requests_finished.fetch_add(1, Relaxed);
             self.metrics.requests_running.fetch_sub(1, Relaxed);
             let _ = s.sub.events.send(Event::Done(done));
         }
+        self.finished = finished;
+        self.spans = spans;
     }
 }
 
