@@ -95,6 +95,25 @@ pub(super) struct Canon<const T: usize> {
     pub(super) acc: [__m256; T],
 }
 
+impl<const T: usize> super::RowAcc<T> for Canon<T> {
+    #[inline(always)]
+    unsafe fn start(x: *const f32, stride: usize) -> Self {
+        Canon {
+            x,
+            stride,
+            acc: [_mm256_setzero_ps(); T],
+        }
+    }
+    #[inline(always)]
+    fn at_block(&mut self, x: *const f32) {
+        self.x = x;
+    }
+    #[inline(always)]
+    unsafe fn sums(&self) -> [f32; T] {
+        self.acc.map(|a| super::hsum(a))
+    }
+}
+
 impl<const T: usize> Emit for Canon<T> {
     const EXACT: bool = true;
     #[inline(always)]
@@ -116,6 +135,27 @@ pub(super) struct Canon16<const T: usize> {
     pub(super) x: *const f32,
     pub(super) stride: usize,
     pub(super) acc: [[__m256; 2]; T],
+}
+
+impl<const T: usize> super::RowAcc<T> for Canon16<T> {
+    #[inline(always)]
+    unsafe fn start(x: *const f32, stride: usize) -> Self {
+        Canon16 {
+            x,
+            stride,
+            acc: [[_mm256_setzero_ps(); 2]; T],
+        }
+    }
+    #[inline(always)]
+    fn at_block(&mut self, x: *const f32) {
+        self.x = x;
+    }
+    /// The upper halves added onto the lower, then the AVX2 sum: the
+    /// AVX-512 horizontal sum of the 16-lane accumulator.
+    #[inline(always)]
+    unsafe fn sums(&self) -> [f32; T] {
+        self.acc.map(|[lo, hi]| super::hsum(_mm256_add_ps(lo, hi)))
+    }
 }
 
 impl<const T: usize> Emit for Canon16<T> {
@@ -564,37 +604,15 @@ macro_rules! row_kernels {
             }
         }
 
-        /// `R` consecutive encoded rows at `w` × `T` tokens at `x` (`cols`
-        /// values each), decoded in registers block by block (the rows
-        /// interleaved, each prefetched ahead) and multiplied in the
-        /// canonical AVX2 order.
+        /// `R` rows × `T` tokens decoded in registers, in the canonical
+        /// AVX2 order (see `super::canon_rows`).
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) unsafe fn $canon<const R: usize, const T: usize>(
             w: *const u8,
             x: *const f32,
             cols: usize,
         ) -> [[f32; T]; R] {
-            let n = cols / $bl;
-            let row_bytes = n * $bb;
-            let mut e = [(); R].map(|_| Canon::<T> {
-                x,
-                stride: cols,
-                acc: [_mm256_setzero_ps(); T],
-            });
-            for i in 0..n {
-                for r in 0..R {
-                    super::prefetch_ahead(w.add(r * row_bytes), i * $bb, $bb, row_bytes);
-                    e[r].x = x.add(i * $bl);
-                    $block(w.add(r * row_bytes + i * $bb), &mut e[r], 0);
-                }
-            }
-            let mut out = [[0f32; T]; R];
-            for r in 0..R {
-                for t in 0..T {
-                    out[r][t] = super::hsum(e[r].acc[t]);
-                }
-            }
-            out
+            super::canon_rows::<Canon<T>, R, T>(w, x, cols, ($bb, $bl), |b, e| $block(b, e, 0))
         }
 
         /// As the one above, in the AVX-512 path's order ([`Canon16`]).
@@ -605,28 +623,7 @@ macro_rules! row_kernels {
             x: *const f32,
             cols: usize,
         ) -> [[f32; T]; R] {
-            let n = cols / $bl;
-            let row_bytes = n * $bb;
-            let mut e = [(); R].map(|_| Canon16::<T> {
-                x,
-                stride: cols,
-                acc: [[_mm256_setzero_ps(); 2]; T],
-            });
-            for i in 0..n {
-                for r in 0..R {
-                    super::prefetch_ahead(w.add(r * row_bytes), i * $bb, $bb, row_bytes);
-                    e[r].x = x.add(i * $bl);
-                    $block(w.add(r * row_bytes + i * $bb), &mut e[r], 0);
-                }
-            }
-            let mut out = [[0f32; T]; R];
-            for r in 0..R {
-                for t in 0..T {
-                    let [lo, hi] = e[r].acc[t];
-                    out[r][t] = super::hsum(_mm256_add_ps(lo, hi));
-                }
-            }
-            out
+            super::canon_rows::<Canon16<T>, R, T>(w, x, cols, ($bb, $bl), |b, e| $block(b, e, 0))
         }
     )*};
 }

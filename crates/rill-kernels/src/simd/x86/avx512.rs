@@ -98,6 +98,25 @@ struct Canon<const T: usize> {
     acc: [__m512; T],
 }
 
+impl<const T: usize> super::RowAcc<T> for Canon<T> {
+    #[inline(always)]
+    unsafe fn start(x: *const f32, stride: usize) -> Self {
+        Canon {
+            x,
+            stride,
+            acc: [_mm512_setzero_ps(); T],
+        }
+    }
+    #[inline(always)]
+    fn at_block(&mut self, x: *const f32) {
+        self.x = x;
+    }
+    #[inline(always)]
+    unsafe fn sums(&self) -> [f32; T] {
+        self.acc.map(|a| super::gemm::hsum512(a))
+    }
+}
+
 impl<const T: usize> Emit for Canon<T> {
     const EXACT: bool = true;
     #[inline(always)]
@@ -414,37 +433,15 @@ macro_rules! row_kernels {
             }
         }
 
-        /// `R` consecutive encoded rows at `w` × `T` tokens at `x` (`cols`
-        /// values each), decoded in registers block by block (the rows
-        /// interleaved, each prefetched ahead) and multiplied in the
-        /// canonical AVX-512 order.
+        /// `R` rows × `T` tokens decoded in registers, in the canonical
+        /// AVX-512 order (see `super::canon_rows`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
         pub(super) unsafe fn $canon<const R: usize, const T: usize>(
             w: *const u8,
             x: *const f32,
             cols: usize,
         ) -> [[f32; T]; R] {
-            let n = cols / $bl;
-            let row_bytes = n * $bb;
-            let mut e = [(); R].map(|_| Canon::<T> {
-                x,
-                stride: cols,
-                acc: [_mm512_setzero_ps(); T],
-            });
-            for i in 0..n {
-                for r in 0..R {
-                    super::prefetch_ahead(w.add(r * row_bytes), i * $bb, $bb, row_bytes);
-                    e[r].x = x.add(i * $bl);
-                    $block(w.add(r * row_bytes + i * $bb), &mut e[r], 0);
-                }
-            }
-            let mut out = [[0f32; T]; R];
-            for r in 0..R {
-                for t in 0..T {
-                    out[r][t] = super::gemm::hsum512(e[r].acc[t]);
-                }
-            }
-            out
+            super::canon_rows::<Canon<T>, R, T>(w, x, cols, ($bb, $bl), |b, e| $block(b, e, 0))
         }
     )*};
 }

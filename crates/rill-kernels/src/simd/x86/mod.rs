@@ -164,6 +164,48 @@ unsafe fn prefetch_ahead(row: *const u8, off: usize, bb: usize, row_bytes: usize
     }
 }
 
+/// The accumulators of one row's in-register product with `T` tokens (the
+/// canonical emitter of a path, which the block decoder feeds).
+pub(super) trait RowAcc<const T: usize> {
+    /// Zeroed accumulators; token `t`'s activations are `t · stride` after
+    /// token 0's.
+    unsafe fn start(x: *const f32, stride: usize) -> Self;
+    /// The next block's activations start at `x` (token 0).
+    fn at_block(&mut self, x: *const f32);
+    /// Each token's sum, in the path's canonical horizontal order.
+    unsafe fn sums(&self) -> [f32; T];
+}
+
+/// The body of every in-register kernel: `R` consecutive encoded rows at
+/// `w` × `T` tokens at `x` (`cols` values each), decoded block by block with
+/// the rows interleaved (several DRAM streams), each row prefetched ahead.
+/// `block` decodes one block (`bb` bytes, `bl` values) into an accumulator.
+#[inline(always)]
+pub(super) unsafe fn canon_rows<A: RowAcc<T>, const R: usize, const T: usize>(
+    w: *const u8,
+    x: *const f32,
+    cols: usize,
+    (bb, bl): (usize, usize),
+    block: impl Fn(*const u8, &mut A),
+) -> [[f32; T]; R] {
+    let n = cols / bl;
+    let row_bytes = n * bb;
+    let mut e: [A; R] = [(); R].map(|_| A::start(x, cols));
+    for i in 0..n {
+        #[allow(clippy::needless_range_loop)]
+        for r in 0..R {
+            prefetch_ahead(w.add(r * row_bytes), i * bb, bb, row_bytes);
+            e[r].at_block(x.add(i * bl));
+            block(w.add(r * row_bytes + i * bb), &mut e[r]);
+        }
+    }
+    let mut out = [[0f32; T]; R];
+    for r in 0..R {
+        out[r] = e[r].sums();
+    }
+    out
+}
+
 /// `out[r·nt + t] = Σ_c w[r][c]·x[t][c]` for `nr` encoded rows at `w` and
 /// `nt` tokens, decoded in registers and multiplied in the canonical order
 /// of the AVX-512 (`avx512`) or AVX2 path — the same bits as decoding the
