@@ -39,6 +39,12 @@ impl Buf {
         Buf(v)
     }
 
+    /// `len` values to be overwritten entirely (the output of a matrix
+    /// product, which writes every element): not zeroed first.
+    pub fn for_output(len: usize) -> Buf {
+        Buf::scratch(len, len)
+    }
+
     /// `len` values left from earlier use (zeros where never written), in a
     /// buffer of at least `capacity`: for a caller that writes every value
     /// before reading it and whose sizes grow with the context, so it asks

@@ -70,9 +70,9 @@ pub(crate) fn forward<'s>(
     seqs: impl IntoIterator<Item = AttnSeq<'s>>,
 ) -> Buf {
     let (nh, nkv, hd) = (c.n_head, c.n_head_kv, c.head_dim);
-    let mut qg = Buf::zeroed(n * 2 * nh * hd);
-    let mut k = Buf::zeroed(n * nkv * hd);
-    let mut v = Buf::zeroed(n * nkv * hd);
+    let mut qg = Buf::for_output(n * 2 * nh * hd);
+    let mut k = Buf::for_output(n * nkv * hd);
+    let mut v = Buf::for_output(n * nkv * hd);
     matmul_many(
         threads,
         &mut [
@@ -137,7 +137,7 @@ pub(crate) fn forward<'s>(
     for (o, &g) in attn.iter_mut().zip(gate.iter()) {
         *o *= sigmoid(g);
     }
-    let mut out = Buf::zeroed(n * c.n_embd);
+    let mut out = Buf::for_output(n * c.n_embd);
     matmul(threads, w.o.view(), &attn, n, &mut out);
     out
 }

@@ -88,8 +88,8 @@ impl DenseWeights {
 
 fn swiglu(threads: &Threads, gate: MatRef, up: MatRef, down: MatRef, x: &[f32], n: usize) -> Buf {
     let ff = gate.rows;
-    let mut g = Buf::zeroed(n * ff);
-    let mut u = Buf::zeroed(n * ff);
+    let mut g = Buf::for_output(n * ff);
+    let mut u = Buf::for_output(n * ff);
     matmul_many(
         threads,
         &mut [
@@ -110,7 +110,7 @@ fn swiglu(threads: &Threads, gate: MatRef, up: MatRef, down: MatRef, x: &[f32], 
     for (gi, &ui) in g.iter_mut().zip(u.iter()) {
         *gi = silu(*gi) * ui;
     }
-    let mut out = Buf::zeroed(n * down.rows);
+    let mut out = Buf::for_output(n * down.rows);
     matmul(threads, down, &g, n, &mut out);
     out
 }
@@ -176,9 +176,9 @@ impl MoeWeights {
         let sh_ff = self.shared.as_ref().map_or(0, |s| s.mlp.gate.rows);
 
         // gate and up of every active expert (and the shared expert).
-        let mut gates = Buf::zeroed(m_all * ff);
-        let mut ups = Buf::zeroed(m_all * ff);
-        let (mut sh_g, mut sh_u) = (Buf::zeroed(n * sh_ff), Buf::zeroed(n * sh_ff));
+        let mut gates = Buf::for_output(m_all * ff);
+        let mut ups = Buf::for_output(m_all * ff);
+        let (mut sh_g, mut sh_u) = (Buf::for_output(n * sh_ff), Buf::for_output(n * sh_ff));
         {
             let mut jobs = JobList::take();
             let (mut xr, mut gr, mut ur) = (&xs[..], &mut gates[..], &mut ups[..]);
@@ -226,8 +226,8 @@ impl MoeWeights {
             }
         }
         // down of every active expert (and the shared expert).
-        let mut downs = Buf::zeroed(m_all * h);
-        let mut sh_y = Buf::zeroed(n * h);
+        let mut downs = Buf::for_output(m_all * h);
+        let mut sh_y = Buf::for_output(n * h);
         {
             let mut jobs = JobList::take();
             let (mut gr, mut yr) = (&gates[..], &mut downs[..]);
@@ -304,7 +304,7 @@ thread_local! {
 /// Softmax over all experts, top-k (ties to the lower id), renormalised.
 fn route(w: &MoeWeights, c: &ModelConfig, threads: &Threads, x: &[f32], n: usize) -> Routes {
     let (e, k) = (c.n_expert, c.n_expert_used);
-    let mut logits = Buf::zeroed(n * e);
+    let mut logits = Buf::for_output(n * e);
     matmul(threads, w.router.view(), x, n, &mut logits);
     // Each token's top k as (expert, weight), token after token.
     let mut picks = Reused::take(&PICKS);

@@ -342,7 +342,7 @@ pub(crate) fn forward<'s>(
             *o *= silu(zz);
         }
     }
-    let mut out = Buf::zeroed(n * c.n_embd);
+    let mut out = Buf::for_output(n * c.n_embd);
     matmul(threads, w.out.view(), &y, n, &mut out);
     out
 }
