@@ -12,10 +12,12 @@
 //! given to other jobs on a shared machine does not dilute.
 
 use std::hint::black_box;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rill_dtype::DType;
+
+mod common;
+use common::matrix;
 use rill_kernels::{matmul, MatRef, Threads};
 
 const ALL: [DType; 10] = [
@@ -30,39 +32,6 @@ const ALL: [DType; 10] = [
     DType::Q2K,
     DType::Q3K,
 ];
-
-fn matrix(dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(format!("{}.bin", dtype.name()));
-    let raw = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    let bb = dtype.block_bytes();
-    let blocks = raw.len() / bb;
-    let need = rows * cols / dtype.block_len();
-    let mut s = 0x1234_5678u64;
-    let mut out = Vec::with_capacity(need * bb);
-    for _ in 0..need {
-        s = s
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let b = (s >> 33) as usize % blocks;
-        out.extend_from_slice(&raw[b * bb..(b + 1) * bb]);
-    }
-    // The float fixtures hold extreme values (subnormals) that would time
-    // the CPU's slow paths, not the kernels: use realistic ones.
-    if matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
-        for (i, e) in out.chunks_exact_mut(bb).enumerate() {
-            let v = ((i * 7919 % 2001) as f32 - 1000.0) * 1e-4;
-            let bits = match dtype {
-                DType::F32 => v.to_bits().to_le_bytes().to_vec(),
-                DType::F16 => half::f16::from_f32(v).to_bits().to_le_bytes().to_vec(),
-                _ => half::bf16::from_f32(v).to_bits().to_le_bytes().to_vec(),
-            };
-            e.copy_from_slice(&bits);
-        }
-    }
-    out
-}
 
 /// On-CPU time of the calling thread (Linux `/proc/thread-self/schedstat`),
 /// if available: unlike wall time it does not count time the scheduler gave
