@@ -27,6 +27,46 @@ pub(crate) mod neon;
 pub(crate) const CANON_ROWS: usize = 4;
 pub(crate) const CANON_TOKENS: usize = 4;
 
+/// Call the in-register kernel `$f::<R, T>(w, x, cols)` of a SIMD path for
+/// `nr` encoded rows (`row_bytes` each) at the raw pointer `w` and `nt`
+/// tokens at `x`: four rows at a time, or one at a time at the end of a
+/// task's range; results row-major into `out`. Evaluates to `true`.
+macro_rules! canon_shapes {
+    ($m:ident :: $f:ident, $w:expr, $x:expr, $cols:expr, $nr:expr, $nt:expr, $row_bytes:expr, $out:expr) => {{
+        let (w, x, cols, nt, out): (*const u8, *const f32, usize, usize, &mut [f32]) =
+            ($w, $x, $cols, $nt, $out);
+        if $nr == $crate::simd::CANON_ROWS {
+            match nt {
+                1 => $crate::simd::flat(&$m::$f::<4, 1>(w, x, cols), out),
+                2 => $crate::simd::flat(&$m::$f::<4, 2>(w, x, cols), out),
+                3 => $crate::simd::flat(&$m::$f::<4, 3>(w, x, cols), out),
+                _ => $crate::simd::flat(&$m::$f::<4, 4>(w, x, cols), out),
+            }
+        } else {
+            for r in 0..$nr {
+                let (wr, o) = (w.add(r * $row_bytes), &mut out[r * nt..]);
+                match nt {
+                    1 => $crate::simd::flat(&$m::$f::<1, 1>(wr, x, cols), o),
+                    2 => $crate::simd::flat(&$m::$f::<1, 2>(wr, x, cols), o),
+                    3 => $crate::simd::flat(&$m::$f::<1, 3>(wr, x, cols), o),
+                    _ => $crate::simd::flat(&$m::$f::<1, 4>(wr, x, cols), o),
+                }
+            }
+        }
+        true
+    }};
+}
+#[allow(unused_imports)]
+pub(crate) use canon_shapes;
+
+/// A kernel's `R × T` results into `out` (row-major).
+#[allow(dead_code)]
+pub(crate) fn flat<const R: usize, const T: usize>(v: &[[f32; T]; R], out: &mut [f32]) {
+    for r in 0..R {
+        out[r * T..(r + 1) * T].copy_from_slice(&v[r]);
+    }
+}
+
 /// A kernel implementation family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Isa {

@@ -231,29 +231,10 @@ pub(crate) unsafe fn canon_tile(
     let row_bytes = cols / dtype.block_len() * dtype.block_bytes();
     debug_assert!(w.len() >= nr * row_bytes && x.len() >= nt * cols && out.len() >= nr * nt);
     let (wp, xp) = (w.as_ptr(), x.as_ptr());
-    // Four rows at a time, or one at a time at the end of a task's range.
     macro_rules! shapes {
-        ($m:ident :: $f:ident) => {{
-            if nr == CANON_ROWS {
-                match nt {
-                    1 => flat(&$m::$f::<4, 1>(wp, xp, cols), out),
-                    2 => flat(&$m::$f::<4, 2>(wp, xp, cols), out),
-                    3 => flat(&$m::$f::<4, 3>(wp, xp, cols), out),
-                    _ => flat(&$m::$f::<4, 4>(wp, xp, cols), out),
-                }
-            } else {
-                for r in 0..nr {
-                    let (wr, o) = (wp.add(r * row_bytes), &mut out[r * nt..]);
-                    match nt {
-                        1 => flat(&$m::$f::<1, 1>(wr, xp, cols), o),
-                        2 => flat(&$m::$f::<1, 2>(wr, xp, cols), o),
-                        3 => flat(&$m::$f::<1, 3>(wr, xp, cols), o),
-                        _ => flat(&$m::$f::<1, 4>(wr, xp, cols), o),
-                    }
-                }
-            }
-            true
-        }};
+        ($m:ident :: $f:ident) => {
+            super::canon_shapes!($m::$f, wp, xp, cols, nr, nt, row_bytes, out)
+        };
     }
     use DType::*;
     if avx512 {
@@ -294,12 +275,5 @@ pub(crate) unsafe fn canon_tile(
         IQ4XS => shapes!(k::canon_iq4_xs),
         MXFP4 => shapes!(k::canon_mxfp4),
         _ => false,
-    }
-}
-
-/// A kernel's `R × T` results into `out` (row-major).
-fn flat<const R: usize, const T: usize>(v: &[[f32; T]; R], out: &mut [f32]) {
-    for r in 0..R {
-        out[r * T..(r + 1) * T].copy_from_slice(&v[r]);
     }
 }
