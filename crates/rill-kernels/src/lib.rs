@@ -4,6 +4,7 @@
 //! - [`gdn`]: the gated delta rule, token by token and chunkwise.
 //! - [`matmul`]: weight matrix × activations, threaded over output rows
 //!   (blocked microkernels in `gemm`, one canonical order per output).
+//! - [`q8`]: the opt-in products with 8-bit activations ([`Precision::Q8`]).
 //! - [`ops`]: element-wise and row-wise f32 operations (norms, activations, softmax).
 //! - [`simd`]: run-time choice of the SIMD kernel path ([`simd::Isa`]).
 //! - [`threads`]: the thread pool the forward pass runs on.
@@ -11,9 +12,14 @@ pub mod gdn;
 mod gemm;
 pub mod matmul;
 pub mod ops;
+pub mod q8;
 pub mod quant;
 pub mod simd;
 pub mod threads;
 
-pub use matmul::{matmul, matmul_many, matmul_many_with, matmul_with, MatJob, MatRef};
+pub use matmul::{
+    matmul, matmul_in, matmul_many, matmul_many_in, matmul_many_on, matmul_many_with, matmul_with,
+    MatJob, MatRef,
+};
+pub use q8::Precision;
 pub use threads::Threads;

@@ -9,6 +9,7 @@
 //! token (decode) or many (prefill) alike, in one canonical order per output.
 
 use crate::gemm;
+use crate::q8::{self, ActFormat, Precision, Q8Acts};
 use crate::quant;
 use crate::simd::Isa;
 use crate::threads::{SharedMut, Threads};
@@ -93,10 +94,42 @@ pub fn matmul_many(threads: &Threads, jobs: &mut [MatJob]) {
 }
 
 /// [`matmul_many`] on an explicit kernel path. Panics if the CPU cannot run `isa`.
+pub fn matmul_many_with(isa: Isa, threads: &Threads, jobs: &mut [MatJob]) {
+    matmul_many_on(isa, Precision::Exact, threads, jobs)
+}
+
+/// [`matmul`] with the given activation [`Precision`].
+pub fn matmul_in(
+    precision: Precision,
+    threads: &Threads,
+    w: MatRef<'_>,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+) {
+    matmul_many_on(
+        Isa::best(),
+        precision,
+        threads,
+        &mut [MatJob { w, x, n, out }],
+    );
+}
+
+/// [`matmul_many`] with the given activation [`Precision`].
+pub fn matmul_many_in(precision: Precision, threads: &Threads, jobs: &mut [MatJob]) {
+    matmul_many_on(Isa::best(), precision, threads, jobs)
+}
+
+/// [`matmul_many`] on an explicit kernel path and activation [`Precision`].
+/// Panics if the CPU cannot run `isa`.
+///
+/// With [`Precision::Q8`], the jobs whose weights have integer kernels
+/// ([`ActFormat::for_weights`]) take 8-bit activations (see [`crate::q8`]),
+/// quantized once per distinct input and format; the others run exactly.
 ///
 /// Makes no heap allocation once the calling thread's staging buffers have
 /// grown to the sizes of its products (a decode step repeats the same ones).
-pub fn matmul_many_with(isa: Isa, threads: &Threads, jobs: &mut [MatJob]) {
+pub fn matmul_many_on(isa: Isa, precision: Precision, threads: &Threads, jobs: &mut [MatJob]) {
     isa.check();
     let mut staging = Staging::take();
     let Staging {
@@ -104,6 +137,7 @@ pub fn matmul_many_with(isa: Isa, threads: &Threads, jobs: &mut [MatJob]) {
         outs,
         x,
         scratch,
+        quantized,
     } = &mut *staging;
     starts.clear();
     let mut total = 0;
@@ -119,6 +153,11 @@ pub fn matmul_many_with(isa: Isa, threads: &Threads, jobs: &mut [MatJob]) {
     outs.clear();
     outs.extend(jobs.iter_mut().map(|j| SharedMut::new(j.out)));
     x.align(jobs);
+    if precision == Precision::Q8 {
+        quantized.quantize(jobs);
+    } else {
+        quantized.clear();
+    }
     // Decoded weight rows: one part per pool thread, all in one buffer of
     // the calling thread (see `Threads::for_ranges_on`). Only ever grown;
     // every task decodes rows into it before reading them.
@@ -127,7 +166,7 @@ pub fn matmul_many_with(isa: Isa, threads: &Threads, jobs: &mut [MatJob]) {
         scratch.resize(part * threads.count(), 0.0);
     }
     let parts = SharedMut::new(scratch);
-    let (starts, outs, x) = (&*starts, &*outs, &*x);
+    let (starts, outs, x, quantized) = (&*starts, &*outs, &*x, &*quantized);
     let jobs = &*jobs;
     // Enough rows per task that scheduling overhead stays small.
     let min_rows = (16384 / max_cols).max(1);
@@ -147,7 +186,13 @@ pub fn matmul_many_with(isa: Isa, threads: &Threads, jobs: &mut [MatJob]) {
             let j = &jobs[k];
             let r_end = (g1 - starts[k]).min(j.w.rows);
             // SAFETY: `outs[k]` is job k's output (`n · rows` values, checked
-            // above) and rows `g - starts[k]..r_end` of it are this task's only.
+            // above) and rows `g - starts[k]..r_end` of it are this task's only;
+            // job k's quantized activations are in its weights' format.
+            if let Some(acts) = quantized.of(k) {
+                unsafe { q8::rows(isa, j.w, acts, g - starts[k], r_end, outs[k]) };
+                g = starts[k] + r_end;
+                continue;
+            }
             unsafe {
                 gemm::rows(
                     isa,
@@ -177,6 +222,7 @@ struct Staging {
     x: AlignedX,
     /// Decoded-row scratch of every pool thread.
     scratch: Vec<f32>,
+    quantized: QuantizedX,
 }
 
 thread_local! {
@@ -277,6 +323,55 @@ impl AlignedX {
             Some(at) => &self.buf[self.base + at..self.base + at + x.len()],
             None => x,
         }
+    }
+}
+
+/// 8-bit forms of the jobs' activations, for [`Precision::Q8`]: one per
+/// distinct (input, format), kept per thread between calls.
+#[derive(Default)]
+struct QuantizedX {
+    pool: Vec<Q8Acts>,
+    /// Per job: its entry of `pool`, or `None` to run exactly.
+    at: Vec<Option<usize>>,
+    /// The distinct inputs quantized: (first job with it, its format).
+    placed: Vec<(usize, ActFormat)>,
+}
+
+impl QuantizedX {
+    fn clear(&mut self) {
+        self.at.clear();
+    }
+
+    fn quantize(&mut self, jobs: &[MatJob]) {
+        let same = |a: &[f32], b: &[f32]| a.as_ptr() == b.as_ptr() && a.len() == b.len();
+        self.at.clear();
+        self.placed.clear();
+        for (k, j) in jobs.iter().enumerate() {
+            let at = ActFormat::for_weights(j.w.dtype).map(|f| {
+                match self
+                    .placed
+                    .iter()
+                    .position(|&(i, g)| g == f && same(jobs[i].x, j.x))
+                {
+                    Some(p) => p,
+                    None => {
+                        let p = self.placed.len();
+                        if self.pool.len() <= p {
+                            self.pool.push(Q8Acts::default());
+                        }
+                        self.pool[p].quantize(f, j.x, j.n, j.w.cols);
+                        self.placed.push((k, f));
+                        p
+                    }
+                }
+            });
+            self.at.push(at);
+        }
+    }
+
+    /// Job `k`'s quantized activations, if it runs on 8-bit ones.
+    fn of(&self, k: usize) -> Option<&Q8Acts> {
+        self.at.get(k).copied().flatten().map(|p| &self.pool[p])
     }
 }
 

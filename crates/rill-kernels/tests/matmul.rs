@@ -10,15 +10,13 @@
 //! Accuracy: `|out − Σ w·x (f64)| ≤ 1e-5 · Σ|w·x|` with `w` the scalar
 //! decoding of the row (every path decodes bit-identically).
 
-use std::path::PathBuf;
-
 use rill_dtype::DType;
 use rill_kernels::quant::dequantize_with;
 use rill_kernels::simd::Isa;
 use rill_kernels::{matmul_many_with, matmul_with, MatJob, MatRef, Threads};
 
 mod common;
-use common::Rng;
+use common::{matrix, Rng};
 
 /// The encodings whose products are checked, with a column count each
 /// (floats: not a multiple of 8 or 16, so the element-wise tail runs).
@@ -47,36 +45,6 @@ const INVARIANCE_ONLY: [(DType, usize); 5] = [
     (DType::Q2K, 256),
     (DType::Q3K, 512),
 ];
-
-/// A `rows × cols` matrix: float encodings from random values in [-1, 1)
-/// (the float fixtures hold values near the overflow limits), the others
-/// from blocks of the committed fixtures drawn at random.
-fn matrix(dtype: DType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
-    let n = rows * cols;
-    match dtype {
-        DType::F32 => (0..n).flat_map(|_| rng.f32().to_le_bytes()).collect(),
-        DType::F16 => (0..n)
-            .flat_map(|_| half::f16::from_f32(rng.f32()).to_bits().to_le_bytes())
-            .collect(),
-        DType::BF16 => (0..n)
-            .flat_map(|_| half::bf16::from_f32(rng.f32()).to_bits().to_le_bytes())
-            .collect(),
-        _ => {
-            let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures")
-                .join(format!("{}.bin", dtype.name()));
-            let raw = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-            let bb = dtype.block_bytes();
-            let blocks = raw.len() / bb;
-            let mut out = Vec::with_capacity(n / dtype.block_len() * bb);
-            for _ in 0..n / dtype.block_len() {
-                let b = rng.below(blocks);
-                out.extend_from_slice(&raw[b * bb..(b + 1) * bb]);
-            }
-            out
-        }
-    }
-}
 
 fn mat(dtype: DType, rows: usize, cols: usize, data: &[u8]) -> MatRef<'_> {
     MatRef {

@@ -42,3 +42,33 @@ impl Rng {
         (self.next() % n as u64) as usize
     }
 }
+
+/// A `rows × cols` matrix: float encodings from random values in [-1, 1)
+/// (the float fixtures hold values near the overflow limits), the others
+/// from blocks of the committed fixtures drawn at random.
+pub fn matrix(dtype: DType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
+    let n = rows * cols;
+    match dtype {
+        DType::F32 => (0..n).flat_map(|_| rng.f32().to_le_bytes()).collect(),
+        DType::F16 => (0..n)
+            .flat_map(|_| half::f16::from_f32(rng.f32()).to_bits().to_le_bytes())
+            .collect(),
+        DType::BF16 => (0..n)
+            .flat_map(|_| half::bf16::from_f32(rng.f32()).to_bits().to_le_bytes())
+            .collect(),
+        _ => {
+            let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures")
+                .join(format!("{}.bin", dtype.name()));
+            let raw = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            let bb = dtype.block_bytes();
+            let blocks = raw.len() / bb;
+            let mut out = Vec::with_capacity(n / dtype.block_len() * bb);
+            for _ in 0..n / dtype.block_len() {
+                let b = rng.below(blocks);
+                out.extend_from_slice(&raw[b * bb..(b + 1) * bb]);
+            }
+            out
+        }
+    }
+}

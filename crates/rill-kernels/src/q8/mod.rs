@@ -1,0 +1,269 @@
+//! Matrix products with 8-bit activations: the opt-in fast numerics
+//! ([`Precision::Q8`]).
+//!
+//! The exact path ([`Precision::Exact`], the default) decodes every weight
+//! to f32 and multiplies it with f32 activations. Here, as llama.cpp does
+//! on CPUs, each activation row is first quantized to 8-bit integers with
+//! one scale per block, and the products of the weights' small integers
+//! with those run in integer arithmetic (AVX-512 VNNI / AMX on x86). The
+//! result differs from the exact one by the activations' rounding (about
+//! 0.4% of a block's largest value), so this is a choice the user makes
+//! (`--precision q8`), never a silent one.
+//!
+//! # Activation formats ([`ActFormat`])
+//! * [`ActFormat::K256`], for the K encodings (Q4_K, Q5_K, Q6_K): one f32
+//!   scale per 256 values, and the sum of each 16 quantized values (the
+//!   weights' mins and offsets act on those sums).
+//! * [`ActFormat::B32`], for Q8_0: one f32 scale per 32 values.
+//!
+//! A block of values `x` becomes `q = round(x · 127 / amax)` (half to
+//! even) with scale `d = amax / 127`, where `amax = max |x|`; an
+//! all-zero block gets `d = 0`. Quantization always runs in the scalar code
+//! below, the same on every CPU.
+//!
+//! # Canonical order (batch invariance)
+//! An output `out[t][r]` is a sum over the weight row's blocks `b` (256
+//! values for K encodings, 32 for Q8_0). Each block contributes one term
+//! `t_b`, from exact integer sums (so any kernel may add the integer
+//! products in any order) and a fixed sequence of f32 operations:
+//!
+//! | weights | integers | term `t_b` |
+//! |---|---|---|
+//! | Q8_0 | `i = Σ w·q` | `(d_w·d_x) · f(i)` |
+//! | Q6_K | `i = Σ_j sc_j·(Σ_{j} w·q − 32·S16_j)` | `(d_w·d_x) · f(i)` |
+//! | Q4_K, Q5_K | `i = Σ_j sc_j·Σ_{j} w·q`, `m = Σ_j min_j·S32_j` | `(d_w·d_x)·f(i) − (dmin_w·d_x)·f(m)` |
+//!
+//! where `w` are the unsigned stored quants, `f` the conversion to f32
+//! (round to nearest even), and `S16_j`/`S32_j` the sums of the quantized
+//! activations of sub-block `j`. Terms go into 8 partial sums,
+//! `p[b mod 8] += t_b` (from +0), and the result is
+//! `((p0+p4) + (p2+p6)) + ((p1+p5) + (p3+p7))`. Every kernel (scalar
+//! reference, VNNI, AMX) follows this, so a token gets the same bits alone
+//! or in any batch, on any kernel path of the machine.
+
+mod reference;
+
+use crate::matmul::MatRef;
+use crate::simd::Isa;
+use crate::threads::SharedMut;
+use rill_dtype::DType;
+
+pub use reference::dot_ref;
+
+/// How matrix products treat their activations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Precision {
+    /// f32 activations times exactly decoded weights: the reference
+    /// numerics (within f32 rounding of transformers on the same weights).
+    #[default]
+    Exact,
+    /// 8-bit activations for the encodings that have integer kernels
+    /// (Q4_K, Q5_K, Q6_K, Q8_0; the others stay exact): llama.cpp's
+    /// numerics, and faster.
+    Q8,
+}
+
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Exact => "exact",
+            Precision::Q8 => "q8",
+        }
+    }
+}
+
+impl std::str::FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Precision, String> {
+        match s {
+            "exact" | "f32" => Ok(Precision::Exact),
+            "q8" => Ok(Precision::Q8),
+            _ => Err(format!("unknown precision {s:?} (expected exact or q8)")),
+        }
+    }
+}
+
+/// How activations are quantized for one weight encoding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ActFormat {
+    /// One scale per 256 values, plus per-16 sums (K encodings).
+    K256,
+    /// One scale per 32 values (Q8_0).
+    B32,
+}
+
+impl ActFormat {
+    /// The format the integer kernels of `dtype` take, if it has them.
+    pub fn for_weights(dtype: DType) -> Option<ActFormat> {
+        match dtype {
+            DType::Q4K | DType::Q5K | DType::Q6K => Some(ActFormat::K256),
+            DType::Q8_0 => Some(ActFormat::B32),
+            _ => None,
+        }
+    }
+
+    /// Values per scale.
+    pub fn block(self) -> usize {
+        match self {
+            ActFormat::K256 => 256,
+            ActFormat::B32 => 32,
+        }
+    }
+}
+
+/// `n` rows of `cols` activations, quantized to 8 bits.
+///
+/// Each row's quants start on a 64-byte boundary. Buffers are only ever
+/// grown, so one value reused across products allocates nothing once it
+/// has seen the largest.
+#[derive(Default)]
+pub struct Q8Acts {
+    format: Option<ActFormat>,
+    n: usize,
+    cols: usize,
+    /// Bytes between rows in `qs` (a multiple of 64).
+    stride: usize,
+    qs: Vec<i8>,
+    /// Where `qs` reaches a 64-byte boundary.
+    base: usize,
+    /// Scales, `n × cols / block`.
+    d: Vec<f32>,
+    /// Sums of each 16 quants, `n × cols / 16` (K256 only).
+    sums: Vec<i16>,
+}
+
+/// One quantized activation row.
+#[derive(Clone, Copy)]
+pub struct ActRow<'a> {
+    pub qs: &'a [i8],
+    pub d: &'a [f32],
+    pub sums: &'a [i16],
+}
+
+impl Q8Acts {
+    /// Quantize `x` (`n` rows of `cols`) into `format`. `cols` must be a
+    /// whole number of the format's blocks.
+    pub fn quantize(&mut self, format: ActFormat, x: &[f32], n: usize, cols: usize) {
+        let block = format.block();
+        assert!(
+            cols.is_multiple_of(block),
+            "q8: {cols} values is not whole blocks of {block}"
+        );
+        assert_eq!(x.len(), n * cols, "q8: activation size");
+        self.format = Some(format);
+        self.n = n;
+        self.cols = cols;
+        self.stride = cols.next_multiple_of(64);
+        if self.qs.len() < n * self.stride + 64 {
+            self.qs.resize(n * self.stride + 64, 0);
+        }
+        self.base = self.qs.as_ptr().align_offset(64).min(64);
+        let nb = cols / block;
+        self.d.resize(n * nb, 0.0);
+        let ns = if format == ActFormat::K256 {
+            cols / 16
+        } else {
+            0
+        };
+        self.sums.resize(n * ns, 0);
+        for t in 0..n {
+            let xr = &x[t * cols..(t + 1) * cols];
+            let q0 = self.base + t * self.stride;
+            let qr = &mut self.qs[q0..q0 + cols];
+            for (b, (xb, qb)) in xr
+                .chunks_exact(block)
+                .zip(qr.chunks_exact_mut(block))
+                .enumerate()
+            {
+                self.d[t * nb + b] = quantize_block(xb, qb);
+            }
+            if ns > 0 {
+                for (s, q16) in self.sums[t * ns..(t + 1) * ns]
+                    .iter_mut()
+                    .zip(qr.chunks_exact(16))
+                {
+                    *s = q16.iter().map(|&v| v as i16).sum();
+                }
+            }
+        }
+    }
+
+    pub fn format(&self) -> Option<ActFormat> {
+        self.format
+    }
+
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Row `t`.
+    pub fn row(&self, t: usize) -> ActRow<'_> {
+        let block = self.format.map_or(32, |f| f.block());
+        let nb = self.cols / block;
+        let ns = if self.format == Some(ActFormat::K256) {
+            self.cols / 16
+        } else {
+            0
+        };
+        let q0 = self.base + t * self.stride;
+        ActRow {
+            qs: &self.qs[q0..q0 + self.cols],
+            d: &self.d[t * nb..(t + 1) * nb],
+            sums: &self.sums[t * ns..(t + 1) * ns],
+        }
+    }
+}
+
+/// Quantize one block; returns its scale.
+fn quantize_block(x: &[f32], q: &mut [i8]) -> f32 {
+    let (mut amax, mut finite) = (0f32, true);
+    for v in x {
+        finite &= v.is_finite();
+        amax = amax.max(v.abs());
+    }
+    if !finite || amax == 0.0 {
+        // Non-finite activations have no 8-bit form: a NaN scale makes the
+        // products NaN, as exact ones would be.
+        q.fill(0);
+        return if finite { 0.0 } else { f32::NAN };
+    }
+    let id = 127.0 / amax;
+    for (o, &v) in q.iter_mut().zip(x) {
+        // |v·id| ≤ 127 up to rounding; the clamp keeps that exact.
+        *o = (v * id).round_ties_even().clamp(-127.0, 127.0) as i8;
+    }
+    amax / 127.0
+}
+
+/// `out[t·rows + r] = row r · activations t` for rows `r0..r1` of `w` and
+/// every row of `acts`, on kernel path `isa`, in the canonical order.
+///
+/// # Safety
+/// `out` must hold `acts.n() · w.rows` values, rows `r0..r1` of which are
+/// this caller's alone; `isa` must be runnable on this CPU; `acts` must be
+/// quantized in `ActFormat::for_weights(w.dtype)` from `w.cols` values.
+pub(crate) unsafe fn rows(
+    isa: Isa,
+    w: MatRef<'_>,
+    acts: &Q8Acts,
+    r0: usize,
+    r1: usize,
+    out: SharedMut<f32>,
+) {
+    debug_assert_eq!(acts.format(), ActFormat::for_weights(w.dtype));
+    debug_assert_eq!(acts.cols(), w.cols);
+    let _ = isa;
+    for r in r0..r1 {
+        let row = w.row(r);
+        for t in 0..acts.n() {
+            *out.at(t * w.rows + r) = dot_ref(w.dtype, row, acts.row(t));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,117 @@
+//! The scalar reference of the 8-bit-activation products: the canonical
+//! order of the module doc, written out plainly. The SIMD kernels are
+//! tested bit for bit against it.
+
+use super::ActRow;
+use crate::quant::k_quants::scale_min_k4;
+use crate::quant::{f16_at, QK_K};
+use rill_dtype::DType;
+
+/// One weight row (`dtype`-encoded) · one quantized activation row.
+/// Panics for encodings without integer kernels.
+pub fn dot_ref(dtype: DType, row: &[u8], a: ActRow<'_>) -> f32 {
+    let mut p = [0f32; 8];
+    let (bb, bl) = (dtype.block_bytes(), dtype.block_len());
+    for (b, block) in row.chunks_exact(bb).enumerate() {
+        let x = &a.qs[b * bl..(b + 1) * bl];
+        let dx = a.d[b];
+        let t = match dtype {
+            DType::Q8_0 => term_q8_0(block, x, dx),
+            DType::Q4K => term_q4_k(block, x, dx, &a.sums[16 * b..16 * b + 16]),
+            DType::Q5K => term_q5_k(block, x, dx, &a.sums[16 * b..16 * b + 16]),
+            DType::Q6K => term_q6_k(block, x, dx, &a.sums[16 * b..16 * b + 16]),
+            _ => panic!("rill-kernels: no 8-bit-activation kernel for {dtype}"),
+        };
+        p[b % 8] += t;
+    }
+    sum_partials(&p)
+}
+
+/// The fixed tree that ends every canonical sum.
+#[inline(always)]
+pub(crate) fn sum_partials(p: &[f32; 8]) -> f32 {
+    ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]))
+}
+
+fn idot(w: &[u8], x: &[i8]) -> i32 {
+    w.iter().zip(x).map(|(&w, &x)| w as i32 * x as i32).sum()
+}
+
+fn term_q8_0(block: &[u8], x: &[i8], dx: f32) -> f32 {
+    let d = f16_at(block, 0);
+    // Q8_0's quants are signed: Σ w·q over the i8 values.
+    let i: i32 = block[2..34]
+        .iter()
+        .zip(x)
+        .map(|(&w, &x)| (w as i8) as i32 * x as i32)
+        .sum();
+    (d * dx) * i as f32
+}
+
+/// The 4-bit quants of a Q4_K block, in element order.
+pub(crate) fn unpack_q4_k(qs: &[u8]) -> [u8; QK_K] {
+    let mut q = [0u8; QK_K];
+    for (g, q32) in q.chunks_exact_mut(32).enumerate() {
+        let run = &qs[32 * (g / 2)..32 * (g / 2) + 32];
+        for (o, &v) in q32.iter_mut().zip(run) {
+            *o = (v >> (4 * (g % 2))) & 0x0F;
+        }
+    }
+    q
+}
+
+/// The term of a Q4_K or Q5_K block whose quants (element order) are `q`.
+fn term_k_min(block: &[u8], q: &[u8; QK_K], x: &[i8], dx: f32, sums: &[i16]) -> f32 {
+    let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
+    let (mut i, mut m) = (0i32, 0i32);
+    for j in 0..8 {
+        let (sc, mn) = scale_min_k4(&block[4..16], j);
+        i += sc as i32 * idot(&q[32 * j..32 * j + 32], &x[32 * j..32 * j + 32]);
+        m += mn as i32 * (sums[2 * j] as i32 + sums[2 * j + 1] as i32);
+    }
+    (d * dx) * i as f32 - (dmin * dx) * m as f32
+}
+
+fn term_q4_k(block: &[u8], x: &[i8], dx: f32, sums: &[i16]) -> f32 {
+    term_k_min(block, &unpack_q4_k(&block[16..144]), x, dx, sums)
+}
+
+/// The 5-bit quants of a Q5_K block, in element order.
+pub(crate) fn unpack_q5_k(block: &[u8]) -> [u8; QK_K] {
+    let mut q = unpack_q4_k(&block[48..176]);
+    let qh = &block[16..48];
+    for (e, v) in q.iter_mut().enumerate() {
+        *v |= ((qh[e % 32] >> (e / 32)) & 1) << 4;
+    }
+    q
+}
+
+fn term_q5_k(block: &[u8], x: &[i8], dx: f32, sums: &[i16]) -> f32 {
+    term_k_min(block, &unpack_q5_k(block), x, dx, sums)
+}
+
+/// The 6-bit quants of a Q6_K block (unsigned, before the −32 offset), in
+/// element order.
+pub(crate) fn unpack_q6_k(block: &[u8]) -> [u8; QK_K] {
+    let (ql, qh) = (&block[0..128], &block[128..192]);
+    let mut q = [0u8; QK_K];
+    for (e, v) in q.iter_mut().enumerate() {
+        let (h, t) = (e / 128, e % 128);
+        let lo = (ql[64 * h + t % 64] >> (4 * (t / 64))) & 0x0F;
+        let hi = (qh[32 * h + t % 32] >> (2 * (t / 32))) & 3;
+        *v = lo | (hi << 4);
+    }
+    q
+}
+
+fn term_q6_k(block: &[u8], x: &[i8], dx: f32, sums: &[i16]) -> f32 {
+    let q = unpack_q6_k(block);
+    let d = f16_at(block, 208);
+    let mut i = 0i32;
+    for j in 0..16 {
+        let sc = block[192 + j] as i8 as i32;
+        let s = idot(&q[16 * j..16 * j + 16], &x[16 * j..16 * j + 16]);
+        i += sc * (s - 32 * sums[j] as i32);
+    }
+    (d * dx) * i as f32
+}

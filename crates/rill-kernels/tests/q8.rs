@@ -1,0 +1,156 @@
+//! Products with 8-bit activations (`Precision::Q8`) on every kernel path
+//! this CPU has: bit for bit the scalar reference's canonical order
+//! (`q8::dot_ref`) whatever the batch, threads or path, and within the
+//! activations' rounding of the exact product.
+
+use rill_dtype::DType;
+use rill_kernels::q8::{dot_ref, ActFormat, Precision, Q8Acts};
+use rill_kernels::quant::dequantize_with;
+use rill_kernels::simd::Isa;
+use rill_kernels::{matmul_many_on, MatJob, MatRef, Threads};
+
+mod common;
+use common::{matrix, Rng};
+
+/// Encodings with integer kernels, with a column count each.
+const CASES: [(DType, usize); 6] = [
+    (DType::Q8_0, 224),
+    (DType::Q8_0, 2048),
+    (DType::Q4K, 512),
+    (DType::Q5K, 768),
+    (DType::Q6K, 512),
+    (DType::Q4K, 2048),
+];
+
+fn activations(n: usize, cols: usize, rng: &mut Rng) -> Vec<f32> {
+    // Blocks of very different magnitudes, as real hidden states have.
+    (0..n * cols)
+        .map(|i| rng.f32() * [0.01, 1.0, 30.0][(i / 32) % 3])
+        .collect()
+}
+
+fn run(isa: Isa, threads: usize, w: MatRef, x: &[f32], n: usize) -> Vec<f32> {
+    let mut out = vec![f32::NAN; n * w.rows];
+    let job = MatJob {
+        w,
+        x,
+        n,
+        out: &mut out,
+    };
+    matmul_many_on(isa, Precision::Q8, &Threads::new(threads), &mut [job]);
+    out
+}
+
+#[test]
+fn every_path_gives_the_reference_bits_in_any_batch() {
+    let mut rng = Rng(7);
+    for (dtype, cols) in CASES {
+        let rows = 37;
+        let data = matrix(dtype, rows, cols, &mut rng);
+        let w = MatRef {
+            dtype,
+            rows,
+            cols,
+            data: &data,
+        };
+        let n = 9;
+        let x = activations(n, cols, &mut rng);
+        let mut acts = Q8Acts::default();
+        acts.quantize(ActFormat::for_weights(dtype).unwrap(), &x, n, cols);
+        for isa in Isa::available() {
+            for threads in [1, 3] {
+                let all = run(isa, threads, w, &x, n);
+                for t in 0..n {
+                    for r in 0..rows {
+                        let want = dot_ref(dtype, w.row(r), acts.row(t));
+                        let got = all[t * rows + r];
+                        assert_eq!(
+                            got.to_bits(),
+                            want.to_bits(),
+                            "{dtype} {isa:?} threads {threads}: token {t} row {r}: {got:e} vs {want:e}"
+                        );
+                    }
+                }
+                // Every batch size up to the largest in-register tile and past it.
+                for m in 1..=6 {
+                    let part = run(isa, threads, w, &x[..m * cols], m);
+                    assert_eq!(
+                        part.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        (0..m)
+                            .flat_map(|t| &all[t * rows..(t + 1) * rows])
+                            .map(|v| v.to_bits())
+                            .collect::<Vec<_>>(),
+                        "{dtype} {isa:?}: batch of {m}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn products_are_within_the_activations_rounding_of_the_exact_ones() {
+    let mut rng = Rng(11);
+    for (dtype, cols) in CASES {
+        let rows = 16;
+        let data = matrix(dtype, rows, cols, &mut rng);
+        let w = MatRef {
+            dtype,
+            rows,
+            cols,
+            data: &data,
+        };
+        let n = 3;
+        let x = activations(n, cols, &mut rng);
+        let format = ActFormat::for_weights(dtype).unwrap();
+        let mut acts = Q8Acts::default();
+        acts.quantize(format, &x, n, cols);
+        let got = run(Isa::best(), 2, w, &x, n);
+        let mut wr = vec![0f32; cols];
+        for r in 0..rows {
+            dequantize_with(Isa::Scalar, dtype, w.row(r), &mut wr);
+            for t in 0..n {
+                let xt = &x[t * cols..(t + 1) * cols];
+                let d = acts.row(t).d;
+                let exact: f64 = wr.iter().zip(xt).map(|(&a, &b)| a as f64 * b as f64).sum();
+                // Each activation moves by at most half its block's step.
+                let bound: f64 = wr
+                    .iter()
+                    .enumerate()
+                    .map(|(c, &a)| (a as f64).abs() * d[c / format.block()] as f64 * 0.5)
+                    .sum::<f64>()
+                    * 1.001
+                    + 1e-5
+                        * wr.iter()
+                            .zip(xt)
+                            .map(|(&a, &b)| (a as f64 * b as f64).abs())
+                            .sum::<f64>();
+                let err = (got[t * rows + r] as f64 - exact).abs();
+                assert!(
+                    err <= bound,
+                    "{dtype}: token {t} row {r}: error {err:e} over {bound:e}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn encodings_without_integer_kernels_stay_exact() {
+    let mut rng = Rng(3);
+    for (dtype, cols) in [(DType::Q4_0, 96), (DType::IQ4XS, 256), (DType::F32, 40)] {
+        let rows = 5;
+        let data = matrix(dtype, rows, cols, &mut rng);
+        let w = MatRef {
+            dtype,
+            rows,
+            cols,
+            data: &data,
+        };
+        let x = activations(2, cols, &mut rng);
+        let mut exact = vec![0f32; 2 * rows];
+        rill_kernels::matmul(&Threads::new(1), w, &x, 2, &mut exact);
+        let q8 = run(Isa::best(), 1, w, &x, 2);
+        assert_eq!(q8, exact, "{dtype}");
+    }
+}
