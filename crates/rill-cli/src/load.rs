@@ -5,15 +5,19 @@
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use rill_gguf::GgufFile;
+use rill_kernels::Precision;
 use rill_model::Model;
 use std::path::Path;
 use std::sync::Arc;
 
-pub fn open_model(path: &Path) -> Result<Model> {
+pub fn open_model(path: &Path, precision: Precision) -> Result<Model> {
     let file = GgufFile::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let file = Arc::new(file);
     prefault(&file);
-    Model::from_gguf(file).with_context(|| format!("cannot load model {}", path.display()))
+    let mut model =
+        Model::from_gguf(file).with_context(|| format!("cannot load model {}", path.display()))?;
+    model.set_precision(precision);
+    Ok(model)
 }
 
 fn prefault(file: &GgufFile) {

@@ -14,7 +14,7 @@ use crate::model::{Mixer, Model};
 use crate::scratch::{Buf, Reused};
 use crate::state::{LayerState, SequenceState};
 use rill_kernels::ops::rms_norm;
-use rill_kernels::{matmul, Threads};
+use rill_kernels::{matmul_in, Threads};
 use std::cell::Cell;
 use std::ops::Range;
 
@@ -265,7 +265,8 @@ impl Model {
                     &mut normed[i * h..(i + 1) * h],
                 );
             }
-            matmul(
+            matmul_in(
+                c.precision,
                 threads,
                 self.output_matrix().view(),
                 &normed,

@@ -110,6 +110,13 @@ impl Model {
     }
 
     /// The file the weights live in (metadata, tokenizer, ...).
+    /// Run the matrix products with `precision` from now on (exact by
+    /// default; [`Precision::Q8`] quantizes activations to 8 bits, as
+    /// llama.cpp does, for speed).
+    pub fn set_precision(&mut self, precision: rill_kernels::Precision) {
+        self.config.precision = precision;
+    }
+
     pub fn file(&self) -> &GgufFile {
         &self.file
     }

@@ -4,16 +4,26 @@
 mod common;
 
 use common::*;
-use rill_kernels::Threads;
+use rill_kernels::{Precision, Threads};
 use rill_model::{BatchItem, Logits, SequenceState};
 
 #[test]
 fn a_mixed_batch_equals_each_sequence_alone() {
     let threads = Threads::new(2);
     // Quantized files too: alone, a decode step takes the in-register
-    // kernels (few tokens); in the batch the blocked ones. Same bits.
-    for f in fixtures("f32").into_iter().chain(fixtures("quant")) {
-        let model = load(&f);
+    // kernels (few tokens); in the batch the blocked ones. Same bits, with
+    // exact and with 8-bit activations.
+    let cases = fixtures("f32")
+        .into_iter()
+        .map(|f| (f, Precision::Exact))
+        .chain(
+            fixtures("quant")
+                .into_iter()
+                .flat_map(|f| [(f.clone(), Precision::Exact), (f, Precision::Q8)]),
+        );
+    for (f, precision) in cases {
+        let mut model = load(&f);
+        model.set_precision(precision);
         let prompts: Vec<Vec<u32>> = (0..3u32)
             .map(|s| (0..(5 + 9 * s)).map(|i| (i * 31 + s * 7) % 500).collect())
             .collect();
@@ -70,8 +80,9 @@ fn a_mixed_batch_equals_each_sequence_alone() {
         for i in 0..3 {
             assert!(
                 got[i] == alone[i],
-                "{}: sequence {i} differs in a batch",
-                f["name"]
+                "{} ({}): sequence {i} differs in a batch",
+                f["name"],
+                precision.name()
             );
         }
     }

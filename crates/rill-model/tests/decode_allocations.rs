@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use rill_kernels::Threads;
+use rill_kernels::{Precision, Threads};
 use rill_model::{BatchItem, Logits, Model, SequenceState, StepLogits};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -82,11 +82,18 @@ fn decode_steps_make_no_heap_allocation() {
     );
     // Workers of its own, which the count covers.
     let threads = Threads::new(3);
-    let mut all = fixtures("f32");
-    all.extend(fixtures("quant"));
-    for f in &all {
-        let model = load(f);
-        let name = f["gguf"].as_str().unwrap();
+    let mut all: Vec<_> = fixtures("f32")
+        .into_iter()
+        .map(|f| (f, Precision::Exact))
+        .collect();
+    for f in fixtures("quant") {
+        all.push((f.clone(), Precision::Exact));
+        all.push((f, Precision::Q8));
+    }
+    for (f, precision) in &all {
+        let mut model = load(f);
+        model.set_precision(*precision);
+        let name = format!("{} ({})", f["gguf"].as_str().unwrap(), precision.name());
         let vocab = model.config.n_vocab as u32;
         let mut out = StepLogits::new();
 

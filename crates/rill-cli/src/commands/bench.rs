@@ -11,6 +11,7 @@ use crate::load;
 use anyhow::Result;
 use rill_gguf::GgufFile;
 use rill_kernels::simd::Isa;
+use rill_kernels::Precision;
 use rill_kernels::Threads;
 use rill_model::{BatchItem, Logits, Model, SequenceState, StepLogits};
 use rill_sampler::Rng;
@@ -34,6 +35,11 @@ pub struct Args {
     /// Worker threads (0 = all cores).
     #[arg(short, long, default_value_t = 0)]
     threads: usize,
+    /// Matrix-product numerics: `exact` (f32 activations, the reference
+    /// results) or `q8` (8-bit activations as llama.cpp uses: faster,
+    /// results within the activations' rounding).
+    #[arg(long, default_value = "exact")]
+    precision: Precision,
     /// Sequences decoded together in the generation test (one batched step
     /// per token for all of them, as the server does); tg reports the
     /// aggregate tokens/s.
@@ -130,7 +136,7 @@ fn read_bandwidth(threads: &Threads) -> f64 {
 pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.reps > 0, "-r must be at least 1");
     let t0 = Instant::now();
-    let model = load::open_model(&a.model)?;
+    let model = load::open_model(&a.model, a.precision)?;
     let load_s = t0.elapsed().as_secs_f64();
     let threads = Threads::new(a.threads);
     let c = &model.config;
@@ -202,6 +208,7 @@ pub fn run(a: Args) -> Result<()> {
             "model": a.model.display().to_string(),
             "threads": threads.count(),
             "kernels": Isa::best().name(),
+            "precision": a.precision.name(),
             "load_s": load_s,
             "peak_rss_bytes": rss,
             "pp": { "n": a.n_prompt, "tok_s": pp, "mean": pp_m, "sd": pp_sd },
@@ -214,11 +221,12 @@ pub fn run(a: Args) -> Result<()> {
         return Ok(());
     }
     println!(
-        "model: {} ({}, {} threads, {} kernels), loaded in {load_s:.2} s",
+        "model: {} ({}, {} threads, {} kernels, {} precision), loaded in {load_s:.2} s",
         a.model.display(),
         c.arch.name(),
         threads.count(),
-        Isa::best().name()
+        Isa::best().name(),
+        a.precision.name()
     );
     println!("| test   |            t/s |");
     println!("| ------ | -------------: |");

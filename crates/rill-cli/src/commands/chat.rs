@@ -12,6 +12,7 @@ use crate::load;
 use anyhow::{Context, Result};
 use rill_chat::Message;
 use rill_engine::{generate, GenerateParams};
+use rill_kernels::Precision;
 use rill_kernels::Threads;
 use rill_model::SequenceState;
 use rill_sampler::Sampler;
@@ -42,6 +43,11 @@ pub struct Args {
     /// Worker threads (0 = all cores).
     #[arg(short, long, default_value_t = 0)]
     threads: usize,
+    /// Matrix-product numerics: `exact` (f32 activations, the reference
+    /// results) or `q8` (8-bit activations as llama.cpp uses: faster,
+    /// results within the activations' rounding).
+    #[arg(long, default_value = "exact")]
+    precision: Precision,
     /// Print speed figures after each reply.
     #[arg(long)]
     timings: bool,
@@ -53,7 +59,7 @@ fn extension<'a>(old: &[u32], new: &'a [u32]) -> Option<&'a [u32]> {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let model = load::open_model(&a.model)?;
+    let model = load::open_model(&a.model, a.precision)?;
     let tok = load_tokenizer(&a.model)?;
     let tmpl = load_template(model.file(), &tok)?;
     let threads = Threads::new(a.threads);

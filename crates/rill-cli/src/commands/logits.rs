@@ -2,6 +2,7 @@
 
 use crate::{load, npy};
 use anyhow::{bail, Context, Result};
+use rill_kernels::Precision;
 use rill_kernels::Threads;
 use rill_model::{Logits, SequenceState};
 use std::fs::File;
@@ -22,6 +23,11 @@ pub struct Args {
     /// Worker threads (0 = all cores).
     #[arg(short, long, default_value_t = 0)]
     threads: usize,
+    /// Matrix-product numerics: `exact` (f32 activations, the reference
+    /// results) or `q8` (8-bit activations as llama.cpp uses: faster,
+    /// results within the activations' rounding).
+    #[arg(long, default_value = "exact")]
+    precision: Precision,
     /// Feed the tokens one at a time instead of as one batch (checks the
     /// decode path: state and KV cache).
     #[arg(long)]
@@ -46,7 +52,7 @@ pub fn parse_tokens(s: &str) -> Result<Vec<u32>> {
 
 pub fn run(a: Args) -> Result<()> {
     let tokens = parse_tokens(&a.tokens)?;
-    let model = load::open_model(&a.model)?;
+    let model = load::open_model(&a.model, a.precision)?;
     let threads = Threads::new(a.threads);
     let mut state = SequenceState::new(&model, tokens.len());
     let logits = if a.one_by_one {

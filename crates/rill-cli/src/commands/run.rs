@@ -4,6 +4,7 @@ use super::tokenize::load_tokenizer;
 use crate::load;
 use anyhow::{Context, Result};
 use rill_engine::{generate, GenerateParams};
+use rill_kernels::Precision;
 use rill_kernels::Threads;
 use rill_model::SequenceState;
 use rill_sampler::{Sampler, SamplerConfig};
@@ -82,6 +83,11 @@ pub struct Args {
     /// Worker threads (0 = all cores).
     #[arg(short, long, default_value_t = 0)]
     threads: usize,
+    /// Matrix-product numerics: `exact` (f32 activations, the reference
+    /// results) or `q8` (8-bit activations as llama.cpp uses: faster,
+    /// results within the activations' rounding).
+    #[arg(long, default_value = "exact")]
+    precision: Precision,
     /// Context size in tokens (default: prompt + n_predict).
     #[arg(short = 'c', long)]
     ctx_size: Option<usize>,
@@ -103,7 +109,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let model = load::open_model(&a.model)?;
+    let model = load::open_model(&a.model, a.precision)?;
     let tok = load_tokenizer(&a.model)?;
     let text = if a.chat {
         let tmpl = crate::chat_prompt::load_template(model.file(), &tok)?;

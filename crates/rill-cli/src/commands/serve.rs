@@ -9,6 +9,7 @@ use super::tokenize::load_tokenizer;
 use crate::load;
 use anyhow::{Context, Result};
 use rill_engine::{Engine, EngineConfig};
+use rill_kernels::Precision;
 use rill_server::{template_from_gguf, AppState, ServerConfig};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -45,6 +46,11 @@ pub struct Args {
     /// Worker threads for the model (0 = all cores).
     #[arg(short, long, default_value_t = 0)]
     threads: usize,
+    /// Matrix-product numerics: `exact` (f32 activations, the reference
+    /// results) or `q8` (8-bit activations as llama.cpp uses: faster,
+    /// results within the activations' rounding).
+    #[arg(long, default_value = "exact")]
+    precision: Precision,
     /// Name of the model in the API (default: the file name without
     /// extension); repeat to accept several names.
     #[arg(long)]
@@ -81,7 +87,7 @@ pub fn run(a: Args) -> Result<()> {
         .init();
     anyhow::ensure!(a.parallel >= 1, "--parallel must be at least 1");
     anyhow::ensure!(a.ctx_size >= 2, "--ctx-size must be at least 2");
-    let model = Arc::new(load::open_model(&a.model)?);
+    let model = Arc::new(load::open_model(&a.model, a.precision)?);
     let tok = Arc::new(load_tokenizer(&a.model)?);
     let template = match template_from_gguf(model.file(), &tok) {
         Ok(Some(t)) => Some(t),

@@ -14,7 +14,8 @@
 //! * [`ActFormat::K256`], for the K encodings (Q4_K, Q5_K, Q6_K): one f32
 //!   scale per 256 values, and the sum of each 16 quantized values (the
 //!   weights' mins and offsets act on those sums).
-//! * [`ActFormat::B32`], for Q8_0: one f32 scale per 32 values.
+//! * [`ActFormat::B32`], for Q8_0: one scale per 32 values, rounded to f16
+//!   (llama.cpp's Q8_0 activations).
 //!
 //! A block of values `x` becomes `q = round(x · 127 / amax)` (half to
 //! even) with scale `d = amax / 127`, where `amax = max |x|`; an
@@ -175,7 +176,12 @@ impl Q8Acts {
                 .zip(qr.chunks_exact_mut(block))
                 .enumerate()
             {
-                self.d[t * nb + b] = quantize_block(xb, qb);
+                let d = quantize_block(xb, qb);
+                self.d[t * nb + b] = match format {
+                    ActFormat::K256 => d,
+                    // As llama.cpp's Q8_0 activations: the scale kept as f16.
+                    ActFormat::B32 => half::f16::from_f32(d).to_f32(),
+                };
             }
             if ns > 0 {
                 for (s, q16) in self.sums[t * ns..(t + 1) * ns]

@@ -7,7 +7,7 @@ use crate::scratch::Buf;
 use crate::weights::{Binder, Matrix};
 use rill_kernels::ops::{dot_f32, rms_norm_inplace, sigmoid, softmax_inplace};
 use rill_kernels::threads::SharedMut;
-use rill_kernels::{matmul, matmul_many, MatJob, Threads};
+use rill_kernels::{matmul_in, matmul_many_in, MatJob, Threads};
 
 pub(crate) struct AttentionWeights {
     /// `[2·n_head·head_dim × n_embd]`: per head, Q then the gate.
@@ -73,7 +73,8 @@ pub(crate) fn forward<'s>(
     let mut qg = Buf::for_output(n * 2 * nh * hd);
     let mut k = Buf::for_output(n * nkv * hd);
     let mut v = Buf::for_output(n * nkv * hd);
-    matmul_many(
+    matmul_many_in(
+        c.precision,
         threads,
         &mut [
             MatJob {
@@ -138,7 +139,7 @@ pub(crate) fn forward<'s>(
         *o *= sigmoid(g);
     }
     let mut out = Buf::for_output(n * c.n_embd);
-    matmul(threads, w.o.view(), &attn, n, &mut out);
+    matmul_in(c.precision, threads, w.o.view(), &attn, n, &mut out);
     out
 }
 

@@ -6,7 +6,7 @@ use crate::error::ModelError;
 use crate::scratch::{Buf, JobList, Reused};
 use crate::weights::{Binder, Experts, Matrix};
 use rill_kernels::ops::{axpy, dot_f32, sigmoid, silu, softmax_inplace};
-use rill_kernels::{matmul, matmul_many, MatJob, MatRef, Threads};
+use rill_kernels::{matmul, matmul_in, matmul_many_in, MatJob, MatRef, Precision, Threads};
 use std::cell::Cell;
 
 pub(crate) enum Ffn {
@@ -74,8 +74,9 @@ impl DenseWeights {
     }
 
     /// SwiGLU for `n` tokens: `down(silu(gate x) ⊙ up x)`.
-    fn forward(&self, threads: &Threads, x: &[f32], n: usize) -> Buf {
+    fn forward(&self, precision: Precision, threads: &Threads, x: &[f32], n: usize) -> Buf {
         swiglu(
+            precision,
             threads,
             self.gate.view(),
             self.up.view(),
@@ -86,11 +87,20 @@ impl DenseWeights {
     }
 }
 
-fn swiglu(threads: &Threads, gate: MatRef, up: MatRef, down: MatRef, x: &[f32], n: usize) -> Buf {
+fn swiglu(
+    precision: Precision,
+    threads: &Threads,
+    gate: MatRef,
+    up: MatRef,
+    down: MatRef,
+    x: &[f32],
+    n: usize,
+) -> Buf {
     let ff = gate.rows;
     let mut g = Buf::for_output(n * ff);
     let mut u = Buf::for_output(n * ff);
-    matmul_many(
+    matmul_many_in(
+        precision,
         threads,
         &mut [
             MatJob {
@@ -111,7 +121,7 @@ fn swiglu(threads: &Threads, gate: MatRef, up: MatRef, down: MatRef, x: &[f32], 
         *gi = silu(*gi) * ui;
     }
     let mut out = Buf::for_output(n * down.rows);
-    matmul(threads, down, &g, n, &mut out);
+    matmul_in(precision, threads, down, &g, n, &mut out);
     out
 }
 
@@ -218,7 +228,7 @@ impl MoeWeights {
                     out: &mut sh_u,
                 });
             }
-            matmul_many(threads, &mut jobs);
+            matmul_many_in(c.precision, threads, &mut jobs);
         }
         for (g, u) in [(&mut gates, &ups), (&mut sh_g, &sh_u)] {
             for (gi, &ui) in g.iter_mut().zip(u.iter()) {
@@ -252,7 +262,7 @@ impl MoeWeights {
                     out: &mut sh_y,
                 });
             }
-            matmul_many(threads, &mut jobs);
+            matmul_many_in(c.precision, threads, &mut jobs);
         }
 
         // Weighted sum, in expert order for every token (batch invariant).
@@ -305,6 +315,7 @@ thread_local! {
 fn route(w: &MoeWeights, c: &ModelConfig, threads: &Threads, x: &[f32], n: usize) -> Routes {
     let (e, k) = (c.n_expert, c.n_expert_used);
     let mut logits = Buf::for_output(n * e);
+    // Exact whatever the precision: routing picks experts by these logits.
     matmul(threads, w.router.view(), x, n, &mut logits);
     // Each token's top k as (expert, weight), token after token.
     let mut picks = Reused::take(&PICKS);
@@ -345,7 +356,7 @@ impl Ffn {
     pub fn forward(&self, c: &ModelConfig, threads: &Threads, x: &[f32], n: usize) -> Buf {
         match self {
             Ffn::Moe(m) => m.forward(c, threads, x, n),
-            Ffn::Dense(d) => d.forward(threads, x, n),
+            Ffn::Dense(d) => d.forward(c.precision, threads, x, n),
         }
     }
 }

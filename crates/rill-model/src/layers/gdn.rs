@@ -9,7 +9,7 @@ use crate::weights::{Binder, Matrix};
 use rill_kernels::gdn::{delta_rule_chunked, delta_rule_recurrent, HeadInputs};
 use rill_kernels::ops::{l2_norm_inplace, rms_norm_inplace, sigmoid, silu, softplus};
 use rill_kernels::threads::SharedMut;
-use rill_kernels::{matmul, matmul_many, MatJob, Threads};
+use rill_kernels::{matmul_in, matmul_many_in, MatJob, Threads};
 
 /// How the input projections are stored.
 enum Projections {
@@ -150,7 +150,7 @@ fn project(
                 out: &mut ba,
             }),
         }
-        matmul_many(threads, &mut jobs);
+        matmul_many_in(c.precision, threads, &mut jobs);
     }
     if fused_qkvz {
         // Per key head [q, k, v·r, z·r] → [q_all, k_all, v_all] and z.
@@ -343,6 +343,6 @@ pub(crate) fn forward<'s>(
         }
     }
     let mut out = Buf::for_output(n * c.n_embd);
-    matmul(threads, w.out.view(), &y, n, &mut out);
+    matmul_in(c.precision, threads, w.out.view(), &y, n, &mut out);
     out
 }
