@@ -2,6 +2,10 @@
 """rill vs llama.cpp, side by side on the same GGUF, same threads, same machine, in one run.
 
     scripts/bench/compare_llama.py MODEL.gguf [MODEL.gguf ...] [-t 2] [-p 512] [-n 128] [-r 3] [--rounds 2]
+                                   [--precision exact|q8]
+
+`--precision q8` runs rill with 8-bit activations, the numerics llama.cpp itself uses on CPUs; the
+default `exact` keeps rill's f32 activations (the reference results), which cost more arithmetic.
 
 For each model it alternates the two engines `--rounds` times (rill, llama.cpp, rill, llama.cpp, ...) so
 that both see the same machine state, and prints for each figure the mean over rounds and the ratio:
@@ -87,7 +91,7 @@ def drop_caches():
 
 def run_rill(rill, model, a):
     out, _, rss = timed([rill, "bench", "-m", model, "-p", str(a.p), "-n", str(a.n), "-r", str(a.r),
-                         "-t", str(a.t), "--json"])
+                         "-t", str(a.t), "--precision", a.precision, "--json"])
     j = json.loads(out)
     return {"pp": j["pp"]["mean"], "tg": j["tg"]["mean"], "rss": rss,
             "active_bytes": j["active_weight_bytes_per_token"]}
@@ -118,6 +122,8 @@ def main():
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("-r", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--precision", default="exact", choices=["exact", "q8"],
+                    help="rill's matrix-product numerics (q8: 8-bit activations, as llama.cpp)")
     ap.add_argument("--rill", default=str(REPO / "target" / "release" / "rill"))
     ap.add_argument("--llama-dir", default=os.environ.get("RILL_ORACLE_DIR", str(Path.home() / ".cache" / "rill-oracle")))
     ap.add_argument("--no-ttft", action="store_true", help="skip the cold-start measurement")
@@ -130,8 +136,8 @@ def main():
     bin_dir = ensure_llama(Path(a.llama_dir))
     bw = json.loads(sh([a.rill, "bench", "-m", a.models[0], "-p", "0", "-n", "1", "-r", "1", "-t", str(a.t),
                         "--bandwidth", "--json"]).stdout)["read_bandwidth_bytes_s"]
-    report = {"threads": a.t, "read_bandwidth_bytes_s": bw, "models": {}}
-    print(f"machine read bandwidth, {a.t} threads: {bw / 1e9:.1f} GB/s")
+    report = {"threads": a.t, "precision": a.precision, "read_bandwidth_bytes_s": bw, "models": {}}
+    print(f"machine read bandwidth, {a.t} threads: {bw / 1e9:.1f} GB/s; rill precision {a.precision}")
     for model in a.models:
         rr, ll = [], []
         for i in range(a.rounds):
@@ -146,7 +152,8 @@ def main():
         if not a.no_ttft:
             prompt = "Hello"
             res["ttft_s"] = {
-                "rill": ttft([a.rill, "run", "-m", model, "-p", prompt, "-n", "1", "--temp", "0", "-t", str(a.t)]),
+                "rill": ttft([a.rill, "run", "-m", model, "-p", prompt, "-n", "1", "--temp", "0", "-t", str(a.t),
+                              "--precision", a.precision]),
                 "llama_cpp": ttft([str(bin_dir / "llama-cli"), "-m", model, "-p", prompt, "-n", "1", "-st",
                                    "--simple-io", "--temp", "0", "-t", str(a.t), "--no-warmup"]
                                   + (["--no-repack"] if a.no_repack else [])),

@@ -154,6 +154,8 @@ def main():
     ap.add_argument("--prompt-words", type=int, default=48)
     ap.add_argument("--concurrency", default="1,4")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--precision", default="exact", choices=["exact", "q8"],
+                    help="rill's matrix-product numerics (q8: 8-bit activations, as llama.cpp)")
     ap.add_argument("--ctx", type=int, default=2048, help="context per sequence")
     ap.add_argument("--llama-server", default=str(DEFAULT_LLAMA))
     ap.add_argument("--no-repack", action="store_true",
@@ -170,7 +172,8 @@ def main():
     port = free_port()
     results["rill"] = bench_engine("rill", [
         args.bin, "serve", "-m", args.model, "--port", str(port), "--parallel", str(n_par),
-        "--ctx-size", str(args.ctx), "-t", str(args.threads), "--queue", str(4 * n_par)], port, args, log_dir)
+        "--ctx-size", str(args.ctx), "-t", str(args.threads), "--queue", str(4 * n_par),
+        "--precision", args.precision], port, args, log_dir)
     if not args.no_llama and Path(args.llama_server).exists():
         port = free_port()
         try:
