@@ -42,6 +42,7 @@
 //! reference, VNNI, AMX) follows this, so a token gets the same bits alone
 //! or in any batch, on any kernel path of the machine.
 
+mod quantize;
 mod reference;
 
 use crate::matmul::MatRef;
@@ -176,7 +177,7 @@ impl Q8Acts {
                 .zip(qr.chunks_exact_mut(block))
                 .enumerate()
             {
-                let d = quantize_block(xb, qb);
+                let d = quantize::block(xb, qb);
                 self.d[t * nb + b] = match format {
                     ActFormat::K256 => d,
                     // As llama.cpp's Q8_0 activations: the scale kept as f16.
@@ -222,27 +223,6 @@ impl Q8Acts {
             sums: &self.sums[t * ns..(t + 1) * ns],
         }
     }
-}
-
-/// Quantize one block; returns its scale.
-fn quantize_block(x: &[f32], q: &mut [i8]) -> f32 {
-    let (mut amax, mut finite) = (0f32, true);
-    for v in x {
-        finite &= v.is_finite();
-        amax = amax.max(v.abs());
-    }
-    if !finite || amax == 0.0 {
-        // Non-finite activations have no 8-bit form: a NaN scale makes the
-        // products NaN, as exact ones would be.
-        q.fill(0);
-        return if finite { 0.0 } else { f32::NAN };
-    }
-    let id = 127.0 / amax;
-    for (o, &v) in q.iter_mut().zip(x) {
-        // |v·id| ≤ 127 up to rounding; the clamp keeps that exact.
-        *o = (v * id).round_ties_even().clamp(-127.0, 127.0) as i8;
-    }
-    amax / 127.0
 }
 
 /// `out[t·rows + r] = row r · activations t` for rows `r0..r1` of `w` and
