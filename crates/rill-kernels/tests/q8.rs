@@ -12,13 +12,18 @@ use rill_kernels::{matmul_many_on, MatJob, MatRef, Threads};
 mod common;
 use common::{matrix, Rng};
 
-/// Encodings with integer kernels, with a column count each.
-const CASES: [(DType, usize); 6] = [
+/// Encodings with integer kernels, with a column count each: fewer blocks
+/// than a group of 8 partials, exactly 8, and more (the partials wrap;
+/// Q8_0 also ends on a partial group of blocks).
+const CASES: [(DType, usize); 9] = [
     (DType::Q8_0, 224),
     (DType::Q8_0, 2048),
+    (DType::Q8_0, 2880),
     (DType::Q4K, 512),
     (DType::Q5K, 768),
+    (DType::Q5K, 2304),
     (DType::Q6K, 512),
+    (DType::Q6K, 2560),
     (DType::Q4K, 2048),
 ];
 
@@ -82,6 +87,49 @@ fn every_path_gives_the_reference_bits_in_any_batch() {
                             .collect::<Vec<_>>(),
                         "{dtype} {isa:?}: batch of {m}"
                     );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn prefill_batches_give_the_reference_bits() {
+    // Batches of whole and partial 16-token tiles (the AMX kernel's, where
+    // the CPU has one), row counts and thread splits that leave partial
+    // 16-row tiles, and more tokens than one relaid block.
+    let mut rng = Rng(13);
+    for (dtype, cols) in CASES {
+        let rows = if cols > 1000 { 21 } else { 37 };
+        let data = matrix(dtype, rows, cols, &mut rng);
+        let w = MatRef {
+            dtype,
+            rows,
+            cols,
+            data: &data,
+        };
+        let x = activations(520, cols, &mut rng);
+        for n in [16, 17, 40, 520] {
+            let x = &x[..n * cols];
+            let mut acts = Q8Acts::default();
+            acts.quantize(ActFormat::for_weights(dtype).unwrap(), x, n, cols);
+            let want: Vec<u32> = (0..n)
+                .flat_map(|t| (0..rows).map(move |r| (t, r)))
+                .map(|(t, r)| dot_ref(dtype, w.row(r), acts.row(t)).to_bits())
+                .collect();
+            for isa in Isa::available() {
+                for threads in [1, 3] {
+                    let got = run(isa, threads, w, x, n);
+                    for (i, (g, &e)) in got.iter().zip(&want).enumerate() {
+                        assert_eq!(
+                            g.to_bits(),
+                            e,
+                            "{dtype} {isa:?} threads {threads} n {n}: token {} row {}: {g:e} vs {:e}",
+                            i / rows,
+                            i % rows,
+                            f32::from_bits(e)
+                        );
+                    }
                 }
             }
         }

@@ -42,8 +42,12 @@
 //! reference, VNNI, AMX) follows this, so a token gets the same bits alone
 //! or in any batch, on any kernel path of the machine.
 
+#[cfg(target_arch = "x86_64")]
+mod amx;
 mod quantize;
 mod reference;
+#[cfg(target_arch = "x86_64")]
+mod x86;
 
 use crate::matmul::MatRef;
 use crate::simd::Isa;
@@ -242,6 +246,24 @@ pub(crate) unsafe fn rows(
 ) {
     debug_assert_eq!(acts.format(), ActFormat::for_weights(w.dtype));
     debug_assert_eq!(acts.cols(), w.cols);
+    // Prefill batches on AMX-INT8 (the AVX-512 path's CPUs that have it).
+    // SAFETY: `usable()` checked the CPU and OS; the rest is this
+    // function's contract. It returns false having written nothing.
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512
+        && acts.n() >= amx::MIN_TOKENS
+        && amx::usable()
+        && unsafe { amx::rows(w, acts, r0, r1, out) }
+    {
+        return;
+    }
+    // SAFETY: the caller checked that the CPU runs `isa` (AVX2+FMA+F16C,
+    // plus AVX-512F/BW/VL for `Isa::Avx512`); the rest is this function's
+    // own contract.
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar && unsafe { x86::rows(isa == Isa::Avx512, w, acts, r0, r1, out) } {
+        return;
+    }
     let _ = isa;
     for r in r0..r1 {
         let row = w.row(r);

@@ -1,0 +1,541 @@
+//! x86-64 kernels of the 8-bit-activation products: AVX-512 (BW, with
+//! VNNI's `vpdpwssd` / `vpdpbusd` where the CPU has them) and AVX2.
+//!
+//! Each call multiplies `R` ∈ {1, 4} consecutive weight rows by `T` ≤ 4
+//! tokens: every weight vector is decoded once and used for all `T`
+//! tokens, the `R` rows are interleaved (several DRAM streams) and
+//! prefetched ahead. Results come back in lanes `4r + t` of a `[f32; 16]`.
+//!
+//! # Exactness
+//! The integer part of every block term (see the module doc of `q8`) is
+//! computed exactly, so any order of the integer additions gives the
+//! reference's integers; the f32 part then runs the reference's operations
+//! in the same order, lane by lane (`(d·dx)·f(i) − (dmin·dx)·f(m)`, no FMA),
+//! so each output has the reference's bits. The bounds that keep the 16-bit
+//! steps exact (`vpmaddubsw` saturates its i16 pair sums):
+//! * Q4_K / Q5_K / Q6_K: unsigned quants ≤ 15 / 31 / 63 times |q| ≤ 127:
+//!   pair sums ≤ 2·63·127 = 16002 < 32767. The i16 sub-block scales then
+//!   multiply those (`vpmaddwd` / `vpdpwssd`, i32 results): a block's
+//!   |i| ≤ 256·63·127·128 < 2³¹.
+//! * Q8_0 (AVX2, AVX-512 without VNNI): |w| ≤ 128 against ±q (the sign of
+//!   `w` moved onto `q`): pair sums ≤ 2·128·127 = 32512. With VNNI the
+//!   quants are offset to `w + 128` (u8) for `vpdpbusd`, which sums four
+//!   products into i32 without saturation, and `128·Σq` is subtracted.
+//!
+//! # Shape of the f32 tail
+//! K encodings: one term per (row, token) pair and block, the pairs in the
+//! lanes of one vector; `p[b mod 8]` is a vector of partials per pair.
+//! Q8_0 (32-value blocks): the lanes are 8 consecutive blocks of one pair,
+//! so each lane of the partials vector is one `p[k]` (AVX2: lane k;
+//! AVX-512: in the order its reduction leaves them), and the canonical
+//! tree ends the sum.
+//!
+//! The kernels themselves are in `avx512` and `avx2`; this file holds the
+//! driver, the kernel tables and the pieces both use.
+
+// Index loops mirror the lanes and rows they compute.
+#![allow(clippy::needless_range_loop)]
+
+use std::arch::x86_64::*;
+use std::sync::OnceLock;
+
+use super::Q8Acts;
+use crate::matmul::MatRef;
+use crate::threads::SharedMut;
+use rill_dtype::DType;
+
+/// Tokens of one kernel call at most.
+const TOKENS: usize = 4;
+/// Bytes ahead of the block being read that are prefetched, per row (4
+/// rows stream at once). Measured on matrices far larger than the caches
+/// (65536 × 2048): 384 (the exact kernels' distance) reaches ~2/3 of the
+/// rate of 2048-4096; these kernels eat bytes faster, so DRAM latency
+/// needs more of them in flight.
+const AHEAD: usize = 2048;
+/// Bytes of weight rows that see every token group before the next rows
+/// when there are more than [`TOKENS`] tokens: they stay in L1/L2.
+const PASS_BYTES: usize = 32 * 1024;
+
+/// `[e(0), .., e(n − 1)]`, built by a plain loop: closures handed to
+/// `array::from_fn` / `map` lose the target features and are not inlined,
+/// so intrinsics inside them would become calls.
+macro_rules! arr {
+    ($n:expr, |$i:ident| $e:expr) => {{
+        let mut a = [std::mem::zeroed(); $n];
+        for $i in 0..$n {
+            a[$i] = $e;
+        }
+        a
+    }};
+}
+
+/// Q4_K/Q5_K's packed 6-bit scales and mins (12 bytes at the start of each
+/// 128-bit chunk of `v`) → bytes `[sc0..sc7, m0..m7]` per chunk (see
+/// `scale_min_k4`): the low bits come from bytes 0..3 / 8..11 / 4..7, the
+/// top 2 bits of scales and mins 4..7 from the top of bytes 0..3 / 4..7.
+macro_rules! k4_unpack {
+    ($v:expr, $bc:ident, $shuf:ident, $and:ident, $or:ident, $srli:ident) => {{
+        let v = $v;
+        let a = $shuf(
+            v,
+            $bc(_mm_setr_epi8(
+                0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11,
+            )),
+        );
+        let low = $and(
+            a,
+            $bc(_mm_setr_epi8(
+                63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0,
+            )),
+        );
+        let mhi = $and(
+            $srli::<4>(a),
+            $bc(_mm_setr_epi8(
+                0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15,
+            )),
+        );
+        let top = $shuf(
+            v,
+            $bc(_mm_setr_epi8(
+                -1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7,
+            )),
+        );
+        // Bits 6..7 to 4..5 (16-bit shifts: the mask drops what crossed bytes).
+        let top = $and($srli::<2>(top), $bc(_mm_set1_epi8(0x30)));
+        $or($or(low, mhi), top)
+    }};
+}
+
+mod avx2;
+mod avx512;
+use avx2::{kmin_y, q6k_y_body, q80_y_body};
+use avx512::{kmin_z, q6k_z_body, q80_z_body};
+
+/// Up to four tokens' quantized activations (unused slots repeat the last).
+pub(super) struct Toks {
+    pub(super) qs: [*const i8; TOKENS],
+    pub(super) d: [*const f32; TOKENS],
+    pub(super) sums: [*const i16; TOKENS],
+}
+
+impl Toks {
+    fn new(acts: &Q8Acts, t0: usize, nt: usize) -> Toks {
+        let row = |t: usize| acts.row(t0 + t.min(nt - 1));
+        Toks {
+            qs: std::array::from_fn(|t| row(t).qs.as_ptr()),
+            d: std::array::from_fn(|t| row(t).d.as_ptr()),
+            sums: std::array::from_fn(|t| row(t).sums.as_ptr()),
+        }
+    }
+}
+
+/// `R` rows from `w` (`row_bytes` apart, `nb` blocks each) × `T` tokens.
+type Kernel = unsafe fn(*const u8, usize, &Toks, usize) -> [f32; 16];
+/// A kernel for each shape: `[R = 1, R = 4][T − 1]`.
+type Table = [[Kernel; TOKENS]; 2];
+
+/// Whether the CPU has AVX-512 VNNI (detected once).
+fn vnni() -> bool {
+    static VNNI: OnceLock<bool> = OnceLock::new();
+    *VNNI.get_or_init(|| is_x86_feature_detected!("avx512vnni"))
+}
+
+/// Rows `r0..r1` of `w` × every token of `acts` into `out` (as `q8::rows`).
+/// `false`: no kernel for this encoding here (nothing written).
+///
+/// # Safety
+/// As `q8::rows`; the CPU must have AVX2+FMA+F16C, and AVX-512F/BW/VL when
+/// `avx512`.
+pub(super) unsafe fn rows(
+    avx512: bool,
+    w: MatRef<'_>,
+    acts: &Q8Acts,
+    r0: usize,
+    r1: usize,
+    out: SharedMut<f32>,
+) -> bool {
+    let Some(k) = table(avx512, w.dtype) else {
+        return false;
+    };
+    let (rb, nb, n) = (w.row_bytes(), w.cols / w.dtype.block_len(), acts.n());
+    if n == 0 || nb == 0 {
+        return true;
+    }
+    // One token group: one pass. More: passes over rows that stay cached
+    // while every group goes by, so the weights come from DRAM once.
+    let pass = if n <= TOKENS {
+        r1 - r0
+    } else {
+        (PASS_BYTES / rb).max(4) / 4 * 4
+    };
+    let mut pa = r0;
+    while pa < r1 {
+        let pe = (pa + pass).min(r1);
+        let mut t0 = 0;
+        while t0 < n {
+            let nt = (n - t0).min(TOKENS);
+            let toks = Toks::new(acts, t0, nt);
+            let mut r = pa;
+            while r < pe {
+                let nr = if pe - r >= 4 { 4 } else { 1 };
+                // SAFETY: rows r..r + nr are whole rows of `w`; `toks`
+                // holds nt tokens of nb blocks in the weights' format.
+                let res = k[nr / 4][nt - 1](w.data.as_ptr().add(r * rb), rb, &toks, nb);
+                for i in 0..nr {
+                    for t in 0..nt {
+                        // SAFETY: inside the output; row r + i is ours.
+                        *out.at((t0 + t) * w.rows + r + i) = res[4 * i + t];
+                    }
+                }
+                r += nr;
+            }
+            t0 += nt;
+        }
+        pa = pe;
+    }
+    true
+}
+
+macro_rules! shapes {
+    ($f:ident) => {
+        [
+            [$f::<1, 1>, $f::<1, 2>, $f::<1, 3>, $f::<1, 4>],
+            [$f::<4, 1>, $f::<4, 2>, $f::<4, 3>, $f::<4, 4>],
+        ]
+    };
+}
+static Z_VNNI: [Table; 4] = [
+    shapes!(q4k_zv),
+    shapes!(q5k_zv),
+    shapes!(q6k_zv),
+    shapes!(q80_zv),
+];
+static Z: [Table; 4] = [
+    shapes!(q4k_z),
+    shapes!(q5k_z),
+    shapes!(q6k_z),
+    shapes!(q80_z),
+];
+static Y: [Table; 4] = [
+    shapes!(q4k_y),
+    shapes!(q5k_y),
+    shapes!(q6k_y),
+    shapes!(q80_y),
+];
+
+/// The kernels of `dtype` on this path, if any.
+fn table(avx512: bool, dtype: DType) -> Option<&'static Table> {
+    use DType::*;
+    let set = match (avx512, avx512 && vnni()) {
+        (true, true) => &Z_VNNI,
+        (true, false) => &Z,
+        _ => &Y,
+    };
+    Some(match dtype {
+        Q4K => &set[0],
+        Q5K => &set[1],
+        Q6K => &set[2],
+        Q8_0 => &set[3],
+        _ => return None,
+    })
+}
+
+/// The `#[target_feature]` entry points: `$name::<R, T>` runs `$body`.
+macro_rules! entry {
+    ($feat:literal: $($name:ident = $body:ident::<$($arg:literal),*>;)*) => {$(
+        #[target_feature(enable = $feat)]
+        unsafe fn $name<const R: usize, const T: usize>(
+            w: *const u8,
+            rb: usize,
+            x: &Toks,
+            nb: usize,
+        ) -> [f32; 16] {
+            $body::<R, T, $($arg),*>(w, rb, x, nb)
+        }
+    )*};
+}
+
+entry! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c":
+    q4k_zv = kmin_z::<false, true>;
+    q5k_zv = kmin_z::<true, true>;
+    q6k_zv = q6k_z_body::<true>;
+    q80_zv = q80_z_body::<true>;
+}
+entry! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c":
+    q4k_z = kmin_z::<false, false>;
+    q5k_z = kmin_z::<true, false>;
+    q6k_z = q6k_z_body::<false>;
+    q80_z = q80_z_body::<false>;
+}
+entry! {"avx2,fma,f16c":
+    q4k_y = kmin_y::<false>;
+    q5k_y = kmin_y::<true>;
+    q6k_y = q6k_y_body::<>;
+    q80_y = q80_y_body::<>;
+}
+
+// ---------------------------------------------------------------------------
+// Shared pieces.
+
+/// Prefetch, for each of the `R` rows at `w` (`rb` bytes apart), the
+/// `bytes` that lie [`AHEAD`] past its offset `off`; past the row's end,
+/// the same place of the row `R` further on, the next this stream reads.
+/// (Prefetches never fault, so the address may lie past the matrix.)
+#[inline(always)]
+pub(super) unsafe fn prefetch<const R: usize>(w: *const u8, rb: usize, off: usize, bytes: usize) {
+    let a = off + AHEAD;
+    let at = w.wrapping_add(if a < rb { a } else { a + (R - 1) * rb });
+    for r in 0..R {
+        let mut o = 0;
+        while o < bytes {
+            _mm_prefetch(at.wrapping_add(r * rb + o) as *const i8, _MM_HINT_T0);
+            o += 64;
+        }
+    }
+}
+
+/// The f16 scales of `R` rows' blocks as one xmm: row `r`'s 32 bits at
+/// `blk(r)` (Q4_K/Q5_K: `d`, `dmin`) or its 16 (`d` then 0).
+#[inline(always)]
+pub(super) unsafe fn halves<const R: usize>(
+    blk: impl Fn(usize) -> *const u8,
+    two: bool,
+) -> __m128i {
+    let v = |r: usize| -> i32 {
+        if r >= R {
+            0
+        } else if two {
+            (blk(r) as *const i32).read_unaligned()
+        } else {
+            (blk(r) as *const u16).read_unaligned() as i32
+        }
+    };
+    _mm_setr_epi32(v(0), v(1), v(2), v(3))
+}
+
+/// Four tokens' scales of block `b` (tokens past `T` read 0).
+#[inline(always)]
+pub(super) unsafe fn dx4<const T: usize>(x: &Toks, b: usize) -> __m128 {
+    let v = |t: usize| if t < T { *x.d[t].add(b) } else { 0.0 };
+    _mm_setr_ps(v(0), v(1), v(2), v(3))
+}
+
+/// The sums of each 32 activations of block `b` of token `t` (i16; at most
+/// 32·127 in magnitude), from the sums of each 16.
+#[inline(always)]
+pub(super) unsafe fn sums32(x: &Toks, t: usize, b: usize) -> __m128i {
+    let s = x.sums[t].add(16 * b) as *const __m128i;
+    _mm_hadd_epi16(_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)))
+}
+
+/// Row `i`'s index vector of [`K4_IDX`]-style tables: i16 lanes 0..15 pick
+/// word `lo`, lanes 16..31 word `hi`.
+const fn idx2(lo: i16, hi: i16) -> [i16; 32] {
+    let mut a = [lo; 32];
+    let mut i = 16;
+    while i < 32 {
+        a[i] = hi;
+        i += 1;
+    }
+    a
+}
+
+/// `vpermw` indices of Q4_K/Q5_K's scale vectors: row `r`, 64-value chunk
+/// `c` (sub-blocks 2c, 2c+1): its scales are words `8r + 2c`, `8r + 2c + 1`.
+pub(super) static K4_IDX: [[[i16; 32]; 4]; 4] = {
+    let mut a = [[[0i16; 32]; 4]; 4];
+    let mut r = 0;
+    while r < 4 {
+        let mut c = 0;
+        while c < 4 {
+            a[r][c] = idx2((8 * r + 2 * c) as i16, (8 * r + 2 * c + 1) as i16);
+            c += 1;
+        }
+        r += 1;
+    }
+    a
+};
+
+/// `vpermw` indices of Q6_K's scale vectors: 64-value chunk `k`, lane `l`
+/// (16-value sub-block `4k + l/8` after `vpmaddubsw`).
+pub(super) static Q6_IDX: [[i16; 32]; 4] = {
+    let mut a = [[0i16; 32]; 4];
+    let mut k = 0;
+    while k < 4 {
+        let mut l = 0;
+        while l < 32 {
+            a[k][l] = (4 * k + l / 8) as i16;
+            l += 1;
+        }
+        k += 1;
+    }
+    a
+};
+
+/// Σ w·x of one Q8_0 block (leftover blocks past the last whole group of 8).
+#[inline(always)]
+pub(super) unsafe fn q80_idot(w: *const u8, x: *const i8) -> i32 {
+    let mut i = 0;
+    for l in 0..32 {
+        i += (*w.add(l) as i8) as i32 * *x.add(l) as i32;
+    }
+    i
+}
+
+/// The f16 scales of the 8 Q8_0 blocks at `g`, as f32 (AVX2: scalar loads).
+#[inline(always)]
+pub(super) unsafe fn q80_scales(g: *const u8) -> __m256 {
+    let h = |k: usize| (g.add(34 * k) as *const i16).read_unaligned();
+    _mm256_cvtph_ps(_mm_setr_epi16(
+        h(0),
+        h(1),
+        h(2),
+        h(3),
+        h(4),
+        h(5),
+        h(6),
+        h(7),
+    ))
+}
+
+/// Add the Q8_0 terms of leftover blocks `b0..nb` into `p` (lane `b mod 8`
+/// of each pair's partials, as the reference's `p[b % 8] += t`).
+#[inline(always)]
+pub(super) unsafe fn q80_rest<const R: usize, const T: usize>(
+    w: *const u8,
+    rb: usize,
+    x: &Toks,
+    b0: usize,
+    nb: usize,
+    p: &mut [[[f32; 8]; T]; R],
+) {
+    for b in b0..nb {
+        for r in 0..R {
+            let blk = w.add(r * rb + 34 * b);
+            let d = half::f16::from_bits((blk as *const u16).read_unaligned()).to_f32();
+            for t in 0..T {
+                let i = q80_idot(blk.add(2), x.qs[t].add(32 * b));
+                p[r][t][b % 8] += (d * *x.d[t].add(b)) * i as f32;
+            }
+        }
+    }
+}
+
+/// The canonical tree of one pair's 8 partials (lane k = `p[k]`).
+#[inline(always)]
+pub(super) unsafe fn tree8(p: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(p), _mm256_extractf128_ps::<1>(p));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// One pair's partials, stored as the reference's `p`.
+#[inline(always)]
+pub(super) unsafe fn to_partials<const R: usize, const T: usize>(
+    p: &[[__m256; T]; R],
+) -> [[[f32; 8]; T]; R] {
+    std::mem::transmute_copy(p)
+}
+
+/// The final sums of each pair into lanes `4r + t`.
+#[inline(always)]
+pub(super) unsafe fn q80_finish<const R: usize, const T: usize>(
+    p: [[[f32; 8]; T]; R],
+) -> [f32; 16] {
+    let mut out = [0f32; 16];
+    for r in 0..R {
+        for t in 0..T {
+            out[4 * r + t] = tree8(_mm256_loadu_ps(p[r][t].as_ptr()));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{dot_ref, ActFormat};
+    use super::*;
+
+    /// Every kernel of every path this CPU runs (AVX-512 with and without
+    /// VNNI included) gives the reference's bits, for every shape.
+    #[test]
+    fn kernels_give_the_reference_bits() {
+        if !crate::simd::Isa::Avx2.is_available() {
+            return;
+        }
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let f16 = |v: f32| half::f16::from_f32(v).to_bits().to_le_bytes();
+        for (dtype, cols) in [
+            (DType::Q4K, 2304),
+            (DType::Q5K, 512),
+            (DType::Q6K, 2560),
+            (DType::Q8_0, 352),
+        ] {
+            let rows = 4;
+            let (bb, bl) = (dtype.block_bytes(), dtype.block_len());
+            let mut data: Vec<u8> = (0..rows * cols / bl * bb).map(|_| rnd() as u8).collect();
+            for blk in data.chunks_exact_mut(bb) {
+                let s = (rnd() % 1000) as f32 / 1e4;
+                let (d_at, dmin) = match dtype {
+                    DType::Q6K => (208, None),
+                    DType::Q8_0 => (0, None),
+                    _ => (0, Some(2)),
+                };
+                blk[d_at..d_at + 2].copy_from_slice(&f16(s));
+                if let Some(o) = dmin {
+                    blk[o..o + 2].copy_from_slice(&f16(s * 0.3));
+                }
+            }
+            let w = MatRef {
+                dtype,
+                rows,
+                cols,
+                data: &data,
+            };
+            let n = 4;
+            let xf: Vec<f32> = (0..n * cols)
+                .map(|_| (rnd() % 2001) as f32 / 100.0 - 10.0)
+                .collect();
+            let mut acts = Q8Acts::default();
+            acts.quantize(ActFormat::for_weights(dtype).unwrap(), &xf, n, cols);
+            let nb = cols / bl;
+            let mut sets = vec![&Y];
+            if crate::simd::Isa::Avx512.is_available() {
+                sets.push(&Z);
+                if vnni() {
+                    sets.push(&Z_VNNI);
+                }
+            }
+            let k = [DType::Q4K, DType::Q5K, DType::Q6K, DType::Q8_0]
+                .iter()
+                .position(|&d| d == dtype)
+                .unwrap();
+            for set in sets {
+                for (ri, nr) in [(0, 1), (1, 4)] {
+                    for nt in 1..=n {
+                        let toks = Toks::new(&acts, 0, nt);
+                        // SAFETY: the CPU runs the set (checked above); whole rows and blocks.
+                        let res =
+                            unsafe { set[k][ri][nt - 1](data.as_ptr(), w.row_bytes(), &toks, nb) };
+                        for r in 0..nr {
+                            for t in 0..nt {
+                                let want = dot_ref(dtype, w.row(r), acts.row(t));
+                                assert_eq!(
+                                    res[4 * r + t].to_bits(),
+                                    want.to_bits(),
+                                    "{dtype} R{nr} T{nt} r{r} t{t}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

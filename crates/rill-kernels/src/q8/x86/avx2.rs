@@ -1,0 +1,293 @@
+//! The AVX2 kernels: the plans of the AVX-512 ones on 256-bit vectors,
+//! `vpmaddubsw` + `vpmaddwd`; the (row, token) pair lanes in two vectors
+//! (rows 0-1, rows 2-3), each 128-bit chunk a row.
+
+// Index loops mirror the lanes and rows they compute.
+#![allow(clippy::needless_range_loop)]
+
+use std::arch::x86_64::*;
+
+use super::{dx4, halves, prefetch, q80_finish, q80_rest, q80_scales, sums32, to_partials, Toks};
+
+#[inline(always)]
+unsafe fn bc256(v: __m128i) -> __m256i {
+    _mm256_broadcastsi128_si256(v)
+}
+
+/// `[a's 8 lanes folded to 4 | b's]`.
+#[inline(always)]
+unsafe fn fold2(a: __m256i, b: __m256i) -> __m256i {
+    _mm256_add_epi32(
+        _mm256_permute2x128_si256::<0x21>(a, b),
+        _mm256_blend_epi32::<0xF0>(a, b),
+    )
+}
+
+/// As [`tsum4`], on 256 bits.
+#[inline(always)]
+unsafe fn tsum4_y(f: [__m256i; 4]) -> __m256i {
+    let pair = |x, y| _mm256_add_epi32(_mm256_unpacklo_epi32(x, y), _mm256_unpackhi_epi32(x, y));
+    let (s01, s23) = (pair(f[0], f[1]), pair(f[2], f[3]));
+    _mm256_add_epi32(
+        _mm256_unpacklo_epi64(s01, s23),
+        _mm256_unpackhi_epi64(s01, s23),
+    )
+}
+
+/// As [`reduce_pairs`]: `[rows 0-1, rows 2-3]`, lane `4(r%2) + t`.
+#[inline(always)]
+unsafe fn reduce_pairs_y<const R: usize, const T: usize>(acc: &[[__m256i; T]; R]) -> [__m256i; 2] {
+    let z = _mm256_setzero_si256();
+    let a = |r: usize, t: usize| if r < R && t < T { acc[r][t] } else { z };
+    arr!(2, |h| tsum4_y(arr!(4, |t| fold2(
+        a(2 * h, t),
+        a(2 * h + 1, t)
+    ))))
+}
+
+/// Pair lanes of the f16 values `h` (row r's at word `2r + odd`).
+#[inline(always)]
+unsafe fn row_lanes_y(h: __m128i, odd: i32) -> [__m256; 2] {
+    let f = _mm256_cvtph_ps(h);
+    let o = _mm256_set1_epi32(odd);
+    [
+        _mm256_permutevar8x32_ps(
+            f,
+            _mm256_add_epi32(o, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2)),
+        ),
+        _mm256_permutevar8x32_ps(
+            f,
+            _mm256_add_epi32(o, _mm256_setr_epi32(4, 4, 4, 4, 6, 6, 6, 6)),
+        ),
+    ]
+}
+
+#[inline(always)]
+unsafe fn tree_y(p: &[[__m256; 2]; 8]) -> [f32; 16] {
+    let half = |h: usize| {
+        let a = |i: usize, j: usize| _mm256_add_ps(p[i][h], p[j][h]);
+        _mm256_add_ps(
+            _mm256_add_ps(a(0, 4), a(2, 6)),
+            _mm256_add_ps(a(1, 5), a(3, 7)),
+        )
+    };
+    std::mem::transmute::<[__m256; 2], [f32; 16]>([half(0), half(1)])
+}
+
+/// `v` (i16 lanes) with bits shifted left by `n` (right by `−n`).
+#[inline(always)]
+unsafe fn shift16_y(v: __m256i, n: i32) -> __m256i {
+    if n >= 0 {
+        _mm256_sll_epi16(v, _mm_cvtsi32_si128(n))
+    } else {
+        _mm256_srl_epi16(v, _mm_cvtsi32_si128(-n))
+    }
+}
+
+/// Q4_K / Q5_K on AVX2: one vector per 32-value sub-block.
+#[inline(always)]
+pub(super) unsafe fn kmin_y<const R: usize, const T: usize, const Q5: bool>(
+    w: *const u8,
+    rb: usize,
+    x: &Toks,
+    nb: usize,
+) -> [f32; 16] {
+    let (bb, qs_at) = if Q5 { (176, 48) } else { (144, 16) };
+    let z = _mm256_setzero_si256();
+    let (nib, b16) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(16));
+    let mut p = [[_mm256_setzero_ps(); 2]; 8];
+    for b in 0..nb {
+        let blk = |r: usize| w.add(r * rb + b * bb);
+        prefetch::<R>(w, rb, b * bb, bb);
+        let ld = |r: usize| {
+            if r < R {
+                _mm_loadu_si128(blk(r).add(4) as *const __m128i)
+            } else {
+                _mm_setzero_si128()
+            }
+        };
+        let sm: [__m256i; 2] = arr!(2, |h| {
+            let raw =
+                _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(ld(2 * h)), ld(2 * h + 1));
+            k4_unpack!(
+                raw,
+                bc256,
+                _mm256_shuffle_epi8,
+                _mm256_and_si256,
+                _mm256_or_si256,
+                _mm256_srli_epi16
+            )
+        });
+        let m: [__m256i; 2] = arr!(2, |h| {
+            let mn = _mm256_unpackhi_epi8(sm[h], z);
+            tsum4_y(arr!(4, |t| if t < T {
+                _mm256_madd_epi16(mn, bc256(sums32(x, t, b)))
+            } else {
+                z
+            }))
+        });
+        let mut acc = [[z; T]; R];
+        for r in 0..R {
+            let sc = _mm256_unpacklo_epi8(sm[r / 2], z);
+            let sc = if r % 2 == 0 {
+                _mm256_permute4x64_epi64::<0x44>(sc)
+            } else {
+                _mm256_permute4x64_epi64::<0xEE>(sc)
+            };
+            let q = blk(r).add(qs_at);
+            let qh = _mm256_loadu_si256(blk(r).add(16) as *const __m256i);
+            for j in 0..8 {
+                let v = _mm256_loadu_si256(q.add(32 * (j / 2)) as *const __m256i);
+                let mut wv = _mm256_and_si256(
+                    if j % 2 == 0 {
+                        v
+                    } else {
+                        _mm256_srli_epi16::<4>(v)
+                    },
+                    nib,
+                );
+                if Q5 {
+                    // Bit j of qh to bit 4.
+                    wv = _mm256_or_si256(wv, _mm256_and_si256(shift16_y(qh, 4 - j as i32), b16));
+                }
+                let sv = _mm256_shuffle_epi8(
+                    sc,
+                    _mm256_set1_epi16((2 * j as i16) | ((2 * j as i16 + 1) << 8)),
+                );
+                for t in 0..T {
+                    let xv = _mm256_loadu_si256(x.qs[t].add(256 * b + 32 * j) as *const __m256i);
+                    let s = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), sv);
+                    acc[r][t] = _mm256_add_epi32(acc[r][t], s);
+                }
+            }
+        }
+        let i = reduce_pairs_y(&acc);
+        let h = halves::<R>(blk, true);
+        let dx = _mm256_broadcast_ps(&dx4::<T>(x, b));
+        let (d, dmin) = (row_lanes_y(h, 0), row_lanes_y(h, 1));
+        for k in 0..2 {
+            let ti = _mm256_mul_ps(_mm256_mul_ps(d[k], dx), _mm256_cvtepi32_ps(i[k]));
+            let tm = _mm256_mul_ps(_mm256_mul_ps(dmin[k], dx), _mm256_cvtepi32_ps(m[k]));
+            p[b % 8][k] = _mm256_add_ps(p[b % 8][k], _mm256_sub_ps(ti, tm));
+        }
+    }
+    tree_y(&p)
+}
+
+/// Q6_K on AVX2: 32-value vector `u` = half `u/4`, quarter `s = u%4`:
+/// nibble `s/2` of `ql[64h + 32(s%2)..]`, bits `2s..2s+1` of `qh[32h..]`.
+#[inline(always)]
+pub(super) unsafe fn q6k_y_body<const R: usize, const T: usize>(
+    w: *const u8,
+    rb: usize,
+    x: &Toks,
+    nb: usize,
+) -> [f32; 16] {
+    let z = _mm256_setzero_si256();
+    let (nib, hib) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
+    let mut p = [[_mm256_setzero_ps(); 2]; 8];
+    for b in 0..nb {
+        let blk = |r: usize| w.add(r * rb + b * 210);
+        prefetch::<R>(w, rb, b * 210, 210);
+        let mut acc = [[z; T]; R];
+        for r in 0..R {
+            let base = blk(r);
+            let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(base.add(192) as *const __m128i));
+            // Dwords (sc, sc): [0..3 | 8..11] and [4..7 | 12..15].
+            let dup = [
+                _mm256_unpacklo_epi16(sc16, sc16),
+                _mm256_unpackhi_epi16(sc16, sc16),
+            ];
+            let scn = _mm256_sub_epi16(z, _mm256_slli_epi16::<5>(sc16));
+            for u in 0..8 {
+                let (h, s) = (u / 4, u % 4);
+                let ql = _mm256_loadu_si256(base.add(64 * h + 32 * (s % 2)) as *const __m256i);
+                let lo = if s < 2 {
+                    ql
+                } else {
+                    _mm256_srli_epi16::<4>(ql)
+                };
+                let qh = _mm256_loadu_si256(base.add(128 + 32 * h) as *const __m256i);
+                let hi = _mm256_and_si256(shift16_y(qh, 4 - 2 * s as i32), hib);
+                let wv = _mm256_or_si256(_mm256_and_si256(lo, nib), hi);
+                // Sub-blocks 2u, 2u+1: dwords of dup[(2u%8)/4] at (2u/8)*4 + 2u%4.
+                let pos = |j: usize| ((j / 8) * 4 + j % 4) as i32;
+                let (a, c) = (pos(2 * u), pos(2 * u + 1));
+                let idx = _mm256_setr_epi32(a, a, a, a, c, c, c, c);
+                let sv = _mm256_permutevar8x32_epi32(dup[(2 * u % 8) / 4], idx);
+                for t in 0..T {
+                    let xv = _mm256_loadu_si256(x.qs[t].add(256 * b + 32 * u) as *const __m256i);
+                    let d = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), sv);
+                    acc[r][t] = _mm256_add_epi32(acc[r][t], d);
+                }
+            }
+            for t in 0..T {
+                let s16 = _mm256_loadu_si256(x.sums[t].add(16 * b) as *const __m256i);
+                acc[r][t] = _mm256_add_epi32(acc[r][t], _mm256_madd_epi16(s16, scn));
+            }
+        }
+        let i = reduce_pairs_y(&acc);
+        let d = row_lanes_y(halves::<R>(|r| blk(r).add(208), false), 0);
+        let dx = _mm256_broadcast_ps(&dx4::<T>(x, b));
+        for k in 0..2 {
+            let t = _mm256_mul_ps(_mm256_mul_ps(d[k], dx), _mm256_cvtepi32_ps(i[k]));
+            p[b % 8][k] = _mm256_add_ps(p[b % 8][k], t);
+        }
+    }
+    tree_y(&p)
+}
+
+/// Eight vectors of 8 lanes → lane `k` = the sum of `a[k]`.
+#[inline(always)]
+unsafe fn reduce_blocks_y(a: [__m256i; 8]) -> __m256i {
+    let pair = |x, y| _mm256_add_epi32(_mm256_unpacklo_epi32(x, y), _mm256_unpackhi_epi32(x, y));
+    let quad = |s: __m256i, u: __m256i| {
+        _mm256_add_epi32(_mm256_unpacklo_epi64(s, u), _mm256_unpackhi_epi64(s, u))
+    };
+    let v0 = quad(pair(a[0], a[1]), pair(a[2], a[3]));
+    let v1 = quad(pair(a[4], a[5]), pair(a[6], a[7]));
+    _mm256_add_epi32(
+        _mm256_permute2x128_si256::<0x20>(v0, v1),
+        _mm256_permute2x128_si256::<0x31>(v0, v1),
+    )
+}
+
+/// Q8_0 on AVX2, 8 blocks at a time: `|w|` times `q` with `w`'s sign.
+#[inline(always)]
+pub(super) unsafe fn q80_y_body<const R: usize, const T: usize>(
+    w: *const u8,
+    rb: usize,
+    x: &Toks,
+    nb: usize,
+) -> [f32; 16] {
+    let ones = _mm256_set1_epi16(1);
+    let mut p = [[_mm256_setzero_ps(); T]; R];
+    let ng = nb / 8;
+    for g in 0..ng {
+        prefetch::<R>(w, rb, 272 * g, 272);
+        for r in 0..R {
+            let base = w.add(r * rb + 272 * g);
+            let d = q80_scales(base);
+            let wv: [__m256i; 8] = arr!(8, |k| _mm256_loadu_si256(
+                base.add(34 * k + 2) as *const __m256i
+            ));
+            let wa: [__m256i; 8] = arr!(8, |k| _mm256_abs_epi8(wv[k]));
+            for t in 0..T {
+                let a: [__m256i; 8] = arr!(8, |k| {
+                    let xv = _mm256_loadu_si256(x.qs[t].add(256 * g + 32 * k) as *const __m256i);
+                    _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(wa[k], _mm256_sign_epi8(xv, wv[k])),
+                        ones,
+                    )
+                });
+                let dx = _mm256_loadu_ps(x.d[t].add(8 * g));
+                let term =
+                    _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(reduce_blocks_y(a)));
+                p[r][t] = _mm256_add_ps(p[r][t], term);
+            }
+        }
+    }
+    let mut pa = to_partials(&p);
+    q80_rest::<R, T>(w, rb, x, 8 * ng, nb, &mut pa);
+    q80_finish(pa)
+}
