@@ -2,6 +2,7 @@
 //! prompt cache, cancellation and the queue bound.
 
 use rill_engine::{Done, Engine, EngineConfig, Event, FinishReason, Request, SubmitError};
+use rill_kernels::Precision;
 use rill_model::Model;
 use rill_sampler::SamplerConfig;
 use rill_tokenizer::Tokenizer;
@@ -10,16 +11,22 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn fixture() -> (Arc<Model>, Arc<Tokenizer>) {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/qwen35moe.f32.gguf");
-    let model = Model::open(&path).expect("fixture model");
+fn fixture(name: &str, precision: Precision) -> (Arc<Model>, Arc<Tokenizer>) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/models")
+        .join(name);
+    let mut model = Model::open(&path).expect("fixture model");
+    model.set_precision(precision);
     let tok = Tokenizer::from_gguf(model.file()).expect("fixture tokenizer");
     (Arc::new(model), Arc::new(tok))
 }
 
 fn engine(cfg: EngineConfig) -> Engine {
-    let (m, t) = fixture();
+    engine_on("qwen35moe.f32.gguf", Precision::Exact, cfg)
+}
+
+fn engine_on(name: &str, precision: Precision, cfg: EngineConfig) -> Engine {
+    let (m, t) = fixture(name, precision);
     Engine::start(m, t, EngineConfig { threads: 2, ..cfg })
 }
 
@@ -56,6 +63,18 @@ fn collect(mut h: rill_engine::Handle) -> (Vec<u32>, Done) {
 
 #[test]
 fn eight_concurrent_greedy_requests_get_the_tokens_they_get_alone() {
+    eight_concurrent_requests_on("qwen35moe.f32.gguf", Precision::Exact);
+}
+
+/// With 8-bit activations too: prefill chunks take the AMX tile kernel
+/// (where the CPU has one), decode steps of one to eight sequences the
+/// in-register ones; the integer kernels keep the same bits.
+#[test]
+fn eight_concurrent_q8_requests_get_the_tokens_they_get_alone() {
+    eight_concurrent_requests_on("qwen35moe_wide.q4_k_m.gguf", Precision::Q8);
+}
+
+fn eight_concurrent_requests_on(name: &str, precision: Precision) {
     let prompts: Vec<Vec<u32>> = (0..8).map(|i| prompt(i, 20 + 37 * i as usize)).collect();
     let cfg = EngineConfig {
         max_parallel: 8,
@@ -63,7 +82,7 @@ fn eight_concurrent_greedy_requests_get_the_tokens_they_get_alone() {
         cache_bytes: 0,
         ..Default::default()
     };
-    let e = engine(cfg);
+    let e = engine_on(name, precision, cfg);
     let alone: Vec<Vec<u32>> = prompts
         .iter()
         .map(|p| collect(e.submit(greedy(p.clone(), 24)).unwrap()).0)
