@@ -120,6 +120,47 @@ fn logits_writes_npy_of_the_right_shape() {
 }
 
 #[test]
+fn precision_q8_changes_the_logits_of_a_quantized_file() {
+    let m = fixtures().join("qwen35moe_wide.q4_k_m.gguf");
+    let run = |precision: &str| {
+        let out = std::env::temp_dir().join(format!(
+            "rill-cli-test-{}-{precision}.npy",
+            std::process::id()
+        ));
+        ok(&[
+            "logits",
+            "-m",
+            m.to_str().unwrap(),
+            "--tokens",
+            "1,2,3,4",
+            "--precision",
+            precision,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let bytes = std::fs::read(&out).unwrap();
+        std::fs::remove_file(&out).ok();
+        bytes
+    };
+    let (exact, q8) = (run("exact"), run("q8"));
+    assert_eq!(exact.len(), q8.len(), "same shape");
+    assert_ne!(exact, q8, "q8 rounds the activations");
+    let bad = rill(&[
+        "logits",
+        "-m",
+        m.to_str().unwrap(),
+        "--tokens",
+        "1",
+        "--out",
+        "/tmp/x.npy",
+        "--precision",
+        "int3",
+    ]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("precision"));
+}
+
+#[test]
 fn bad_input_is_a_clear_error_not_a_panic() {
     let m = fixtures().join("qwen35moe.f32.gguf");
     let m = m.to_str().unwrap();
