@@ -89,6 +89,12 @@ impl std::str::FromStr for Precision {
     }
 }
 
+/// Whether this CPU has SIMD kernels for [`Precision::Q8`] (x86-64 with
+/// AVX2 or AVX-512; elsewhere the products run the scalar reference).
+pub fn has_integer_kernels() -> bool {
+    cfg!(target_arch = "x86_64") && Isa::best() != Isa::Scalar
+}
+
 /// How activations are quantized for one weight encoding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ActFormat {
