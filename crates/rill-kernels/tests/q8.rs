@@ -76,8 +76,9 @@ fn every_path_gives_the_reference_bits_in_any_batch() {
                         );
                     }
                 }
-                // Every batch size up to the largest in-register tile and past it.
-                for m in 1..=6 {
+                // Every batch size up to the largest in-register tile and past
+                // it, and on both sides of where prefill moves to AMX (8).
+                for m in 1..=8 {
                     let part = run(isa, threads, w, &x[..m * cols], m);
                     assert_eq!(
                         part.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
@@ -96,7 +97,7 @@ fn every_path_gives_the_reference_bits_in_any_batch() {
 #[test]
 fn prefill_batches_give_the_reference_bits() {
     // Batches of whole and partial 16-token tiles (the AMX kernel's, where
-    // the CPU has one), row counts and thread splits that leave partial
+    // the CPU has one, from 8 tokens), row counts and thread splits that leave partial
     // 16-row tiles, and more tokens than one relaid block.
     let mut rng = Rng(13);
     for (dtype, cols) in CASES {
@@ -109,7 +110,7 @@ fn prefill_batches_give_the_reference_bits() {
             data: &data,
         };
         let x = activations(520, cols, &mut rng);
-        for n in [16, 17, 40, 520] {
+        for n in [8, 16, 17, 40, 520] {
             let x = &x[..n * cols];
             let mut acts = Q8Acts::default();
             acts.quantize(ActFormat::for_weights(dtype).unwrap(), x, n, cols);

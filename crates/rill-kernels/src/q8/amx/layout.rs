@@ -1,0 +1,387 @@
+//! The operands' layouts: activations relaid into B tiles, weight rows
+//! decoded into A tiles.
+
+use super::{Bufs, Geo, Kind};
+use crate::matmul::MatRef;
+use crate::q8::Q8Acts;
+use crate::quant::f16_at;
+use std::arch::x86_64::*;
+
+/// Tokens `tb0..tb0 + tn` into the B layout: per token tile and chunk of
+/// 64 values, line `k/4` holds the 16 tokens' bytes `k..k+4` (a 16×16
+/// transpose of i32), absent tokens and values zero; and their scales and
+/// sum pairs per token tile.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,f16c")]
+pub(super) unsafe fn relayout(g: Geo, acts: &Q8Acts, tb0: usize, tn: usize, b: Bufs) {
+    // SAFETY (whole function): rows `tb0..tb0 + tn` exist; each row's
+    // `cols` quants start at `base + t·stride` inside `acts.qs`, and the
+    // masked loads touch only those; the scratch writes stay within the
+    // sizes `rows` grew for `tn` tokens.
+    let q = acts.qs.as_ptr().add(acts.base);
+    let ns = g.cols / 16;
+    for tile in 0..tn.div_ceil(16) {
+        let t0 = tb0 + tile * 16;
+        let nt = 16.min(tb0 + tn - t0);
+        for ch in 0..g.chunks {
+            let k = ch * 64;
+            let valid = 64.min(g.cols - k);
+            let mask = if valid == 64 { !0 } else { (1u64 << valid) - 1 };
+            let mut r = [_mm512_setzero_si512(); 16];
+            if g.kind == Kind::Q4 {
+                // `decode_q4`'s order: chunk 4sb + 2h + s holds values
+                // 256sb + 128h + 32s + (0..32, 64..96).
+                let k = 256 * (ch / 4) + 128 * (ch % 4 / 2) + 32 * (ch % 2);
+                for (i, v) in r.iter_mut().enumerate().take(nt) {
+                    let p = q.add((t0 + i) * acts.stride + k);
+                    *v = _mm512_inserti64x4::<1>(
+                        _mm512_castsi256_si512(_mm256_loadu_si256(p.cast())),
+                        _mm256_loadu_si256(p.add(64).cast()),
+                    );
+                }
+            } else {
+                for (i, v) in r.iter_mut().enumerate().take(nt) {
+                    *v = _mm512_maskz_loadu_epi8(mask, q.add((t0 + i) * acts.stride + k).cast());
+                }
+            }
+            let r = transpose16(r);
+            let dst = b.bt.add((tile * g.chunks + ch) * 1024);
+            for (k4, v) in r.iter().enumerate() {
+                _mm512_store_si512(dst.add(k4 * 64).cast(), *v);
+            }
+        }
+        for t in 0..16 {
+            for blk in 0..g.blocks {
+                *b.xd.add((tile * g.blocks + blk) * 16 + t) = if t < nt {
+                    acts.d[(t0 + t) * g.blocks + blk]
+                } else {
+                    0.0
+                };
+            }
+            for sb in 0..g.blocks * (g.pairs > 0) as usize {
+                let s = |j: usize| -> i16 {
+                    if t < nt {
+                        acts.sums[(t0 + t) * ns + 16 * sb + j]
+                    } else {
+                        0
+                    }
+                };
+                for pr in 0..g.pairs {
+                    // Pairs of S32 = two S16 (|S32| ≤ 32·127 fits i16).
+                    let (a, c) = (s(4 * pr) + s(4 * pr + 1), s(4 * pr + 2) + s(4 * pr + 3));
+                    *b.xs.add(((tile * g.blocks + sb) * g.pairs + pr) * 16 + t) = pair(a, c);
+                }
+            }
+        }
+    }
+}
+
+/// Two i16 in one i32 lane, as VPDPWSSD reads them (first in the low half).
+fn pair(a: i16, b: i16) -> i32 {
+    (a as u16 as u32 | ((b as u16 as u32) << 16)) as i32
+}
+
+/// Transpose a 16×16 matrix of i32 (row `i` in `r[i]`).
+#[target_feature(enable = "avx512f")]
+pub(super) fn transpose16(r: [__m512i; 16]) -> [__m512i; 16] {
+    let mut a = [_mm512_setzero_si512(); 16];
+    for i in 0..8 {
+        a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    // Now, per 128-bit lane L, `c[4i + j]` holds element 4L + j of rows
+    // 4i..4i+4.
+    let mut c = [_mm512_setzero_si512(); 16];
+    for i in 0..4 {
+        c[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+        c[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+        c[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+        c[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+    }
+    // A 4×4 transpose of 128-bit lanes for each j.
+    let mut o = [_mm512_setzero_si512(); 16];
+    for j in 0..4 {
+        let (v0, v1, v2, v3) = (c[j], c[4 + j], c[8 + j], c[12 + j]);
+        let e0 = _mm512_shuffle_i32x4::<0x44>(v0, v1);
+        let e1 = _mm512_shuffle_i32x4::<0xEE>(v0, v1);
+        let e2 = _mm512_shuffle_i32x4::<0x44>(v2, v3);
+        let e3 = _mm512_shuffle_i32x4::<0xEE>(v2, v3);
+        o[j] = _mm512_shuffle_i32x4::<0x88>(e0, e2);
+        o[4 + j] = _mm512_shuffle_i32x4::<0xDD>(e0, e2);
+        o[8 + j] = _mm512_shuffle_i32x4::<0x88>(e1, e3);
+        o[12 + j] = _mm512_shuffle_i32x4::<0xDD>(e1, e3);
+    }
+    o
+}
+
+/// Bytes ahead of the block being decoded that are prefetched, per row.
+/// The weights of a prefill's experts are read once each, from DRAM, 16
+/// rows at a time (more streams than the hardware prefetcher follows).
+/// Measured on 32768 × 2048 (far larger than the caches) with 16 tokens:
+/// none 160 / 134 GFLOP/s (Q4_K / Q6_K), 576 bytes 223 / 176, 1152 and
+/// more ~240 / ~215; L2 rather than L1 as the target measured alike.
+const AHEAD: usize = 2048;
+
+/// Blocks `blocks` of rows `rt..rt + nr` of `w` into the A layout, and
+/// their scales.
+///
+/// This runs once per row tile and call whatever the token count, so with
+/// few tokens (a MoE expert's share of a prefill) it is most of the cost:
+/// the scales are unpacked in vector registers, and Q4_K's products take a
+/// byte lookup rather than multiplies (see [`decode_q4`]).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,f16c")]
+pub(super) unsafe fn decode(
+    g: Geo,
+    w: MatRef<'_>,
+    rt: usize,
+    nr: usize,
+    blocks: std::ops::Range<usize>,
+    b: Bufs,
+) {
+    // SAFETY (whole function): writes stay inside the row-tile buffers
+    // `rows` sized for `g` (row index < 16), reads inside `w.row(..)`.
+    let bb = w.dtype.block_bytes();
+    let rb = w.row_bytes();
+    for r in 0..nr {
+        let row = w.row(rt + r);
+        for blk in blocks.clone() {
+            let src = &row[blk * bb..(blk + 1) * bb];
+            // The block AHEAD bytes on, past the row's end in the next row
+            // tile's row r (address arithmetic only: prefetches never fault).
+            let mut at = blk * bb + AHEAD;
+            if at >= rb {
+                at += 15 * rb;
+            }
+            let p = row.as_ptr().wrapping_add(at);
+            for o in (0..bb).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o).cast());
+            }
+            match g.kind {
+                Kind::Q80 => {
+                    *b.wd.add(blk * 16 + r) = f16_at(src, 0);
+                    let dst = b.wa.add((blk / 2) * 2048 + (blk % 2) * 1024 + r * 32);
+                    std::ptr::copy_nonoverlapping(src[2..34].as_ptr(), dst, 32);
+                }
+                Kind::Q4 => decode_q4(src, blk, r, b),
+                Kind::Q5 | Kind::Q6 => decode_madd(g.kind, src, blk, r, b),
+            }
+        }
+    }
+}
+
+/// Q4_K/Q5_K super-block `sb` of tile row `r`: `d` and `dmin` to `wd` /
+/// `wm`, the pairs of mins to `wp`, and the eight 6-bit scales returned as
+/// i16 words (the low 8 of the vector). `scale_min_k4` in vector lanes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+unsafe fn k4_head(blk: &[u8], sb: usize, r: usize, b: Bufs) -> __m512i {
+    // SAFETY: a Q4_K/Q5_K block has at least 144 bytes, so bytes 0..20 are
+    // inside it (slicing checks); the stores are within the row-tile
+    // buffers (caller).
+    let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(
+        blk[..4].as_ptr().cast::<i32>(),
+    )));
+    *b.wd.add(sb * 16 + r) = _mm_cvtss_f32(dm);
+    *b.wm.add(sb * 16 + r) = f32::from_bits(_mm_extract_ps::<1>(dm) as u32);
+    // Bytes 4..16 of the block → [sc0..sc7, m0..m7]: the low bits come
+    // from bytes 0..3 / 8..11 / 4..7 of the 12, the top 2 bits of scales
+    // and mins 4..7 from the top of bytes 0..3 / 4..7. (16-bit shifts:
+    // the masks drop what crossed bytes.)
+    let v = _mm_loadu_si128(blk[4..20].as_ptr().cast());
+    let a = _mm_shuffle_epi8(
+        v,
+        _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11),
+    );
+    let low = _mm_and_si128(
+        a,
+        _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0),
+    );
+    let mhi = _mm_and_si128(
+        _mm_srli_epi16::<4>(a),
+        _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15),
+    );
+    let top = _mm_shuffle_epi8(
+        v,
+        _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7),
+    );
+    let top = _mm_and_si128(_mm_srli_epi16::<2>(top), _mm_set1_epi8(0x30));
+    let scm = _mm_or_si128(_mm_or_si128(low, mhi), top);
+    // Mins as i16 pairs (`[sb][row][pair]`), the first in the low half.
+    let mins = _mm_cvtepu8_epi16(_mm_srli_si128::<8>(scm));
+    _mm_storeu_si128(b.wp.add((sb * 16 + r) * 4).cast(), mins);
+    _mm512_castsi128_si512(_mm_cvtepu8_epi16(scm))
+}
+
+/// Q4_K super-block `sb` of tile row `r`, in the permuted order that
+/// [`relayout`] gives the activations: chunk `2h + s` holds the nibbles
+/// `s` (low, high) of quant bytes `64h..64h + 64`, i.e. sub-blocks `4h + s`
+/// (first 32 bytes) and `4h + s + 2` (last 32). Within a super-block the
+/// order of the products is free (their sum is exact and one).
+///
+/// `c = sc·w` (`w` ≤ 15) has only 16 values per sub-block: a 16-byte
+/// table of its low and one of its high bytes. The four sub-blocks of
+/// quant bytes `64h..` fill one 64-byte table, so each chunk's bytes are
+/// one VPERMB (index `w` + 16 × the sub-block's place) per byte of `c`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,f16c")]
+unsafe fn decode_q4(blk: &[u8], sb: usize, r: usize, b: Bufs) {
+    // SAFETY: loads inside the 144-byte block (slicing checks); stores of
+    // chunks `4sb..4sb + 4`, row `r` inside `wa` (caller).
+    let scv = k4_head(blk, sb, r, b);
+    let iota = _mm512_loadu_si512(IOTA16.as_ptr().cast());
+    let (even, odd) = (
+        _mm512_loadu_si512(EVEN.as_ptr().cast()),
+        _mm512_loadu_si512(EVEN.as_ptr().add(64).cast()),
+    );
+    let m4 = _mm512_set1_epi8(0x0F);
+    for h in 0..2 {
+        let hs = 4 * h as i16;
+        // Words sc_j·w for w = 0..15, sub-blocks 4h..4h + 4 (|c| ≤ 945),
+        // then their low and their high bytes, in order.
+        let p01 = _mm512_mullo_epi16(_mm512_permutexvar_epi16(halves(hs, hs + 1), scv), iota);
+        let p23 = _mm512_mullo_epi16(_mm512_permutexvar_epi16(halves(hs + 2, hs + 3), scv), iota);
+        let tlo = _mm512_permutex2var_epi8(p01, even, p23);
+        let thi = _mm512_permutex2var_epi8(p01, odd, p23);
+        let v = _mm512_loadu_si512(blk[16 + 64 * h..16 + 64 * h + 64].as_ptr().cast());
+        for s in 0..2 {
+            let nib = if s == 0 { v } else { _mm512_srli_epi16::<4>(v) };
+            // (w & 15) | place (0xEA: (A & B) | C); the word shift's
+            // crossed bits are masked off.
+            let place = _mm512_mask_blend_epi8(
+                0xFFFF_FFFF_0000_0000,
+                _mm512_set1_epi8(16 * s as i8),
+                _mm512_set1_epi8(16 * (s as i8 + 2)),
+            );
+            let idx = _mm512_ternarylogic_epi32::<0xEA>(nib, m4, place);
+            let dst = b.wa.add((4 * sb + 2 * h + s) * 2048 + r * 64);
+            _mm512_store_si512(dst.cast(), _mm512_permutexvar_epi8(idx, tlo));
+            _mm512_store_si512(dst.add(1024).cast(), _mm512_permutexvar_epi8(idx, thi));
+        }
+    }
+}
+
+/// Words `0..16` twice.
+static IOTA16: [i16; 32] = {
+    let mut a = [0; 32];
+    let mut i = 0;
+    while i < 32 {
+        a[i] = (i % 16) as i16;
+        i += 1;
+    }
+    a
+};
+
+/// VPERMT2B indices: the even bytes (`2k`), then the odd ones (`2k + 1`),
+/// of two vectors.
+static EVEN: [u8; 128] = {
+    let mut a = [0; 128];
+    let mut k = 0;
+    while k < 64 {
+        a[k] = 2 * k as u8;
+        a[64 + k] = 2 * k as u8 + 1;
+        k += 1;
+    }
+    a
+};
+
+/// Q5_K and Q6_K super-block `sb` of tile row `r`, in element order: each
+/// chunk's `c = sc·w` (Q6_K: `sc·(w − 32)`) from two VPMADDUBSW, split into
+/// its low and high bytes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+unsafe fn decode_madd(kind: Kind, blk: &[u8], sb: usize, r: usize, b: Bufs) {
+    // SAFETY: loads inside the block (Q5_K 176 bytes, Q6_K 210; slicing
+    // checks); stores of chunks `4sb..4sb + 4`, row `r` (caller).
+    let scv = if kind == Kind::Q6 {
+        *b.wd.add(sb * 16 + r) = f16_at(blk, 208);
+        _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_loadu_si128(
+            blk[192..208].as_ptr().cast(),
+        )))
+    } else {
+        k4_head(blk, sb, r, b)
+    };
+    for c in 0..4 {
+        // The sub-block of each pair of bytes (i16 word i) of chunk
+        // c: 2c + i/16, or for Q6_K 4c + i/8.
+        let ci = c as i16;
+        let idx = if kind == Kind::Q6 {
+            let eighths = _mm512_maskz_set1_epi16(0xFF00_FF00, 1);
+            _mm512_add_epi16(halves(4 * ci, 4 * ci + 2), eighths)
+        } else {
+            halves(2 * ci, 2 * ci + 1)
+        };
+        // Words [sc, 0] and [0, sc]: VPMADDUBSW then gives each
+        // even and each odd byte's w·sc as an i16.
+        let sc_even = _mm512_permutexvar_epi16(idx, scv);
+        let sc_odd = _mm512_slli_epi16::<8>(sc_even);
+        let q = quants(kind, blk, c);
+        let (mut e, mut o) = (
+            _mm512_maddubs_epi16(q, sc_even),
+            _mm512_maddubs_epi16(q, sc_odd),
+        );
+        if kind == Kind::Q6 {
+            // Q6_K's offset folded in: c = sc·(w − 32), |c| ≤ 4096.
+            let sc32 = _mm512_slli_epi16::<5>(_mm512_srai_epi16::<8>(sc_odd));
+            e = _mm512_sub_epi16(e, sc32);
+            o = _mm512_sub_epi16(o, sc32);
+        }
+        // lo = low bytes, hi = high bytes (0xEA: (A & B) | C).
+        let lo = _mm512_ternarylogic_epi32::<0xEA>(
+            e,
+            _mm512_set1_epi16(0x00FF),
+            _mm512_slli_epi16::<8>(o),
+        );
+        let hi = _mm512_ternarylogic_epi32::<0xEA>(
+            o,
+            _mm512_set1_epi16(0xFF00u16 as i16),
+            _mm512_srli_epi16::<8>(e),
+        );
+        let dst = b.wa.add((4 * sb + c) * 2048 + r * 64);
+        _mm512_store_si512(dst.cast(), lo);
+        _mm512_store_si512(dst.add(1024).cast(), hi);
+    }
+}
+
+/// Words `a` (first 16) and `b` (last 16).
+#[target_feature(enable = "avx512f,avx512bw")]
+fn halves(a: i16, b: i16) -> __m512i {
+    _mm512_mask_blend_epi16(0xFFFF_0000, _mm512_set1_epi16(a), _mm512_set1_epi16(b))
+}
+
+/// The 64 unsigned quants of chunk `c` (values `64c..64c+64`) of a K block,
+/// in element order (as `reference.rs` unpacks them). Word shifts are safe
+/// on bytes here: each mask keeps no more than `8 − shift` bits.
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn quants(kind: Kind, blk: &[u8], c: usize) -> __m512i {
+    // SAFETY (loads): all offsets lie inside the block (Q4_K 144 bytes,
+    // Q5_K 176, Q6_K 210), checked by the slicing.
+    let bcast32 = |s: &[u8]| _mm512_broadcast_i64x4(_mm256_loadu_si256(s[..32].as_ptr().cast()));
+    let m4 = _mm512_set1_epi8(0x0F);
+    match kind {
+        Kind::Q4 | Kind::Q5 => {
+            // Values 64c + l: low nibbles of qs[32c + l] (l < 32), high
+            // nibbles after.
+            let qs = if kind == Kind::Q4 { 16 } else { 48 };
+            let v = bcast32(&blk[qs + 32 * c..]);
+            let q = _mm512_and_si512(_mm512_srlv_epi16(v, halves(0, 4)), m4);
+            if kind == Kind::Q4 {
+                return q;
+            }
+            // Q5_K's fifth bit of value e: bit e/32 of qh[e % 32].
+            let h = bcast32(&blk[16..]);
+            let s = (2 * c) as i16;
+            let hb = _mm512_and_si512(_mm512_srlv_epi16(h, halves(s, s + 1)), _mm512_set1_epi8(1));
+            _mm512_or_si512(q, _mm512_slli_epi16::<4>(hb))
+        }
+        _ => {
+            // Q6_K value 128h + t (c = 2h + t/64): low 4 bits from
+            // ql[64h + t % 64] >> 4(t/64), high 2 from qh[32h + t % 32] >>
+            // 2(t/32).
+            let (h, half) = (c / 2, (c % 2) as i16);
+            let ql = _mm512_loadu_si512(blk[64 * h..64 * h + 64].as_ptr().cast());
+            let lo = _mm512_and_si512(_mm512_srlv_epi16(ql, _mm512_set1_epi16(4 * half)), m4);
+            let qh = bcast32(&blk[128 + 32 * h..]);
+            let hi = _mm512_and_si512(
+                _mm512_srlv_epi16(qh, halves(4 * half, 4 * half + 2)),
+                _mm512_set1_epi8(3),
+            );
+            _mm512_or_si512(lo, _mm512_slli_epi16::<4>(hi))
+        }
+    }
+}

@@ -1,0 +1,78 @@
+use super::*;
+use crate::q8::dot_ref;
+
+/// Straight to the kernel (when this machine has AMX), so a passing
+/// comparison proves this code ran: every shape edge against the
+/// scalar reference.
+#[test]
+fn tiles_give_the_reference_bits() {
+    if !usable() {
+        eprintln!("no AMX-INT8 here: kernel not tested");
+        return;
+    }
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for (dtype, cols) in [
+        (DType::Q4K, 512),
+        (DType::Q4K, 1280),
+        (DType::Q5K, 256),
+        (DType::Q6K, 768),
+        (DType::Q8_0, 96),
+        (DType::Q8_0, 64),
+    ] {
+        let rows = 19;
+        let rb = cols / dtype.block_len() * dtype.block_bytes();
+        let mut data: Vec<u8> = (0..rows * rb).map(|_| next() as u8).collect();
+        // Finite, moderate f16 scales (exponent bits kept small).
+        let bb = dtype.block_bytes();
+        let at: &[usize] = match dtype {
+            DType::Q8_0 => &[0],
+            DType::Q6K => &[208],
+            _ => &[0, 2],
+        };
+        for blk in data.chunks_mut(bb) {
+            for &o in at {
+                let h = (next() as u16 & 0x83FF) | 0x2800;
+                blk[o..o + 2].copy_from_slice(&h.to_le_bytes());
+            }
+        }
+        let w = MatRef {
+            dtype,
+            rows,
+            cols,
+            data: &data,
+        };
+        let format = ActFormat::for_weights(dtype).unwrap();
+        for n in [1, 16, 33, 47] {
+            let x: Vec<f32> = (0..n * cols)
+                .map(|_| (next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
+                .collect();
+            let mut acts = Q8Acts::default();
+            acts.quantize(format, &x, n, cols);
+            for (r0, r1) in [(0, rows), (3, 4), (5, 19)] {
+                let mut out = vec![f32::NAN; n * rows];
+                let sh = SharedMut::new(&mut out);
+                // SAFETY: AMX is usable; `out` holds n·rows values.
+                assert!(unsafe { rows_fn(w, &acts, r0, r1, sh) });
+                for t in 0..n {
+                    for r in 0..rows {
+                        let got = out[t * rows + r];
+                        if (r0..r1).contains(&r) {
+                            let want = dot_ref(dtype, w.row(r), acts.row(t));
+                            assert_eq!(got.to_bits(), want.to_bits(), "{dtype} n {n} t {t} r {r}");
+                        } else {
+                            assert!(got.is_nan(), "{dtype}: row {r} outside {r0}..{r1} written");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+use super::rows as rows_fn;
