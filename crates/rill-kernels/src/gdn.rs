@@ -17,12 +17,9 @@
 //! Every exponent is of a non-positive number (G decreases), computed only
 //! where it is used (masked before `exp`), so nothing overflows.
 
-use crate::gemm::{self, Scratch};
-use crate::matmul::MatRef;
-use crate::ops::{axpy, dot_f32};
+use crate::gemm::Scratch;
 use crate::simd::Isa;
-use crate::threads::SharedMut;
-use rill_dtype::DType;
+use crate::small::{product, product_nn, room_len, split, transpose};
 
 /// Tokens per chunk of the chunkwise form.
 pub const CHUNK: usize = 64;
@@ -91,9 +88,44 @@ pub fn delta_rule_recurrent(x: &HeadInputs, state: &mut [f32], out: &mut [f32]) 
 
 /// Chunkwise form; same contract as [`delta_rule_recurrent`].
 pub fn delta_rule_chunked(x: &HeadInputs, state: &mut [f32], out: &mut [f32]) {
+    let mut scratch = vec![0f32; chunked_scratch_len(x.d_k, x.d_v)];
+    delta_rule_chunked_in(x, state, out, &mut scratch);
+}
+
+/// Floats of scratch [`delta_rule_chunked_in`] needs for heads of these sizes.
+pub fn chunked_scratch_len(d_k: usize, d_v: usize) -> usize {
+    room_len(&ChunkScratch::lens(d_k, d_v))
+}
+
+/// [`delta_rule_chunked`] with the caller's scratch (at least
+/// [`chunked_scratch_len`]), which a prefill keeps from head to head: a
+/// buffer this large allocated per call is mapped and unmapped each time.
+pub fn delta_rule_chunked_in(
+    x: &HeadInputs,
+    state: &mut [f32],
+    out: &mut [f32],
+    scratch: &mut [f32],
+) {
     let (dk, dv) = (x.d_k, x.d_v);
     let n = x.n();
-    let mut scratch = ChunkScratch::new(dk, dv);
+    let lens = ChunkScratch::lens(dk, dv);
+    assert!(
+        scratch.len() >= room_len(&lens),
+        "chunked scratch too small"
+    );
+    let [big_g, decay, gram, proj, rhs, tm, u, kw, upd, rows] = split(scratch, lens);
+    let mut sc = ChunkScratch {
+        big_g,
+        decay,
+        gram,
+        proj,
+        rhs,
+        tm,
+        u,
+        kw,
+        upd,
+        rows,
+    };
     let mut start = 0;
     while start < n {
         let c = CHUNK.min(n - start);
@@ -110,92 +142,59 @@ pub fn delta_rule_chunked(x: &HeadInputs, state: &mut [f32], out: &mut [f32]) {
             &view,
             state,
             &mut out[start * dv..(start + c) * dv],
-            &mut scratch,
+            &mut sc,
         );
         start += c;
     }
 }
 
-struct ChunkScratch {
+struct ChunkScratch<'a> {
     /// Cumulative log decay within the chunk.
-    big_g: Vec<f32>,
-    /// `[C × d_v]`: S₀ᵀk_t, then reused for S₀ᵀq_t.
-    proj: Vec<f32>,
+    big_g: &'a mut [f32],
+    /// `[C × C]`: e^{G_t−G_s} for s ≤ t.
+    decay: &'a mut [f32],
+    /// `[C × C]`: k_t·k_s, then q_t·k_s (weighted by the decay, masked).
+    gram: &'a mut [f32],
+    /// `[C × d_v]`: S₀ᵀk_t, then S₀ᵀq_t.
+    proj: &'a mut [f32],
+    /// `[C × d_v]`: B of the u_t's system, row by row.
+    rhs: &'a mut [f32],
+    /// `[C × C]`: T = (I + A)⁻¹.
+    tm: &'a mut [f32],
     /// `[C × d_v]`: the u_t.
-    u: Vec<f32>,
-    /// `[C × C]`: k_t·k_s, then q_t·k_s.
-    gram: Vec<f32>,
-    /// The right factor of a [`small_product`], transposed.
-    bt: Vec<f32>,
+    u: &'a mut [f32],
     /// `[d_k × C]`: e^{G_C−G_s} k_s[i], the state update's left factor.
-    kw: Vec<f32>,
+    kw: &'a mut [f32],
     /// `[d_k × d_v]`: the state update.
-    upd: Vec<f32>,
-    /// The blocked product's scratch (unused for f32 factors read in place).
-    rows: Vec<f32>,
+    upd: &'a mut [f32],
+    /// The dot-product kernel's scratch (unused for f32 factors read in place).
+    rows: &'a mut [f32],
 }
 
-impl ChunkScratch {
-    fn new(dk: usize, dv: usize) -> Self {
-        ChunkScratch {
-            big_g: vec![0.0; CHUNK],
-            proj: vec![0.0; CHUNK * dv],
-            u: vec![0.0; CHUNK * dv],
-            gram: vec![0.0; CHUNK * CHUNK],
-            bt: vec![0.0; dv * dk.max(CHUNK)],
-            kw: vec![0.0; dk * CHUNK],
-            upd: vec![0.0; dk * dv],
-            rows: vec![0.0; Scratch::len(dk.max(CHUNK))],
-        }
+impl ChunkScratch<'_> {
+    /// Lengths of the parts, in field order.
+    fn lens(dk: usize, dv: usize) -> [usize; 10] {
+        let c = CHUNK;
+        [
+            c,
+            c * c,
+            c * c,
+            c * dv,
+            c * dv,
+            c * c,
+            c * dv,
+            dk * c,
+            dk * dv,
+            Scratch::len(dk.max(c)),
+        ]
     }
 }
 
-/// `out[t][j] = Σ_i a[t][i] · b[i][j]` for `a` `[m × kk]` and `b`
-/// `[kk × p]`, on this thread with the blocked matrix kernels (b transposed
-/// into `bt` plays the weight matrix): a chunk's products with the state
-/// are 64 × 128 × 128 and run several times faster there than as rows of
-/// `axpy`s.
-#[allow(clippy::too_many_arguments)]
-fn small_product(
-    a: &[f32],
-    b: &[f32],
-    (m, kk, p): (usize, usize, usize),
-    bt: &mut [f32],
-    rows: &mut [f32],
-    out: &mut [f32],
-) {
-    let bt = &mut bt[..p * kk];
-    for (i, bi) in b[..kk * p].chunks_exact(p).enumerate() {
-        for (j, &v) in bi.iter().enumerate() {
-            bt[j * kk + i] = v;
-        }
-    }
-    let out = &mut out[..m * p];
-    // SAFETY: `bt` holds p · kk initialised f32; any bytes are valid u8.
-    let data = unsafe { std::slice::from_raw_parts(bt.as_ptr() as *const u8, 4 * bt.len()) };
-    let w = MatRef {
-        dtype: DType::F32,
-        rows: p,
-        cols: kk,
-        data,
-    };
-    // SAFETY: `out` holds the m · p outputs and only this call writes them;
-    // `Isa::best` runs on this CPU.
-    unsafe {
-        gemm::rows(
-            Isa::best(),
-            w,
-            &a[..m * kk],
-            m,
-            0,
-            p,
-            SharedMut::new(out),
-            &mut Scratch::new(rows),
-        )
-    };
-}
-
+/// One chunk. The products with the state and with u are [`product_nn`]s
+/// (rows of the right factor added into register tiles: no transposes); the
+/// Gram matrices, whose right factor would need one, are dot products.
 fn chunk(x: &HeadInputs, state: &mut [f32], out: &mut [f32], sc: &mut ChunkScratch) {
+    let isa = Isa::best();
     let (dk, dv) = (x.d_k, x.d_v);
     let c = x.n();
     let big_g = &mut sc.big_g[..c];
@@ -204,67 +203,86 @@ fn chunk(x: &HeadInputs, state: &mut [f32], out: &mut [f32], sc: &mut ChunkScrat
         acc += g;
         *gt = acc;
     }
-    let proj = &mut sc.proj[..c * dv];
-    let u = &mut sc.u[..c * dv];
-    let gram = &mut sc.gram[..c * c];
-
-    // u_t = β_t (v_t − e^{G_t} S₀ᵀk_t − Σ_{s<t} e^{G_t−G_s} (k_t·k_s) u_s)
-    small_product(x.k, state, (c, dk, dv), &mut sc.bt, &mut sc.rows, proj);
+    // e^{G_t−G_s} for s ≤ t, once for all uses below.
+    let decay = &mut sc.decay[..c * c];
     for t in 0..c {
-        let kt = &x.k[t * dk..(t + 1) * dk];
+        for s in 0..=t {
+            decay[t * c + s] = (big_g[t] - big_g[s]).exp();
+        }
+    }
+    let proj = &mut sc.proj[..c * dv];
+    let rhs = &mut sc.rhs[..c * dv];
+    let gram = &mut sc.gram[..c * c];
+    let u = &mut sc.u[..c * dv];
+
+    // u_t = β_t (v_t − e^{G_t} S₀ᵀk_t − Σ_{s<t} e^{G_t−G_s} (k_t·k_s) u_s),
+    // i.e. (I + A) U = B with A_ts = β_t e^{G_t−G_s} (k_t·k_s) for s < t and
+    // B_t = β_t (v_t − e^{G_t} S₀ᵀk_t). Solved as U = T·B with T = (I + A)⁻¹
+    // (the "UT transform" of the papers above): the forward substitution
+    // runs over the C × C matrix, not over rows of d_v, and U is one product.
+    product_nn((x.k, dk), (state, dv), (c, dk, dv), (proj, dv));
+    product(isa, x.k, c, dk, x.k, c, sc.rows, gram);
+    let tm = &mut sc.tm[..c * c];
+    for t in 0..c {
+        let (done, rest) = tm.split_at_mut(t * c);
+        let row = &mut rest[..c];
+        row.fill(0.0);
+        row[t] = 1.0;
+        // T_t = e_t − Σ_{s<t} A_ts T_s, where T_s is 0 past column s.
         for s in 0..t {
-            gram[t * c + s] = dot_f32(kt, &x.k[s * dk..(s + 1) * dk]);
+            let a = x.beta[t] * decay[t * c + s] * gram[t * c + s];
+            for (r, &d) in row[..=s].iter_mut().zip(&done[s * c..s * c + s + 1]) {
+                *r -= a * d;
+            }
         }
     }
     for t in 0..c {
-        let (done, rest) = u.split_at_mut(t * dv);
-        let ut = &mut rest[..dv];
-        let gt = big_g[t];
-        let et = gt.exp();
-        for ((o, &v), &p) in ut
+        let (et, b) = (big_g[t].exp(), x.beta[t]);
+        for ((o, &v), &p) in rhs[t * dv..(t + 1) * dv]
             .iter_mut()
             .zip(&x.v[t * dv..(t + 1) * dv])
             .zip(&proj[t * dv..(t + 1) * dv])
         {
-            *o = v - et * p;
+            *o = b * (v - et * p);
         }
-        for s in 0..t {
-            let w = (gt - big_g[s]).exp() * gram[t * c + s];
-            axpy(-w, &done[s * dv..(s + 1) * dv], ut);
-        }
-        let b = x.beta[t];
-        ut.iter_mut().for_each(|v| *v *= b);
     }
+    product_nn((tm, c), (rhs, dv), (c, c, dv), (u, dv));
 
-    // o_t = e^{G_t} S₀ᵀq_t + Σ_{s≤t} e^{G_t−G_s} (q_t·k_s) u_s
-    small_product(x.q, state, (c, dk, dv), &mut sc.bt, &mut sc.rows, proj);
+    // o_t = e^{G_t} S₀ᵀq_t + Σ_{s≤t} e^{G_t−G_s} (q_t·k_s) u_s, the sum as
+    // one product of the masked, decayed scores [C × C] by u.
+    product_nn((x.q, dk), (state, dv), (c, dk, dv), (proj, dv));
+    product(isa, x.k, c, dk, x.q, c, sc.rows, gram);
     for t in 0..c {
-        let qt = &x.q[t * dk..(t + 1) * dk];
-        let gt = big_g[t];
-        let ot = &mut out[t * dv..(t + 1) * dv];
-        let et = gt.exp();
-        for (o, &p) in ot.iter_mut().zip(&proj[t * dv..(t + 1) * dv]) {
-            *o = et * p;
+        for s in 0..c {
+            gram[t * c + s] = if s <= t {
+                decay[t * c + s] * gram[t * c + s]
+            } else {
+                0.0
+            };
         }
-        for s in 0..=t {
-            let w = (gt - big_g[s]).exp() * dot_f32(qt, &x.k[s * dk..(s + 1) * dk]);
-            axpy(w, &u[s * dv..(s + 1) * dv], ot);
+    }
+    product_nn((gram, c), (u, dv), (c, c, dv), (out, dv));
+    for t in 0..c {
+        let et = big_g[t].exp();
+        for (o, &p) in out[t * dv..(t + 1) * dv]
+            .iter_mut()
+            .zip(&proj[t * dv..(t + 1) * dv])
+        {
+            *o += et * p;
         }
     }
 
-    // S_C = e^{G_C} S₀ + Σ_s e^{G_C−G_s} k_s u_sᵀ, the sum as one product
-    // of [d_k × C] (kw[i][s] = e^{G_C−G_s} k_s[i]) by u [C × d_v].
-    let gc = big_g[c - 1];
-    let ec = gc.exp();
+    // S_C = e^{G_C} S₀ + Σ_s e^{G_C−G_s} k_s u_sᵀ, the sum as one product of
+    // kw [d_k × C] (kw[i][s] = e^{G_C−G_s} k_s[i]) by u [C × d_v].
+    let ec = big_g[c - 1].exp();
     let kw = &mut sc.kw[..dk * c];
-    for s in 0..c {
-        let w = (gc - big_g[s]).exp();
-        for (i, &ki) in x.k[s * dk..(s + 1) * dk].iter().enumerate() {
-            kw[i * c + s] = w * ki;
-        }
+    transpose(x.k, dk, (c, dk), kw, c);
+    let to_end = &decay[(c - 1) * c..];
+    for row in kw.chunks_exact_mut(c) {
+        row.iter_mut().zip(to_end).for_each(|(k, &w)| *k *= w);
     }
     let upd = &mut sc.upd[..dk * dv];
-    small_product(kw, u, (dk, c, dv), &mut sc.bt, &mut sc.rows, upd);
+    product_nn((kw, c), (u, dv), (dk, c, dv), (upd, dv));
     for (sv, &d) in state.iter_mut().zip(upd.iter()) {
         *sv = ec * *sv + d;
     }

@@ -1,6 +1,7 @@
 //! Numeric kernels. They know tensors and encodings, nothing of models or files.
 //!
 //! - [`quant`]: decoding of every supported weight encoding, fused decode+dot.
+//! - [`attention`]: causal grouped-query softmax attention over a KV cache, blocked.
 //! - [`gdn`]: the gated delta rule, token by token and chunkwise.
 //! - [`matmul`]: weight matrix × activations, threaded over output rows
 //!   (blocked microkernels in `gemm`, one canonical order per output).
@@ -8,6 +9,7 @@
 //! - [`ops`]: element-wise and row-wise f32 operations (norms, activations, softmax).
 //! - [`simd`]: run-time choice of the SIMD kernel path ([`simd::Isa`]).
 //! - [`threads`]: the thread pool the forward pass runs on.
+pub mod attention;
 pub mod gdn;
 mod gemm;
 pub mod matmul;
@@ -15,6 +17,7 @@ pub mod ops;
 pub mod q8;
 pub mod quant;
 pub mod simd;
+mod small;
 pub mod threads;
 
 pub use matmul::{

@@ -141,6 +141,127 @@ pub fn silu(x: f32) -> f32 {
     x * sigmoid(x)
 }
 
+/// eˣ from plain f32 arithmetic (no libm call), so that loops over slices
+/// of it vectorise: range reduction x = n·ln2 + r (|r| ≤ ln2/2, ln2 in two
+/// parts), a degree-7 Taylor polynomial of eʳ (truncation < 1e-8
+/// relative), 2ⁿ put into the exponent bits. Within a few ulp of `exp` for
+/// x in [−87.3, 88]; clamped there (eˣ stays a normal number, never 0 or
+/// ∞: e.g. `1/(1 + eˣ)` is 1, or ~1e-38, at the ends). Only `+ − ×` and
+/// integer operations, which the compiler neither reorders nor fuses, so
+/// every instruction-set path gives the same bits.
+#[inline(always)]
+pub fn exp_fast(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    // 1.5·2²³: adding it rounds to an integer, held in the low mantissa bits.
+    const MAGIC: f32 = 12_582_912.0;
+    let x = x.clamp(-87.3, 88.0);
+    let shifted = x * LOG2E + MAGIC;
+    let n = shifted - MAGIC;
+    let r = (x - n * LN2_HI) - n * LN2_LO;
+    let mut p = 1.0 / 5040.0;
+    for c in [
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ] {
+        p = p * r + c;
+    }
+    let e = (shifted.to_bits().wrapping_sub(MAGIC.to_bits()) as i32 + 127) as u32;
+    p * f32::from_bits(e << 23)
+}
+
+/// `y[i] = f(y[i], x[i])` with `f` inlined into a loop compiled for the
+/// widest vectors this CPU has. `f` must be plain f32 arithmetic (as
+/// [`exp_fast`]): the compiler vectorises it without changing a result.
+#[inline(always)]
+fn zip_map_with(isa: Isa, y: &mut [f32], x: &[f32], f: impl Fn(f32, f32) -> f32 + Copy) {
+    isa.check();
+    assert_eq!(y.len(), x.len(), "length mismatch");
+    #[inline(always)]
+    fn body(y: &mut [f32], x: &[f32], f: impl Fn(f32, f32) -> f32) {
+        for (a, &b) in y.iter_mut().zip(x) {
+            *a = f(*a, b);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f")]
+        unsafe fn wide(y: &mut [f32], x: &[f32], f: impl Fn(f32, f32) -> f32) {
+            body(y, x, f)
+        }
+        #[target_feature(enable = "avx2")]
+        unsafe fn mid(y: &mut [f32], x: &[f32], f: impl Fn(f32, f32) -> f32) {
+            body(y, x, f)
+        }
+        match isa {
+            // SAFETY: `isa.check()` confirmed the features.
+            Isa::Avx512 => return unsafe { wide(y, x, f) },
+            // SAFETY: as above.
+            Isa::Avx2 => return unsafe { mid(y, x, f) },
+            _ => {}
+        }
+    }
+    body(y, x, f)
+}
+
+/// `g[i] = silu(g[i]) · u[i]` (SwiGLU), vectorised ([`exp_fast`]).
+pub fn swiglu_inplace(g: &mut [f32], u: &[f32]) {
+    swiglu_inplace_with(Isa::best(), g, u)
+}
+
+/// [`swiglu_inplace`] on an explicit kernel path.
+pub fn swiglu_inplace_with(isa: Isa, g: &mut [f32], u: &[f32]) {
+    zip_map_with(isa, g, u, |g, u| g / (1.0 + exp_fast(-g)) * u)
+}
+
+/// `y[i] *= silu(z[i])` (the gated norm's gate), vectorised.
+pub fn mul_silu_inplace(y: &mut [f32], z: &[f32]) {
+    zip_map_with(Isa::best(), y, z, |y, z| y * (z / (1.0 + exp_fast(-z))))
+}
+
+/// `y[i] *= sigmoid(z[i])` (an output gate), vectorised.
+pub fn mul_sigmoid_inplace(y: &mut [f32], z: &[f32]) {
+    zip_map_with(Isa::best(), y, z, |y, z| y * (1.0 / (1.0 + exp_fast(-z))))
+}
+
+/// `y[i] = silu(y[i])`, vectorised.
+pub fn silu_inplace(y: &mut [f32]) {
+    // `x` is `y` itself: a copy would cost more than the unused loads.
+    let isa = Isa::best();
+    isa.check();
+    #[inline(always)]
+    fn body(y: &mut [f32]) {
+        for a in y.iter_mut() {
+            *a = *a / (1.0 + exp_fast(-*a));
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f")]
+        unsafe fn wide(y: &mut [f32]) {
+            body(y)
+        }
+        #[target_feature(enable = "avx2")]
+        unsafe fn mid(y: &mut [f32]) {
+            body(y)
+        }
+        match isa {
+            // SAFETY: `isa.check()` confirmed the features.
+            Isa::Avx512 => return unsafe { wide(y) },
+            // SAFETY: as above.
+            Isa::Avx2 => return unsafe { mid(y) },
+            _ => {}
+        }
+    }
+    body(y)
+}
+
 /// `ln(1 + eˣ)`, linear above 20 as PyTorch's `softplus` (threshold 20).
 pub fn softplus(x: f32) -> f32 {
     if x > 20.0 {
@@ -167,6 +288,36 @@ pub fn softmax_inplace(x: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exp_fast_is_close_to_exp_and_the_same_on_every_path() {
+        let xs: Vec<f32> = (-8800..=8800).map(|i| i as f32 * 0.01 + 0.003).collect();
+        for &x in xs.iter().filter(|&&x| (-87.3..=88.0).contains(&x)) {
+            let (got, want) = (exp_fast(x) as f64, (x as f64).exp());
+            assert!(
+                ((got - want) / want).abs() < 4e-7,
+                "exp({x}) = {got}, want {want}"
+            );
+        }
+        assert!(exp_fast(-1000.0) > 0.0 && exp_fast(1000.0).is_finite());
+        let u: Vec<f32> = xs.iter().map(|x| (x * 0.37).sin()).collect();
+        let mut want = xs.clone();
+        swiglu_inplace_with(Isa::Scalar, &mut want, &u);
+        for isa in Isa::available() {
+            let mut got = xs.clone();
+            swiglu_inplace_with(isa, &mut got, &u);
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{isa:?}"
+            );
+        }
+        for (&x, (&w, &u)) in xs.iter().zip(want.iter().zip(&u)) {
+            let exact = silu(x) * u;
+            assert!((w - exact).abs() <= 1e-6 * (1.0 + exact.abs()), "silu({x})");
+        }
+    }
 
     #[test]
     fn rms_norm_matches_definition() {

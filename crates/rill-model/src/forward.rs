@@ -167,13 +167,13 @@ impl Model {
             spans.push(n..n + item.tokens.len());
             n += item.tokens.len();
         }
-        let mut x = Buf::zeroed(n * h);
+        let mut x = Buf::for_output(n * h);
         let embd = self.token_embd.view();
         for (t, &id) in items.iter().flat_map(|i| i.tokens).enumerate() {
             embd.dequantize_row(id as usize, &mut x[t * h..(t + 1) * h]);
         }
 
-        let mut xn = Buf::zeroed(n * h);
+        let mut xn = Buf::for_output(n * h);
         for (il, layer) in self.layers.iter().enumerate() {
             for t in 0..n {
                 rms_norm(
@@ -256,7 +256,7 @@ impl Model {
         out.data.clear();
         out.data.resize(rows.len() * v, 0.0);
         if !rows.is_empty() {
-            let mut normed = Buf::zeroed(rows.len() * h);
+            let mut normed = Buf::for_output(rows.len() * h);
             for (i, &t) in rows.iter().enumerate() {
                 rms_norm(
                     &x[t * h..(t + 1) * h],

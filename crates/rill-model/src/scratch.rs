@@ -27,16 +27,28 @@ thread_local! {
 }
 
 /// An `f32` buffer taken from this thread's free list and given back to it
-/// when dropped. Dereferences to its `len` values.
-pub(crate) struct Buf(Vec<f32>);
+/// when dropped. Dereferences to `len` values that start on a 64-byte line:
+/// the products copy activations that do not (their 16-lane loads would
+/// split lines), and parts of a buffer at multiples of 16 values (an
+/// expert's rows in the MoE) then need no copy either.
+///
+/// The vector's own length is how much of it has ever been initialised: it
+/// only grows (zeros, once), so a buffer that goes round the free list is
+/// not zeroed again by each use that does not need zeros
+/// ([`Buf::for_output`], [`Buf::scratch`]).
+pub(crate) struct Buf {
+    v: Vec<f32>,
+    /// Where the 64-byte aligned values start in `v`.
+    off: usize,
+    len: usize,
+}
 
 impl Buf {
     /// `len` zeros.
     pub fn zeroed(len: usize) -> Buf {
-        let mut v = take_free(len);
-        v.clear();
-        v.resize(len, 0.0);
-        Buf(v)
+        let mut b = Buf::scratch(len, len);
+        b.fill(0.0);
+        b
     }
 
     /// `len` values to be overwritten entirely (the output of a matrix
@@ -51,12 +63,13 @@ impl Buf {
     /// once for the most it will need instead of growing the buffer (an
     /// allocation) step after step.
     pub fn scratch(len: usize, capacity: usize) -> Buf {
-        let mut v = take_free(capacity.max(len));
-        if v.len() < len {
-            v.resize(len, 0.0);
+        // + 16: room to align the start.
+        let mut v = take_free(capacity.max(len) + 16);
+        let off = v.as_ptr().align_offset(64).min(16);
+        if v.len() < off + len {
+            v.resize(off + len, 0.0);
         }
-        v.truncate(len);
-        Buf(v)
+        Buf { v, off, len }
     }
 }
 
@@ -77,13 +90,15 @@ fn take_free(need: usize) -> Vec<f32> {
     });
     match taken {
         Some(v) if v.capacity() >= need => v,
-        _ => Vec::with_capacity(need),
+        // Zeroed by the allocator (fresh pages come zeroed from the system,
+        // no pass over them here), and initialised in full at once.
+        _ => vec![0.0; need],
     }
 }
 
 impl Drop for Buf {
     fn drop(&mut self) {
-        let v = std::mem::take(&mut self.0);
+        let v = std::mem::take(&mut self.v);
         // `try_with`: nothing to keep once the thread is being torn down.
         let _ = FREE.try_with(|f| f.borrow_mut().push(v));
     }
@@ -92,13 +107,13 @@ impl Drop for Buf {
 impl Deref for Buf {
     type Target = [f32];
     fn deref(&self) -> &[f32] {
-        &self.0
+        &self.v[self.off..self.off + self.len]
     }
 }
 
 impl DerefMut for Buf {
     fn deref_mut(&mut self) -> &mut [f32] {
-        &mut self.0
+        &mut self.v[self.off..self.off + self.len]
     }
 }
 
@@ -196,6 +211,10 @@ mod tests {
         let big = Buf::zeroed(1000);
         let small = Buf::zeroed(10);
         let (pb, ps) = (big.as_ptr(), small.as_ptr());
+        assert!(
+            (pb as usize).is_multiple_of(64) && (ps as usize).is_multiple_of(64),
+            "aligned"
+        );
         drop(big);
         drop(small);
         let a = Buf::zeroed(5);

@@ -5,8 +5,8 @@ use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::scratch::Buf;
 use crate::weights::{Binder, Matrix};
-use rill_kernels::ops::{dot_f32, rms_norm_inplace, sigmoid, softmax_inplace};
-use rill_kernels::threads::SharedMut;
+use rill_kernels::attention::{attend_causal, AttnShape};
+use rill_kernels::ops::{mul_sigmoid_inplace, rms_norm_inplace};
 use rill_kernels::{matmul_in, matmul_many_in, MatJob, Threads};
 
 pub(crate) struct AttentionWeights {
@@ -98,9 +98,9 @@ pub(crate) fn forward<'s>(
         ],
     );
 
-    let mut q = Buf::zeroed(n * nh * hd);
-    let mut gate = Buf::zeroed(n * nh * hd);
-    let mut attn = Buf::zeroed(n * nh * hd);
+    let mut q = Buf::for_output(n * nh * hd);
+    let mut gate = Buf::for_output(n * nh * hd);
+    let mut attn = Buf::for_output(n * nh * hd);
     for s in seqs {
         // Split Q from its gate, norm and rotate Q and K at each row's position.
         for t in s.rows.clone() {
@@ -129,15 +129,12 @@ pub(crate) fn forward<'s>(
             &q[a * nh * hd..b * nh * hd],
             b - a,
             s.pos,
-            s.capacity,
             s.k_cache,
             s.v_cache,
             &mut attn[a * nh * hd..b * nh * hd],
         );
     }
-    for (o, &g) in attn.iter_mut().zip(gate.iter()) {
-        *o *= sigmoid(g);
-    }
+    mul_sigmoid_inplace(&mut attn, &gate);
     let mut out = Buf::for_output(n * c.n_embd);
     matmul_in(c.precision, threads, w.o.view(), &attn, n, &mut out);
     out
@@ -163,7 +160,9 @@ fn append(cache: &mut Vec<f32>, new: &[f32], full: usize) {
 }
 
 /// Causal GQA softmax attention of `m` query rows at positions `pos0..`
-/// over the cache (which already holds them), one task per (row, head).
+/// over the cache (which already holds them): blocked products in
+/// `rill_kernels::attention`, with a scratch whose size does not depend on
+/// the context (so decode steps find it in place and allocate nothing).
 #[allow(clippy::too_many_arguments)]
 fn attend(
     c: &ModelConfig,
@@ -171,45 +170,27 @@ fn attend(
     q: &[f32],
     m: usize,
     pos0: usize,
-    capacity: usize,
     k_cache: &[f32],
     v_cache: &[f32],
     attn: &mut [f32],
 ) {
-    let (nh, nkv, hd) = (c.n_head, c.n_head_kv, c.head_dim);
-    let scale = 1.0 / (hd as f32).sqrt();
-    let group = nh / nkv;
-    // Room for the longest row's scores, per pool thread, in one buffer of
-    // this thread. It is taken at the size of the sequence's whole capacity,
-    // so it does not grow (allocate) again as the context does.
-    let part = pos0 + m;
-    let mut scores = Buf::scratch(threads.count() * part, threads.count() * capacity);
-    let scores_ptr = SharedMut::new(&mut scores);
-    let out_ptr = SharedMut::new(attn);
-    threads.for_ranges_on(m * nh, 1, |slot, a, b| {
-        // SAFETY: part `slot` of the scores is used by one task at a time.
-        let room = unsafe { std::slice::from_raw_parts_mut(scores_ptr.at(slot * part), part) };
-        for job in a..b {
-            let (t, hh) = (job / nh, job % nh);
-            let kvh = hh / group;
-            let qh = &q[job * hd..(job + 1) * hd];
-            let scores = &mut room[..pos0 + t + 1];
-            for (p, s) in scores.iter_mut().enumerate() {
-                let kp = &k_cache[(p * nkv + kvh) * hd..(p * nkv + kvh + 1) * hd];
-                *s = dot_f32(qh, kp) * scale;
-            }
-            softmax_inplace(scores);
-            // SAFETY: each job owns the disjoint output slice of (t, hh).
-            let out = unsafe { std::slice::from_raw_parts_mut(out_ptr.at(job * hd), hd) };
-            out.fill(0.0);
-            for (p, &s) in scores.iter().enumerate() {
-                let vp = &v_cache[(p * nkv + kvh) * hd..(p * nkv + kvh + 1) * hd];
-                for (o, &vv) in out.iter_mut().zip(vp) {
-                    *o += s * vv;
-                }
-            }
-        }
-    });
+    let shape = AttnShape {
+        n_head: c.n_head,
+        n_head_kv: c.n_head_kv,
+        head_dim: c.head_dim,
+    };
+    let mut scratch = Buf::for_output(threads.count() * shape.scratch_per_thread());
+    attend_causal(
+        threads,
+        shape,
+        q,
+        m,
+        pos0,
+        k_cache,
+        v_cache,
+        &mut scratch,
+        attn,
+    );
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::scratch::{Buf, JobList, Reused};
 use crate::weights::{Binder, Experts, Matrix};
-use rill_kernels::ops::{axpy, dot_f32, sigmoid, silu, softmax_inplace};
+use rill_kernels::ops::{axpy, dot_f32, sigmoid, softmax_inplace, swiglu_inplace};
 use rill_kernels::{matmul, matmul_in, matmul_many_in, MatJob, MatRef, Precision, Threads};
 use std::cell::Cell;
 
@@ -117,9 +117,7 @@ fn swiglu(
             },
         ],
     );
-    for (gi, &ui) in g.iter_mut().zip(u.iter()) {
-        *gi = silu(*gi) * ui;
-    }
+    swiglu_inplace(&mut g, &u);
     let mut out = Buf::for_output(n * down.rows);
     matmul_in(precision, threads, down, &g, n, &mut out);
     out
@@ -179,7 +177,7 @@ impl MoeWeights {
         // Every expert's tokens, expert after expert (as `routes.pairs`):
         // their inputs gathered, then the gate, up and down outputs.
         let m_all = routes.pairs.len();
-        let mut xs = Buf::zeroed(m_all * h);
+        let mut xs = Buf::for_output(m_all * h);
         for (xi, &(t, _)) in xs.chunks_exact_mut(h).zip(routes.pairs.iter()) {
             xi.copy_from_slice(&x[t * h..(t + 1) * h]);
         }
@@ -231,9 +229,7 @@ impl MoeWeights {
             matmul_many_in(c.precision, threads, &mut jobs);
         }
         for (g, u) in [(&mut gates, &ups), (&mut sh_g, &sh_u)] {
-            for (gi, &ui) in g.iter_mut().zip(u.iter()) {
-                *gi = silu(*gi) * ui;
-            }
+            swiglu_inplace(g, u);
         }
         // down of every active expert (and the shared expert).
         let mut downs = Buf::for_output(m_all * h);
@@ -328,8 +324,13 @@ fn route(w: &MoeWeights, c: &ModelConfig, threads: &Threads, x: &[f32], n: usize
         order.clear();
         order.extend(0..e);
         // Descending probability, lower ids first on ties: a total order,
-        // so the in-place (unstable) sort gives what a stable one would.
-        order.sort_unstable_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
+        // so the in-place (unstable) selection and sort give what a stable
+        // sort of all experts would. Only the first k are put in order.
+        let desc = |a: &usize, b: &usize| p[*b].total_cmp(&p[*a]).then(a.cmp(b));
+        if k < e {
+            order.select_nth_unstable_by(k, desc);
+        }
+        order[..k].sort_unstable_by(desc);
         let top = &order[..k];
         let sum: f32 = top.iter().map(|&i| p[i]).sum();
         for &i in top {

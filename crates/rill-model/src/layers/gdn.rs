@@ -6,8 +6,12 @@ use crate::config::{HeadOrder, ModelConfig};
 use crate::error::ModelError;
 use crate::scratch::{Buf, JobList};
 use crate::weights::{Binder, Matrix};
-use rill_kernels::gdn::{delta_rule_chunked, delta_rule_recurrent, HeadInputs};
-use rill_kernels::ops::{l2_norm_inplace, rms_norm_inplace, sigmoid, silu, softplus};
+use rill_kernels::gdn::{
+    chunked_scratch_len, delta_rule_chunked_in, delta_rule_recurrent, HeadInputs,
+};
+use rill_kernels::ops::{
+    l2_norm_inplace, mul_silu_inplace, rms_norm_inplace, sigmoid, silu_inplace, softplus,
+};
 use rill_kernels::threads::SharedMut;
 use rill_kernels::{matmul_in, matmul_many_in, MatJob, Threads};
 
@@ -30,7 +34,8 @@ enum BetaAlpha {
 pub(crate) struct GdnWeights {
     proj: Projections,
     ba: BetaAlpha,
-    /// `[conv_dim × K]`, kernel taps oldest first.
+    /// `[K × conv_dim]` (the file's `[conv_dim × K]` transposed, so that a
+    /// tap is a row over all channels), kernel taps oldest first.
     conv: Vec<f32>,
     dt_bias: Vec<f32>,
     /// `−exp(A_log)`, per value head.
@@ -69,10 +74,13 @@ impl GdnWeights {
         Ok(GdnWeights {
             proj,
             ba,
-            conv: b.small(
-                &format!("{p}.ssm_conv1d.weight"),
-                &[kk as u64, conv_dim as u64],
-            )?,
+            conv: transpose_taps(
+                &b.small(
+                    &format!("{p}.ssm_conv1d.weight"),
+                    &[kk as u64, conv_dim as u64],
+                )?,
+                kk,
+            ),
             dt_bias: b.vector(&format!("{p}.ssm_dt.bias"), nv)?,
             a: b.vector(&format!("{p}.ssm_a"), nv)?,
             norm: b.vector(&format!("{p}.ssm_norm.weight"), dv)?,
@@ -80,6 +88,14 @@ impl GdnWeights {
             order: c.arch.value_head_order(),
         })
     }
+}
+
+/// `[channels × K]` taps as `[K × channels]`.
+fn transpose_taps(taps: &[f32], kk: usize) -> Vec<f32> {
+    let ch = taps.len() / kk;
+    (0..kk)
+        .flat_map(|j| (0..ch).map(move |c| taps[c * kk + j]))
+        .collect()
 }
 
 /// The four input projections of `x` `[n × n_embd]`, in one parallel region:
@@ -96,14 +112,14 @@ fn project(
     let r = nv / nk;
     let conv_dim = c.conv_dim();
     let vdim = c.ssm_value_dim();
-    let mut qkv = Buf::zeroed(n * conv_dim);
-    let mut z = Buf::zeroed(n * vdim);
-    let mut b = Buf::zeroed(n * nv);
-    let mut a = Buf::zeroed(n * nv);
+    let mut qkv = Buf::for_output(n * conv_dim);
+    let mut z = Buf::for_output(n * vdim);
+    let mut b = Buf::for_output(n * nv);
+    let mut a = Buf::for_output(n * nv);
     let fused_qkvz = matches!(w.proj, Projections::FusedQkvz(_));
     let fused_ba = matches!(w.ba, BetaAlpha::Fused(_));
-    let mut mixed = Buf::zeroed(if fused_qkvz { n * (conv_dim + vdim) } else { 0 });
-    let mut ba = Buf::zeroed(if fused_ba { n * 2 * nv } else { 0 });
+    let mut mixed = Buf::for_output(if fused_qkvz { n * (conv_dim + vdim) } else { 0 });
+    let mut ba = Buf::for_output(if fused_ba { n * 2 * nv } else { 0 });
     {
         let mut jobs = JobList::take();
         match &w.proj {
@@ -194,24 +210,26 @@ fn project(
 fn conv_silu(w: &GdnWeights, c: &ModelConfig, qkv: &mut [f32], n: usize, window: &mut [f32]) {
     let cd = c.conv_dim();
     let kk = c.conv_kernel;
-    let mut raw = Buf::zeroed(cd);
-    for t in 0..n {
-        let row = &mut qkv[t * cd..(t + 1) * cd];
-        raw.copy_from_slice(row);
-        for ch in 0..cd {
-            let taps = &w.conv[ch * kk..(ch + 1) * kk];
-            let mut acc = taps[kk - 1] * raw[ch];
-            for j in 0..kk - 1 {
-                acc += taps[j] * window[j * cd + ch];
+    // The window, then this step's raw inputs: token t's taps read the K
+    // rows t..t+K, whole rows at a time (vectorised over the channels).
+    let mut ext = Buf::for_output((kk - 1 + n) * cd);
+    ext[..(kk - 1) * cd].copy_from_slice(window);
+    ext[(kk - 1) * cd..].copy_from_slice(&qkv[..n * cd]);
+    for (t, row) in qkv[..n * cd].chunks_exact_mut(cd).enumerate() {
+        let rows = &ext[t * cd..(t + kk) * cd];
+        let last = &w.conv[(kk - 1) * cd..kk * cd];
+        for ((o, &tap), &x) in row.iter_mut().zip(last).zip(&rows[(kk - 1) * cd..]) {
+            *o = tap * x;
+        }
+        for j in 0..kk - 1 {
+            let taps = &w.conv[j * cd..(j + 1) * cd];
+            for ((o, &tap), &x) in row.iter_mut().zip(taps).zip(&rows[j * cd..(j + 1) * cd]) {
+                *o += tap * x;
             }
-            row[ch] = silu(acc);
         }
-        // Slide the window: drop the oldest row, append this token's raw input.
-        if kk > 1 {
-            window.copy_within(cd.., 0);
-            window[(kk - 2) * cd..].copy_from_slice(&raw);
-        }
+        silu_inplace(row);
     }
+    window.copy_from_slice(&ext[n * cd..]);
 }
 
 /// The gated delta rule for `n` tokens, value heads in parallel: token by
@@ -244,9 +262,11 @@ fn delta_rule(
         }
     }
     // Per pool thread, room for one head's inputs gathered contiguously
-    // (q, k, v, g, β) and its output, in one buffer of this thread.
-    let part = 4 * n * d + 2 * n;
-    let mut room = Buf::zeroed(threads.count() * part);
+    // (q, k, v, g, β), its output and the chunkwise form's scratch, in one
+    // buffer of this thread.
+    let chunk_len = if n > 1 { chunked_scratch_len(d, d) } else { 0 };
+    let part = 4 * n * d + 2 * n + chunk_len;
+    let mut room = Buf::for_output(threads.count() * part);
     let room_ptr = SharedMut::new(&mut room);
     let out_ptr = SharedMut::new(out);
     let ssm_ptr = SharedMut::new(ssm);
@@ -258,7 +278,8 @@ fn delta_rule(
         let (k, room) = room.split_at_mut(n * d);
         let (v, room) = room.split_at_mut(n * d);
         let (o, room) = room.split_at_mut(n * d);
-        let (gh, bh) = room.split_at_mut(n);
+        let (gh, room) = room.split_at_mut(n);
+        let (bh, chunk_scratch) = room.split_at_mut(n);
         for h in h0..h1 {
             let kh = w.order.key_head(h, nk, nv);
             // Gather this head's inputs contiguously.
@@ -285,7 +306,7 @@ fn delta_rule(
             if n == 1 {
                 delta_rule_recurrent(&inputs, s, o);
             } else {
-                delta_rule_chunked(&inputs, s, o);
+                delta_rule_chunked_in(&inputs, s, o, chunk_scratch);
             }
             for t in 0..n {
                 // SAFETY: the output columns of head h belong to this task only.
@@ -317,7 +338,7 @@ pub(crate) fn forward<'s>(
 ) -> Buf {
     let (mut qkv, z, g, beta) = project(w, c, threads, x, n);
     let (cd, nv, d) = (c.conv_dim(), c.ssm_n_v_heads, c.ssm_head_dim);
-    let mut y = Buf::zeroed(n * nv * d);
+    let mut y = Buf::for_output(n * nv * d);
     for s in seqs {
         let (a, b) = (s.rows.start, s.rows.end);
         let m = b - a;
@@ -336,12 +357,10 @@ pub(crate) fn forward<'s>(
         );
     }
     // Gated RMSNorm per value head: norm(o) ⊙ silu(z).
-    for (head, zh) in y.chunks_exact_mut(d).zip(z.chunks_exact(d)) {
+    for head in y.chunks_exact_mut(d) {
         rms_norm_inplace(head, &w.norm, c.rms_eps);
-        for (o, &zz) in head.iter_mut().zip(zh) {
-            *o *= silu(zz);
-        }
     }
+    mul_silu_inplace(&mut y, &z);
     let mut out = Buf::for_output(n * c.n_embd);
     matmul_in(c.precision, threads, w.out.view(), &y, n, &mut out);
     out

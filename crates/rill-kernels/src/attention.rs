@@ -1,0 +1,254 @@
+//! Causal grouped-query softmax attention of one sequence's new rows over
+//! its KV cache, as blocked matrix products.
+//!
+//! Work is split into jobs of (KV head, block of query positions). A job
+//! stacks the queries of the KV head's group of query heads at the block's
+//! positions into one matrix and walks the keys in tiles of [`KEY_TILE`] at
+//! fixed absolute positions (0, 64, 128, …). Per tile: the scores are one
+//! product (each key row loaded once for every query of the block, not once
+//! per (query, key) pair as a dot product would), an online softmax step
+//! (running maximum and sum per query row; Milakov & Gimelshein, arXiv
+//! 1805.02867), and P·V as a second product that reads the value rows in
+//! the cache in place. The scratch is a fixed size, whatever the context
+//! length.
+//!
+//! # Invariance
+//! A query's result depends only on its own vector and the keys and values at
+//! positions up to its own — not on the other queries of its block, the
+//! block size, the number of new rows or the thread split:
+//! - every score is one canonical dot product over the head dimension
+//!   (`gemm` module doc), whatever the tile holds;
+//! - key tiles sit at absolute positions, so a query meets the same tiles
+//!   whichever block it is in. Tiles that are entirely in its future are
+//!   skipped for it (its row's state is left untouched);
+//! - P·V is one fused multiply-add chain per output over the tile's keys in
+//!   order (`small::product_nn`); keys past the query's position come last
+//!   with weight exactly 0, and a 0 · v term changes an accumulator only if
+//!   it is −0, which adding +0 to every P·V output before use removes.
+//!
+//! So a prompt gives the same bits in one step, in chunks, or alone or in a
+//! batch with other sequences, and decode (one row) takes the same path.
+
+use crate::gemm::Scratch;
+use crate::simd::Isa;
+use crate::small::{product, product_nn, room_len, split};
+use crate::threads::{SharedMut, Threads};
+
+/// Keys per tile.
+pub const KEY_TILE: usize = 64;
+/// Query rows (positions × heads of a group) per job: enough that a loaded
+/// key or value vector feeds many FMAs, few enough that a job's buffers stay
+/// in L2.
+const BLOCK_ROWS: usize = 128;
+
+/// Head geometry of an attention layer.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnShape {
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+}
+
+impl AttnShape {
+    fn group(&self) -> usize {
+        self.n_head / self.n_head_kv
+    }
+
+    /// Query positions per job.
+    fn block_positions(&self) -> usize {
+        (BLOCK_ROWS / self.group()).max(1)
+    }
+
+    /// Lengths of the parts of one thread's scratch: stacked queries, key
+    /// tile, scores, weights, P·V, output accumulator, running max, running
+    /// sum, the score product's own scratch.
+    fn parts(&self) -> [usize; 9] {
+        let rows = self.block_positions() * self.group();
+        let hd = self.head_dim;
+        [
+            rows * hd,
+            KEY_TILE * hd,
+            rows * KEY_TILE,
+            rows * KEY_TILE,
+            rows * hd,
+            rows * hd,
+            rows,
+            rows,
+            Scratch::len(hd.max(KEY_TILE)),
+        ]
+    }
+
+    /// Floats of scratch each pool thread needs: the caller of
+    /// [`attend_causal`] passes `threads.count()` times this. It does not
+    /// depend on the context length.
+    pub fn scratch_per_thread(&self) -> usize {
+        room_len(&self.parts())
+    }
+}
+
+/// Causal softmax attention of `m` query rows at positions `pos0..pos0 + m`
+/// (`q`, `out`: `[m × n_head × head_dim]`) over a cache that already holds
+/// their keys and values (`[pos × n_head_kv × head_dim]`, at least
+/// `pos0 + m` positions). Scores are scaled by `1/√head_dim`.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_causal(
+    threads: &Threads,
+    shape: AttnShape,
+    q: &[f32],
+    m: usize,
+    pos0: usize,
+    k_cache: &[f32],
+    v_cache: &[f32],
+    scratch: &mut [f32],
+    out: &mut [f32],
+) {
+    let (nh, nkv, hd) = (shape.n_head, shape.n_head_kv, shape.head_dim);
+    assert!(
+        nkv > 0 && nh.is_multiple_of(nkv),
+        "heads {nh} / kv heads {nkv}"
+    );
+    assert_eq!(q.len(), m * nh * hd);
+    assert_eq!(out.len(), m * nh * hd);
+    let kv_len = (pos0 + m) * nkv * hd;
+    assert!(k_cache.len() >= kv_len && v_cache.len() >= kv_len);
+    let per = shape.scratch_per_thread();
+    assert!(scratch.len() >= threads.count() * per);
+    let isa = Isa::best();
+    let bp = shape.block_positions();
+    let blocks = m.div_ceil(bp);
+    let scratch_ptr = SharedMut::new(scratch);
+    let out_ptr = SharedMut::new(out);
+    threads.for_ranges_on(blocks * nkv, 1, |slot, a, b| {
+        // SAFETY: part `slot` of the scratch is used by one task at a time.
+        let room = unsafe { std::slice::from_raw_parts_mut(scratch_ptr.at(slot * per), per) };
+        for j in a..b {
+            // The last blocks (most keys) first: the long jobs start early.
+            let blk = blocks - 1 - j / nkv;
+            let t0 = blk * bp;
+            let job = Job {
+                isa,
+                shape,
+                q,
+                pos0,
+                rows: t0..(t0 + bp).min(m),
+                kvh: j % nkv,
+                k_cache,
+                v_cache,
+            };
+            job.run(room, out_ptr);
+        }
+    });
+}
+
+/// One (KV head, block of query positions) of [`attend_causal`].
+struct Job<'a> {
+    isa: Isa,
+    shape: AttnShape,
+    q: &'a [f32],
+    pos0: usize,
+    /// The block's rows (indices into the step's `m` rows).
+    rows: std::ops::Range<usize>,
+    kvh: usize,
+    k_cache: &'a [f32],
+    v_cache: &'a [f32],
+}
+
+impl Job<'_> {
+    fn run(&self, room: &mut [f32], out: SharedMut<f32>) {
+        let (nh, nkv, hd) = (self.shape.n_head, self.shape.n_head_kv, self.shape.head_dim);
+        let group = self.shape.group();
+        let scale = 1.0 / (hd as f32).sqrt();
+        let n = self.rows.len() * group;
+        let [qb, kb, s, p, pv, o, mx, l, gs] = split(room, self.shape.parts());
+        // Query row r is (position t0 + r / group, head kvh·group + r % group):
+        // the group's heads are adjacent in q, so a position is one copy.
+        for (i, t) in self.rows.clone().enumerate() {
+            let src = (t * nh + self.kvh * group) * hd;
+            qb[i * group * hd..(i + 1) * group * hd]
+                .copy_from_slice(&self.q[src..src + group * hd]);
+        }
+        let qb = &qb[..n * hd];
+        o[..n * hd].fill(0.0);
+        mx[..n].fill(f32::NEG_INFINITY);
+        l[..n].fill(0.0);
+        let end = self.pos0 + self.rows.end;
+        let mut k0 = 0;
+        while k0 < end {
+            let kt = KEY_TILE.min(end - k0);
+            let first = (k0 * nkv + self.kvh) * hd;
+            for j in 0..kt {
+                let src = first + j * nkv * hd;
+                kb[j * hd..(j + 1) * hd].copy_from_slice(&self.k_cache[src..src + hd]);
+            }
+            product(
+                self.isa,
+                &kb[..kt * hd],
+                kt,
+                hd,
+                qb,
+                n,
+                gs,
+                &mut s[..n * kt],
+            );
+            for r in 0..n {
+                let pos = self.pos0 + self.rows.start + r / group;
+                // Keys of this tile at or before the row's position.
+                let valid = (pos + 1).saturating_sub(k0).min(kt);
+                let pr = &mut p[r * KEY_TILE..(r + 1) * KEY_TILE];
+                pr.fill(0.0);
+                if valid == 0 {
+                    continue;
+                }
+                let sr = &mut s[r * kt..r * kt + valid];
+                let mut tile_max = f32::NEG_INFINITY;
+                for v in sr.iter_mut() {
+                    *v *= scale;
+                    tile_max = tile_max.max(*v);
+                }
+                let new_max = mx[r].max(tile_max);
+                let alpha = (mx[r] - new_max).exp();
+                mx[r] = new_max;
+                let mut sum = 0.0;
+                for (pj, &sj) in pr.iter_mut().zip(sr.iter()) {
+                    *pj = (sj - new_max).exp();
+                    sum += *pj;
+                }
+                l[r] = l[r] * alpha + sum;
+                if alpha != 1.0 {
+                    o[r * hd..(r + 1) * hd].iter_mut().for_each(|v| *v *= alpha);
+                }
+            }
+            product_nn(
+                (p, KEY_TILE),
+                (&self.v_cache[first..], nkv * hd),
+                (n, kt, hd),
+                (pv, hd),
+            );
+            for r in 0..n {
+                let pos = self.pos0 + self.rows.start + r / group;
+                if pos < k0 {
+                    // Not one of its keys: the row stays exactly as it was.
+                    continue;
+                }
+                let (or, pvr) = (&mut o[r * hd..(r + 1) * hd], &pv[r * hd..(r + 1) * hd]);
+                // + 0.0: −0 → +0 (module doc, Invariance).
+                or.iter_mut().zip(pvr).for_each(|(a, &b)| *a += b + 0.0);
+            }
+            k0 += kt;
+        }
+        for r in 0..n {
+            let t = self.rows.start + r / group;
+            let head = self.kvh * group + r % group;
+            // SAFETY: this job alone writes the rows of its positions and
+            // group of heads.
+            let dst = unsafe { std::slice::from_raw_parts_mut(out.at((t * nh + head) * hd), hd) };
+            let inv = 1.0 / l[r];
+            for (d, &v) in dst.iter_mut().zip(&o[r * hd..(r + 1) * hd]) {
+                *d = v * inv;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

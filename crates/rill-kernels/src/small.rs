@@ -1,0 +1,245 @@
+//! Products of small f32 matrices on the calling thread, for the kernels
+//! that run one task per head (attention, the chunkwise delta rule): the
+//! blocked matrix kernels of `gemm` run them several times faster than rows
+//! of dot products or `axpy`s, and in the same canonical order per output
+//! whatever the shape (`gemm` module doc).
+
+use crate::gemm::{self, Scratch};
+use crate::matmul::MatRef;
+use crate::simd::Isa;
+use crate::threads::SharedMut;
+use rill_dtype::DType;
+
+/// `room` cut into parts of the given lengths, each starting on a 64-byte
+/// line: the products' vector loads then do not split cache lines.
+pub(crate) fn split<const N: usize>(room: &mut [f32], lens: [usize; N]) -> [&mut [f32]; N] {
+    let off = room.as_ptr().align_offset(64).min(16);
+    let mut rest = &mut room[off..];
+    lens.map(|len| {
+        let (part, tail) = std::mem::take(&mut rest).split_at_mut(len.next_multiple_of(16));
+        rest = tail;
+        &mut part[..len]
+    })
+}
+
+/// `out[t][r] = Σ_c w[r][c]·x[t][c]` for `w` `[rows × cols]` and `x`
+/// `[n × cols]` (`out` is `[n × rows]`), on this thread, in the canonical
+/// order of the `gemm` module; `scratch` holds [`Scratch::len`]`(cols)`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn product(
+    isa: Isa,
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    n: usize,
+    scratch: &mut [f32],
+    out: &mut [f32],
+) {
+    let w = &w[..rows * cols];
+    let out = &mut out[..n * rows];
+    // SAFETY: `w` holds rows · cols initialised f32; any bytes are valid u8.
+    let data = unsafe { std::slice::from_raw_parts(w.as_ptr() as *const u8, 4 * w.len()) };
+    let w = MatRef {
+        dtype: DType::F32,
+        rows,
+        cols,
+        data,
+    };
+    // SAFETY: `out` holds the n · rows outputs and only this call writes
+    // them; `isa` comes from `Isa::best`, so this CPU runs it.
+    unsafe {
+        gemm::rows(
+            isa,
+            w,
+            &x[..n * cols],
+            n,
+            0,
+            rows,
+            SharedMut::new(out),
+            &mut Scratch::new(scratch),
+        )
+    };
+}
+
+/// Floats of a buffer that [`split`] cuts into parts of `lens`.
+pub(crate) fn room_len(lens: &[usize]) -> usize {
+    lens.iter().map(|p| p.next_multiple_of(16)).sum::<usize>() + 16
+}
+
+/// `dst[c·dst_stride + r] = src[r·src_stride + c]` for `r < rows`,
+/// `c < cols`, in 16 × 16 blocks: reads and writes then each touch only 16
+/// cache lines at a time (a plain double loop writes a line per element).
+pub(crate) fn transpose(
+    src: &[f32],
+    src_stride: usize,
+    (rows, cols): (usize, usize),
+    dst: &mut [f32],
+    dst_stride: usize,
+) {
+    const B: usize = 16;
+    for r0 in (0..rows).step_by(B) {
+        for c0 in (0..cols).step_by(B) {
+            let c1 = (c0 + B).min(cols);
+            for r in r0..(r0 + B).min(rows) {
+                let s = &src[r * src_stride + c0..r * src_stride + c1];
+                for (i, &v) in s.iter().enumerate() {
+                    dst[(c0 + i) * dst_stride + r] = v;
+                }
+            }
+        }
+    }
+}
+
+/// `out[t·ldo + j] = Σ_c a[t·lda + c] · b[c·ldb + j]` for `t < m`, `c < kk`,
+/// `j < p`: rows of `b` scaled and added into register tiles of 4 rows × 32
+/// columns, so neither factor is transposed and no output needs a
+/// horizontal sum (which the dot-product form of [`product`] pays per
+/// output — most of its time when `kk` is 64 or 128). Each output is one
+/// chain of fused multiply-adds in `c` order from 0; a fused multiply-add
+/// is exactly rounded, so every path (vector instructions or `mul_add` in
+/// scalar code) and every tiling gives the same bits.
+pub(crate) fn product_nn(
+    a: (&[f32], usize),
+    b: (&[f32], usize),
+    (m, kk, p): (usize, usize, usize),
+    out: (&mut [f32], usize),
+) {
+    let ((a, lda), (b, ldb), (out, ldo)) = (a, b, out);
+    if m == 0 || p == 0 {
+        return;
+    }
+    assert!(lda >= kk && ldb >= p && ldo >= p);
+    assert!(a.len() >= (m - 1) * lda + kk && out.len() >= (m - 1) * ldo + p);
+    assert!(kk == 0 || b.len() >= (kk - 1) * ldb + p);
+    let isa = Isa::best();
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,fma")]
+        unsafe fn wide(
+            a: &[f32],
+            lda: usize,
+            b: &[f32],
+            ldb: usize,
+            s: Dims,
+            out: &mut [f32],
+            ldo: usize,
+        ) {
+            nn_body(a, lda, b, ldb, s, out, ldo)
+        }
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn mid(
+            a: &[f32],
+            lda: usize,
+            b: &[f32],
+            ldb: usize,
+            s: Dims,
+            out: &mut [f32],
+            ldo: usize,
+        ) {
+            nn_body(a, lda, b, ldb, s, out, ldo)
+        }
+        match isa {
+            // SAFETY: `Isa::best` found AVX-512F (and FMA) on this CPU.
+            Isa::Avx512 => return unsafe { wide(a, lda, b, ldb, (m, kk, p), out, ldo) },
+            // SAFETY: `Isa::best` found AVX2 and FMA on this CPU.
+            Isa::Avx2 => return unsafe { mid(a, lda, b, ldb, (m, kk, p), out, ldo) },
+            _ => {}
+        }
+    }
+    let _ = isa;
+    nn_body(a, lda, b, ldb, (m, kk, p), out, ldo)
+}
+
+/// `(m, kk, p)` of a [`product_nn`].
+type Dims = (usize, usize, usize);
+
+#[inline(always)]
+fn nn_body(
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    ldb: usize,
+    (m, kk, p): Dims,
+    out: &mut [f32],
+    ldo: usize,
+) {
+    let mut t0 = 0;
+    while t0 < m {
+        let r = if m - t0 >= 4 { 4 } else { 1 };
+        let mut j0 = 0;
+        while j0 < p {
+            let w = match p - j0 {
+                32.. => 32,
+                16.. => 16,
+                _ => 1,
+            };
+            let at = &a[t0 * lda..];
+            let bt = &b[j0..];
+            let ot = &mut out[t0 * ldo + j0..];
+            match (r, w) {
+                (4, 32) => nn_tile::<4, 32>(at, lda, bt, ldb, kk, ot, ldo),
+                (4, 16) => nn_tile::<4, 16>(at, lda, bt, ldb, kk, ot, ldo),
+                (4, _) => nn_tile::<4, 1>(at, lda, bt, ldb, kk, ot, ldo),
+                (_, 32) => nn_tile::<1, 32>(at, lda, bt, ldb, kk, ot, ldo),
+                (_, 16) => nn_tile::<1, 16>(at, lda, bt, ldb, kk, ot, ldo),
+                _ => nn_tile::<1, 1>(at, lda, bt, ldb, kk, ot, ldo),
+            }
+            j0 += w;
+        }
+        t0 += r;
+    }
+}
+
+/// One `R × W` tile of [`product_nn`], its accumulators in registers.
+#[inline(always)]
+fn nn_tile<const R: usize, const W: usize>(
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    ldb: usize,
+    kk: usize,
+    out: &mut [f32],
+    ldo: usize,
+) {
+    let mut acc = [[0f32; W]; R];
+    for c in 0..kk {
+        let brow: &[f32; W] = b[c * ldb..c * ldb + W].try_into().expect("W values");
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let av = a[r * lda + c];
+            for (o, &bv) in acc.iter_mut().zip(brow) {
+                *o = av.mul_add(bv, *o);
+            }
+        }
+    }
+    for (r, acc) in acc.iter().enumerate() {
+        out[r * ldo..r * ldo + W].copy_from_slice(acc);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn product_nn_is_the_product_with_the_same_bits_in_any_tile() {
+        let (m, kk, p) = (7usize, 37usize, 53usize);
+        let val = |i: usize| ((i * 7919) % 1000) as f32 / 500.0 - 1.0;
+        let a: Vec<f32> = (0..m * kk).map(val).collect();
+        let b: Vec<f32> = (0..kk * p).map(|i| val(i + 17)).collect();
+        let mut out = vec![0f32; m * p];
+        product_nn((&a, kk), (&b, p), (m, kk, p), (&mut out, p));
+        for t in 0..m {
+            for j in 0..p {
+                // One fused chain in c order: what the contract says.
+                let want = (0..kk).fold(0f32, |s, c| a[t * kk + c].mul_add(b[c * p + j], s));
+                assert_eq!(out[t * p + j].to_bits(), want.to_bits(), "({t}, {j})");
+                // A 1 × 1 product over a strided column gives the same.
+                let col: Vec<f32> = (0..kk).map(|c| b[c * p + j]).collect();
+                let mut one = [0f32];
+                product_nn((&a[t * kk..], kk), (&col, 1), (1, kk, 1), (&mut one, 1));
+                assert_eq!(one[0].to_bits(), want.to_bits());
+            }
+        }
+    }
+}
