@@ -142,7 +142,8 @@ pub(super) unsafe fn decode(
     let bb = w.dtype.block_bytes();
     let rb = w.row_bytes();
     for r in 0..nr {
-        let row = w.row(rt + r);
+        // (`w.row` by hand: it was an out-of-line call per row and call.)
+        let row = &w.data[(rt + r) * rb..(rt + r + 1) * rb];
         for blk in blocks.clone() {
             let src = &row[blk * bb..(blk + 1) * bb];
             // The block AHEAD bytes on, past the row's end in the next row
@@ -170,9 +171,9 @@ pub(super) unsafe fn decode(
 
 /// Q4_K/Q5_K super-block `sb` of tile row `r`: `d` and `dmin` to `wd` /
 /// `wm`, the pairs of mins to `wp`, and the eight 6-bit scales returned as
-/// i16 words (the low 8 of the vector). `scale_min_k4` in vector lanes.
+/// bytes (the low 8 of the vector). `scale_min_k4` in vector lanes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
-unsafe fn k4_head(blk: &[u8], sb: usize, r: usize, b: Bufs) -> __m512i {
+unsafe fn k4_head(blk: &[u8], sb: usize, r: usize, b: Bufs) -> __m128i {
     // SAFETY: a Q4_K/Q5_K block has at least 144 bytes, so bytes 0..20 are
     // inside it (slicing checks); the stores are within the row-tile
     // buffers (caller).
@@ -207,7 +208,7 @@ unsafe fn k4_head(blk: &[u8], sb: usize, r: usize, b: Bufs) -> __m512i {
     // Mins as i16 pairs (`[sb][row][pair]`), the first in the low half.
     let mins = _mm_cvtepu8_epi16(_mm_srli_si128::<8>(scm));
     _mm_storeu_si128(b.wp.add((sb * 16 + r) * 4).cast(), mins);
-    _mm512_castsi128_si512(_mm_cvtepu8_epi16(scm))
+    scm
 }
 
 /// Q4_K super-block `sb` of tile row `r`, in the permuted order that
@@ -218,27 +219,48 @@ unsafe fn k4_head(blk: &[u8], sb: usize, r: usize, b: Bufs) -> __m512i {
 ///
 /// `c = sc·w` (`w` ≤ 15) has only 16 values per sub-block: a 16-byte
 /// table of its low and one of its high bytes. The four sub-blocks of
-/// quant bytes `64h..` fill one 64-byte table, so each chunk's bytes are
-/// one VPERMB (index `w` + 16 × the sub-block's place) per byte of `c`.
+/// quant bytes `64h..` fill one 64-byte table (entry `16j + w` for
+/// sub-block `4h + j`), so each chunk's bytes are one VPERMB (index `w` +
+/// 16 × the sub-block's place) per byte of `c`.
+///
+/// The tables come straight out of word multiplies, in byte order: word
+/// `i` holds entries `2i` and `2i + 1` (the same sub-block `j = i/8`), and
+/// each byte of `c` is a low or high half of one word product, so one
+/// byte permute (the scales into words), three multiplies and a shift per
+/// pair of tables replace widening, two word permutes and two two-source
+/// byte permutes: the shuffle port, which the lookups keep busy, was the
+/// limit (~8% more GFLOP/s at 8-16 tokens).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,f16c")]
 unsafe fn decode_q4(blk: &[u8], sb: usize, r: usize, b: Bufs) {
     // SAFETY: loads inside the 144-byte block (slicing checks); stores of
     // chunks `4sb..4sb + 4`, row `r` inside `wa` (caller).
-    let scv = k4_head(blk, sb, r, b);
-    let iota = _mm512_loadu_si512(IOTA16.as_ptr().cast());
-    let (even, odd) = (
-        _mm512_loadu_si512(EVEN.as_ptr().cast()),
-        _mm512_loadu_si512(EVEN.as_ptr().add(64).cast()),
-    );
+    // Zero-extended: byte 16 (the odd bytes' index) is 0.
+    let scm = _mm512_zextsi128_si512(k4_head(blk, sb, r, b));
     let m4 = _mm512_set1_epi8(0x0F);
+    let w = |k: usize| _mm512_loadu_si512(TABW.as_ptr().add(32 * k).cast());
+    // Even entries' w (0, 2, .., 14), odd entries' (1, 3, .., 15), and the
+    // odd ones' × 256.
+    let (we, wo, wo8) = (w(0), w(1), w(2));
+    let (m_lo, m_hi) = (
+        _mm512_set1_epi16(0x00FF),
+        _mm512_set1_epi16(0xFF00u16 as i16),
+    );
     for h in 0..2 {
-        let hs = 4 * h as i16;
-        // Words sc_j·w for w = 0..15, sub-blocks 4h..4h + 4 (|c| ≤ 945),
-        // then their low and their high bytes, in order.
-        let p01 = _mm512_mullo_epi16(_mm512_permutexvar_epi16(halves(hs, hs + 1), scv), iota);
-        let p23 = _mm512_mullo_epi16(_mm512_permutexvar_epi16(halves(hs + 2, hs + 3), scv), iota);
-        let tlo = _mm512_permutex2var_epi8(p01, even, p23);
-        let thi = _mm512_permutex2var_epi8(p01, odd, p23);
+        // Words sc_{4h + i/8}.
+        let idx = _mm512_loadu_si512(SCW.as_ptr().add(64 * h).cast());
+        let s = _mm512_permutexvar_epi8(idx, scm);
+        // All products ≤ 15·63 = 945 < 2^16, so exact in words: the even
+        // entry's bytes are we·s's low and high bytes; the odd one's low
+        // byte is the high byte of (wo·256)·s (mod 2^16, its low byte
+        // zero), its high byte that of wo·s. (A VPMULHUW for the even high
+        // bytes was widened by the compiler into seven instructions.)
+        let pe = _mm512_mullo_epi16(we, s);
+        let tlo = _mm512_ternarylogic_epi32::<0xEA>(pe, m_lo, _mm512_mullo_epi16(wo8, s));
+        let thi = _mm512_ternarylogic_epi32::<0xEA>(
+            _mm512_mullo_epi16(wo, s),
+            m_hi,
+            _mm512_srli_epi16::<8>(pe),
+        );
         let v = _mm512_loadu_si512(blk[16 + 64 * h..16 + 64 * h + 64].as_ptr().cast());
         for s in 0..2 {
             let nib = if s == 0 { v } else { _mm512_srli_epi16::<4>(v) };
@@ -257,26 +279,29 @@ unsafe fn decode_q4(blk: &[u8], sb: usize, r: usize, b: Bufs) {
     }
 }
 
-/// Words `0..16` twice.
-static IOTA16: [i16; 32] = {
-    let mut a = [0; 32];
+/// Words `w` of [`decode_q4`]'s tables: the even entries' (`2i mod 16`),
+/// the odd ones' (`2i + 1 mod 16`), then the odd ones' × 256.
+static TABW: [u16; 96] = {
+    let mut a = [0; 96];
     let mut i = 0;
     while i < 32 {
-        a[i] = (i % 16) as i16;
+        a[i] = (2 * i % 16) as u16;
+        a[32 + i] = ((2 * i + 1) % 16) as u16;
+        a[64 + i] = a[32 + i] << 8;
         i += 1;
     }
     a
 };
 
-/// VPERMT2B indices: the even bytes (`2k`), then the odd ones (`2k + 1`),
-/// of two vectors.
-static EVEN: [u8; 128] = {
-    let mut a = [0; 128];
-    let mut k = 0;
-    while k < 64 {
-        a[k] = 2 * k as u8;
-        a[64 + k] = 2 * k as u8 + 1;
-        k += 1;
+/// VPERMB indices of [`decode_q4`]'s scale words, per half `h`: byte `2i`
+/// takes scale `4h + i/8`, byte `2i + 1` byte 16 (zero).
+static SCW: [u8; 128] = {
+    let mut a = [16; 128];
+    let mut i = 0;
+    while i < 64 {
+        a[i] = (i / 16) as u8;
+        a[64 + i] = 4 + (i / 16) as u8;
+        i += 2;
     }
     a
 };
@@ -284,18 +309,30 @@ static EVEN: [u8; 128] = {
 /// Q5_K and Q6_K super-block `sb` of tile row `r`, in element order: each
 /// chunk's `c = sc·w` (Q6_K: `sc·(w − 32)`) from two VPMADDUBSW, split into
 /// its low and high bytes.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+///
+/// The scale words `[sc, 0]`, `[0, sc]` and Q6_K's `32·sc` are each one
+/// word permute (the shuffle port has room here) of a vector made once per
+/// super-block, rather than shifts per chunk on the port that the
+/// multiplies and the other shifts keep busy.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,f16c")]
 unsafe fn decode_madd(kind: Kind, blk: &[u8], sb: usize, r: usize, b: Bufs) {
     // SAFETY: loads inside the block (Q5_K 176 bytes, Q6_K 210; slicing
     // checks); stores of chunks `4sb..4sb + 4`, row `r` (caller).
     let scv = if kind == Kind::Q6 {
-        *b.wd.add(sb * 16 + r) = f16_at(blk, 208);
+        // `d` (F16C, as `f16_at` on this CPU, without its feature check).
+        let d = std::ptr::read_unaligned(blk[208..210].as_ptr().cast::<u16>());
+        *b.wd.add(sb * 16 + r) = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(d as i32)));
         _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_loadu_si128(
             blk[192..208].as_ptr().cast(),
         )))
     } else {
-        k4_head(blk, sb, r, b)
+        _mm512_castsi128_si512(_mm_cvtepu8_epi16(k4_head(blk, sb, r, b)))
     };
+    // Words [sc, 0] (scv) and [0, sc]: VPMADDUBSW then gives each even and
+    // each odd byte's w·sc as an i16. Q6_K's scales are signed bytes: the
+    // offset's words 32·sc from the sign-extended high byte.
+    let scv_odd = _mm512_slli_epi16::<8>(scv);
+    let scv32 = _mm512_slli_epi16::<5>(_mm512_srai_epi16::<8>(scv_odd));
     for c in 0..4 {
         // The sub-block of each pair of bytes (i16 word i) of chunk
         // c: 2c + i/16, or for Q6_K 4c + i/8.
@@ -306,22 +343,20 @@ unsafe fn decode_madd(kind: Kind, blk: &[u8], sb: usize, r: usize, b: Bufs) {
         } else {
             halves(2 * ci, 2 * ci + 1)
         };
-        // Words [sc, 0] and [0, sc]: VPMADDUBSW then gives each
-        // even and each odd byte's w·sc as an i16.
-        let sc_even = _mm512_permutexvar_epi16(idx, scv);
-        let sc_odd = _mm512_slli_epi16::<8>(sc_even);
         let q = quants(kind, blk, c);
         let (mut e, mut o) = (
-            _mm512_maddubs_epi16(q, sc_even),
-            _mm512_maddubs_epi16(q, sc_odd),
+            _mm512_maddubs_epi16(q, _mm512_permutexvar_epi16(idx, scv)),
+            _mm512_maddubs_epi16(q, _mm512_permutexvar_epi16(idx, scv_odd)),
         );
         if kind == Kind::Q6 {
             // Q6_K's offset folded in: c = sc·(w − 32), |c| ≤ 4096.
-            let sc32 = _mm512_slli_epi16::<5>(_mm512_srai_epi16::<8>(sc_odd));
+            let sc32 = _mm512_permutexvar_epi16(idx, scv32);
             e = _mm512_sub_epi16(e, sc32);
             o = _mm512_sub_epi16(o, sc32);
         }
-        // lo = low bytes, hi = high bytes (0xEA: (A & B) | C).
+        // lo = low bytes, hi = high bytes (0xEA: (A & B) | C). (Two
+        // VPERMT2B instead measured slower.)
+        let dst = b.wa.add((4 * sb + c) * 2048 + r * 64);
         let lo = _mm512_ternarylogic_epi32::<0xEA>(
             e,
             _mm512_set1_epi16(0x00FF),
@@ -332,7 +367,6 @@ unsafe fn decode_madd(kind: Kind, blk: &[u8], sb: usize, r: usize, b: Bufs) {
             _mm512_set1_epi16(0xFF00u16 as i16),
             _mm512_srli_epi16::<8>(e),
         );
-        let dst = b.wa.add((4 * sb + c) * 2048 + r * 64);
         _mm512_store_si512(dst.cast(), lo);
         _mm512_store_si512(dst.add(1024).cast(), hi);
     }
@@ -375,13 +409,22 @@ unsafe fn quants(kind: Kind, blk: &[u8], c: usize) -> __m512i {
             // 2(t/32).
             let (h, half) = (c / 2, (c % 2) as i16);
             let ql = _mm512_loadu_si512(blk[64 * h..64 * h + 64].as_ptr().cast());
-            let lo = _mm512_and_si512(_mm512_srlv_epi16(ql, _mm512_set1_epi16(4 * half)), m4);
+            let lo = if half == 0 {
+                ql
+            } else {
+                _mm512_srli_epi16::<4>(ql)
+            };
+            // qh's bits 2(t/32).. straight to bits 4, 5: left by 4 or 2
+            // (half 0), right by 0 or 2 (half 1).
             let qh = bcast32(&blk[128 + 32 * h..]);
-            let hi = _mm512_and_si512(
-                _mm512_srlv_epi16(qh, halves(4 * half, 4 * half + 2)),
-                _mm512_set1_epi8(3),
-            );
-            _mm512_or_si512(lo, _mm512_slli_epi16::<4>(hi))
+            let hi = if half == 0 {
+                _mm512_sllv_epi16(qh, halves(4, 2))
+            } else {
+                _mm512_srlv_epi16(qh, halves(0, 2))
+            };
+            let hi = _mm512_and_si512(hi, _mm512_set1_epi8(0x30));
+            // (lo & 15) | hi (0xEA: (A & B) | C).
+            _mm512_ternarylogic_epi32::<0xEA>(lo, m4, hi)
         }
     }
 }

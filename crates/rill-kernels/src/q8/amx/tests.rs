@@ -76,3 +76,66 @@ fn tiles_give_the_reference_bits() {
 }
 
 use super::rows as rows_fn;
+
+/// The weights' decode alone, L1/L2-resident, best of 15 runs: ns per
+/// super-block row. `cargo test --release -p rill-kernels decode_speed --
+/// --ignored --nocapture`.
+#[test]
+#[ignore]
+fn decode_speed() {
+    if !usable() {
+        return;
+    }
+    for (dtype, kind) in [(DType::Q4K, Kind::Q4), (DType::Q6K, Kind::Q6)] {
+        let cols = 2048;
+        let rb = cols / dtype.block_len() * dtype.block_bytes();
+        let data: Vec<u8> = (0..16 * rb)
+            .map(|i| ((i * 2_654_435_761usize) >> 13) as u8)
+            .collect();
+        let w = MatRef {
+            dtype,
+            rows: 16,
+            cols,
+            data: &data,
+        };
+        let g = Geo {
+            kind,
+            cols,
+            chunks: cols / 64,
+            blocks: cols / 256,
+            pairs: 4,
+        };
+        let mut s = Scratch::default();
+        grow(&mut s.wa, g.chunks * 32, Line([0; 64]));
+        grow(&mut s.wd, g.blocks * 16, 0.0);
+        grow(&mut s.wm, g.blocks * 16, 0.0);
+        grow(&mut s.wp, g.blocks * 4 * 16, 0);
+        let b = Bufs {
+            bt: std::ptr::null_mut(),
+            xd: std::ptr::null_mut(),
+            xs: std::ptr::null_mut(),
+            wa: s.wa.as_mut_ptr().cast(),
+            wd: s.wd.as_mut_ptr(),
+            wm: s.wm.as_mut_ptr(),
+            wp: s.wp.as_mut_ptr(),
+            c: std::ptr::null_mut(),
+            p: std::ptr::null_mut(),
+        };
+        // Super-blocks per call, as `kernel::DECODE_GROUP`.
+        const GRP: usize = 2;
+        let reps = 2000;
+        let mut best = f64::MAX;
+        for _ in 0..15 {
+            let t = std::time::Instant::now();
+            for _ in 0..reps {
+                for sb in (0..g.blocks).step_by(GRP) {
+                    // SAFETY: the buffers are sized for `g`, 16 rows.
+                    unsafe { layout::decode(g, w, 0, 16, sb..sb + GRP, b) };
+                }
+            }
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        let per = best * 1e9 / (reps * 16 * g.blocks) as f64;
+        eprintln!("{dtype}: {per:.2} ns per super-block row");
+    }
+}
