@@ -292,18 +292,7 @@ fn chunk(x: &HeadInputs, state: &mut [f32], out: &mut [f32], sc: &mut ChunkScrat
 mod tests {
     use super::*;
 
-    /// Deterministic pseudo-random values in [-1, 1).
-    fn noise(seed: u64, n: usize) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
-            .collect()
-    }
+    use crate::test_util::noise;
 
     fn l2(rows: &mut [f32], d: usize) {
         for r in rows.chunks_exact_mut(d) {

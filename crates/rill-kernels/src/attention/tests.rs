@@ -1,17 +1,6 @@
 use super::*;
 
-/// Deterministic pseudo-random values in [-1, 1).
-fn noise(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
+use crate::test_util::noise;
 
 /// The definition: per (row, head) all scores, softmax, weighted values.
 fn reference(shape: AttnShape, q: &[f32], m: usize, pos0: usize, k: &[f32], v: &[f32]) -> Vec<f32> {
