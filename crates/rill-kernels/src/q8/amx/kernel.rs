@@ -69,12 +69,7 @@ pub(super) unsafe fn row_tile_k<const Q6: bool>(g: Geo, w: MatRef<'_>, b: Bufs, 
             if let Some(p) = pending.filter(|p| p.k + 1 == g.blocks) {
                 write_out(b, g.blocks, d, p);
             }
-            tilestore::<0>(b.c, 64);
-            tilestore::<1>(b.c.add(1024), 64);
-            if nt == 2 {
-                tilestore::<2>(b.c.add(2048), 64);
-                tilestore::<3>(b.c.add(3072), 64);
-            }
+            store_c(b.c, nt);
             pending = Some(Step { tt, nt, k: sb });
         }
     }
@@ -183,12 +178,7 @@ pub(super) unsafe fn row_tile_q8_0(g: Geo, b: Bufs, d: Dest) {
                     write_out(b, g.blocks, d, p);
                 }
             }
-            tilestore::<0>(b.c, 64);
-            tilestore::<1>(b.c.add(1024), 64);
-            if nt == 2 {
-                tilestore::<2>(b.c.add(2048), 64);
-                tilestore::<3>(b.c.add(3072), 64);
-            }
+            store_c(b.c, nt);
             pending = Some(Step { tt, nt, k: ch });
         }
     }
@@ -276,5 +266,21 @@ unsafe fn write_out(b: Bufs, blocks: usize, d: Dest, s: Step) {
                 _mm512_mask_storeu_epi32(dst.cast(), mask & !first, *v);
             }
         }
+    }
+}
+
+/// Store the accumulator tiles of `nt` token tiles (tiles 0 and 1, then 2
+/// and 3) to `c`, 1 KiB each, for the f32 terms of the next step.
+///
+/// # Safety
+/// Tiles are configured and hold this step's sums; `c` has room for
+/// `2 · nt` KiB.
+#[inline(always)]
+unsafe fn store_c(c: *mut u8, nt: usize) {
+    tilestore::<0>(c, 64);
+    tilestore::<1>(c.add(1024), 64);
+    if nt == 2 {
+        tilestore::<2>(c.add(2048), 64);
+        tilestore::<3>(c.add(3072), 64);
     }
 }
