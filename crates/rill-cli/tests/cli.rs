@@ -100,48 +100,36 @@ fn tokenize_detokenize_and_inspect() {
     );
 }
 
-#[test]
-fn logits_writes_npy_of_the_right_shape() {
-    let m = fixtures().join("qwen3next.f32.gguf");
-    let out = std::env::temp_dir().join(format!("rill-cli-test-{}.npy", std::process::id()));
-    ok(&[
-        "logits",
-        "-m",
-        m.to_str().unwrap(),
-        "--tokens",
-        "1,2,3,4",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+/// The `.npy` bytes `rill logits` writes for tokens 1,2,3,4 of fixture
+/// `model`, with `extra` arguments.
+fn logits_npy(model: &str, extra: &[&str]) -> Vec<u8> {
+    let m = fixtures().join(model);
+    let out = std::env::temp_dir().join(format!(
+        "rill-cli-test-{}-{}.npy",
+        std::process::id(),
+        extra.join("")
+    ));
+    let mut args = vec!["logits", "-m", m.to_str().unwrap(), "--tokens", "1,2,3,4"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--out", out.to_str().unwrap()]);
+    ok(&args);
     let bytes = std::fs::read(&out).unwrap();
     std::fs::remove_file(&out).ok();
+    bytes
+}
+
+#[test]
+fn logits_writes_npy_of_the_right_shape() {
+    let bytes = logits_npy("qwen3next.f32.gguf", &[]);
     let header = String::from_utf8_lossy(&bytes[10..128]);
     assert!(header.contains("'shape': (4, 512)"), "{header}");
 }
 
 #[test]
 fn precision_q8_changes_the_logits_of_a_quantized_file() {
-    let m = fixtures().join("qwen35moe_wide.q4_k_m.gguf");
-    let run = |precision: &str| {
-        let out = std::env::temp_dir().join(format!(
-            "rill-cli-test-{}-{precision}.npy",
-            std::process::id()
-        ));
-        ok(&[
-            "logits",
-            "-m",
-            m.to_str().unwrap(),
-            "--tokens",
-            "1,2,3,4",
-            "--precision",
-            precision,
-            "--out",
-            out.to_str().unwrap(),
-        ]);
-        let bytes = std::fs::read(&out).unwrap();
-        std::fs::remove_file(&out).ok();
-        bytes
-    };
+    let name = "qwen35moe_wide.q4_k_m.gguf";
+    let m = fixtures().join(name);
+    let run = |precision: &str| logits_npy(name, &["--precision", precision]);
     let (exact, q8) = (run("exact"), run("q8"));
     assert_eq!(exact.len(), q8.len(), "same shape");
     assert_ne!(exact, q8, "q8 rounds the activations");

@@ -34,6 +34,13 @@ fn activations(n: usize, cols: usize, rng: &mut Rng) -> Vec<f32> {
         .collect()
 }
 
+/// `x` (`n` rows of `cols`) quantized in the format `dtype`'s kernels take.
+fn quantized(dtype: DType, x: &[f32], n: usize, cols: usize) -> Q8Acts {
+    let mut acts = Q8Acts::default();
+    acts.quantize(ActFormat::for_weights(dtype).unwrap(), x, n, cols);
+    acts
+}
+
 fn run(isa: Isa, threads: usize, w: MatRef, x: &[f32], n: usize) -> Vec<f32> {
     let mut out = vec![f32::NAN; n * w.rows];
     let job = MatJob {
@@ -60,8 +67,7 @@ fn every_path_gives_the_reference_bits_in_any_batch() {
         };
         let n = 9;
         let x = activations(n, cols, &mut rng);
-        let mut acts = Q8Acts::default();
-        acts.quantize(ActFormat::for_weights(dtype).unwrap(), &x, n, cols);
+        let acts = quantized(dtype, &x, n, cols);
         for isa in Isa::available() {
             for threads in [1, 3] {
                 let all = run(isa, threads, w, &x, n);
@@ -112,8 +118,7 @@ fn prefill_batches_give_the_reference_bits() {
         let x = activations(520, cols, &mut rng);
         for n in [8, 16, 17, 40, 520] {
             let x = &x[..n * cols];
-            let mut acts = Q8Acts::default();
-            acts.quantize(ActFormat::for_weights(dtype).unwrap(), x, n, cols);
+            let acts = quantized(dtype, x, n, cols);
             let want: Vec<u32> = (0..n)
                 .flat_map(|t| (0..rows).map(move |r| (t, r)))
                 .map(|(t, r)| dot_ref(dtype, w.row(r), acts.row(t)).to_bits())
@@ -152,8 +157,7 @@ fn products_are_within_the_activations_rounding_of_the_exact_ones() {
         let n = 3;
         let x = activations(n, cols, &mut rng);
         let format = ActFormat::for_weights(dtype).unwrap();
-        let mut acts = Q8Acts::default();
-        acts.quantize(format, &x, n, cols);
+        let acts = quantized(dtype, &x, n, cols);
         let got = run(Isa::best(), 2, w, &x, n);
         let mut wr = vec![0f32; cols];
         for r in 0..rows {
