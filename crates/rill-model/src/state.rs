@@ -23,6 +23,16 @@ pub(crate) enum LayerState {
     },
 }
 
+/// `n` zeros written into memory now. `vec![0.0; n]` of a recurrent
+/// state's size (MiBs) is mapped zero pages, so the first write of each page
+/// would fault later, inside the decode steps that update it: a few percent
+/// of a step that starts several sequences.
+fn written_zeros(n: usize) -> Vec<f32> {
+    let mut v = Vec::with_capacity(n);
+    v.resize(n, 0.0);
+    v
+}
+
 /// The state of one sequence: position, recurrent states and KV caches.
 #[derive(Clone, Debug)]
 pub struct SequenceState {
@@ -40,8 +50,8 @@ impl SequenceState {
             .iter()
             .map(|k| match k {
                 LayerKind::Recurrent => LayerState::Recurrent {
-                    conv: vec![0.0; (c.conv_kernel - 1) * c.conv_dim()],
-                    ssm: vec![0.0; c.ssm_n_v_heads * c.ssm_head_dim * c.ssm_head_dim],
+                    conv: written_zeros((c.conv_kernel - 1) * c.conv_dim()),
+                    ssm: written_zeros(c.ssm_n_v_heads * c.ssm_head_dim * c.ssm_head_dim),
                 },
                 LayerKind::Attention => LayerState::Attention {
                     k: Vec::new(),
