@@ -48,6 +48,39 @@ impl HeadInputs<'_> {
 
 /// Token-by-token form. `state` is `[d_k × d_v]`, `out` is `[n × d_v]`.
 pub fn delta_rule_recurrent(x: &HeadInputs, state: &mut [f32], out: &mut [f32]) {
+    delta_rule_recurrent_with(Isa::best(), x, state, out)
+}
+
+/// [`delta_rule_recurrent`] on an explicit kernel path: the same loops
+/// compiled for wider vectors (every path gives the same bits: the
+/// operations are element-wise over `d_v`, in the same order over `d_k`,
+/// and never fused).
+pub fn delta_rule_recurrent_with(isa: Isa, x: &HeadInputs, state: &mut [f32], out: &mut [f32]) {
+    isa.check();
+    assert!(state.len() >= x.d_k * x.d_v && out.len() >= x.n() * x.d_v);
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f")]
+        unsafe fn wide(x: &HeadInputs, state: &mut [f32], out: &mut [f32]) {
+            recurrent_body(x, state, out)
+        }
+        #[target_feature(enable = "avx2")]
+        unsafe fn mid(x: &HeadInputs, state: &mut [f32], out: &mut [f32]) {
+            recurrent_body(x, state, out)
+        }
+        match isa {
+            // SAFETY: `isa.check()` confirmed the features.
+            Isa::Avx512 => return unsafe { wide(x, state, out) },
+            // SAFETY: as above.
+            Isa::Avx2 => return unsafe { mid(x, state, out) },
+            _ => {}
+        }
+    }
+    recurrent_body(x, state, out)
+}
+
+#[inline(always)]
+fn recurrent_body(x: &HeadInputs, state: &mut [f32], out: &mut [f32]) {
     let (dk, dv) = (x.d_k, x.d_v);
     // u on the stack for the usual head sizes: decode runs this once per
     // head per token and should not allocate.
@@ -64,22 +97,22 @@ pub fn delta_rule_recurrent(x: &HeadInputs, state: &mut [f32], out: &mut [f32]) 
         let k = &x.k[t * dk..(t + 1) * dk];
         let decay = x.g[t].exp();
         u.copy_from_slice(&x.v[t * dv..(t + 1) * dv]);
-        // S ← exp(g)·S while accumulating u = v − Sᵀk.
-        for (i, row) in state.chunks_exact_mut(dv).enumerate() {
+        // u = v − (exp(g)·S)ᵀk: a read-only pass (decode is bound by moving
+        // the state; the decayed entries are recomputed below, same bits).
+        for (i, row) in state.chunks_exact(dv).enumerate().take(dk) {
             let ki = k[i];
-            for (s, uj) in row.iter_mut().zip(u.iter_mut()) {
-                *s *= decay;
-                *uj -= *s * ki;
+            for (&s, uj) in row.iter().zip(u.iter_mut()) {
+                *uj -= (s * decay) * ki;
             }
         }
         u.iter_mut().for_each(|v| *v *= x.beta[t]);
-        // S ← S + k uᵀ, then o = Sᵀq (read after write).
+        // S ← exp(g)·S + k uᵀ, then o = Sᵀq (read after write).
         let o = &mut out[t * dv..(t + 1) * dv];
         o.fill(0.0);
-        for (i, row) in state.chunks_exact_mut(dv).enumerate() {
+        for (i, row) in state.chunks_exact_mut(dv).enumerate().take(dk) {
             let (ki, qi) = (k[i], q[i]);
             for ((s, &uj), oj) in row.iter_mut().zip(u.iter()).zip(o.iter_mut()) {
-                *s += ki * uj;
+                *s = *s * decay + ki * uj;
                 *oj += *s * qi;
             }
         }
