@@ -18,8 +18,9 @@ pub fn open_model(path: &Path, precision: Precision) -> Result<Model> {
         Model::from_gguf(file).with_context(|| format!("cannot load model {}", path.display()))?;
     if precision == Precision::Q8 && !rill_kernels::q8::has_integer_kernels() {
         eprintln!(
-            "warning: no integer kernels for this CPU ({} path): --precision q8 runs the \
-             scalar reference and is slower than exact",
+            "warning: no integer kernels for this CPU ({} path; they need AVX2 on x86-64 or the \
+             dot-product extension on aarch64): --precision q8 runs the scalar reference and is \
+             slower than exact",
             rill_kernels::simd::Isa::best().name()
         );
     }

@@ -5,10 +5,11 @@
 //! to f32 and multiplies it with f32 activations. Here, as llama.cpp does
 //! on CPUs, each activation row is first quantized to 8-bit integers with
 //! one scale per block, and the products of the weights' small integers
-//! with those run in integer arithmetic (AVX-512 VNNI / AMX on x86). The
-//! result differs from the exact one by the activations' rounding (about
-//! 0.4% of a block's largest value), so this is a choice the user makes
-//! (`--precision q8`), never a silent one.
+//! with those run in integer arithmetic (AVX-512 VNNI / AMX on x86, the
+//! dot-product instructions on aarch64). The result differs from the exact
+//! one by the activations' rounding (about 0.4% of a block's largest
+//! value), so this is a choice the user makes (`--precision q8`), never a
+//! silent one.
 //!
 //! # Activation formats ([`ActFormat`])
 //! * [`ActFormat::K256`], for the K encodings (Q4_K, Q5_K, Q6_K): one f32
@@ -39,11 +40,13 @@
 //! activations of sub-block `j`. Terms go into 8 partial sums,
 //! `p[b mod 8] += t_b` (from +0), and the result is
 //! `((p0+p4) + (p2+p6)) + ((p1+p5) + (p3+p7))`. Every kernel (scalar
-//! reference, VNNI, AMX) follows this, so a token gets the same bits alone
-//! or in any batch, on any kernel path of the machine.
+//! reference, AVX2, VNNI, AMX, NEON) follows this, so a token gets the same
+//! bits alone or in any batch, on any kernel path of the machine.
 
 #[cfg(target_arch = "x86_64")]
 mod amx;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod quantize;
 mod reference;
 #[cfg(target_arch = "x86_64")]
@@ -90,9 +93,15 @@ impl std::str::FromStr for Precision {
 }
 
 /// Whether this CPU has SIMD kernels for [`Precision::Q8`] (x86-64 with
-/// AVX2 or AVX-512; elsewhere the products run the scalar reference).
+/// AVX2 or AVX-512, aarch64 with the dot-product instructions; elsewhere
+/// the products run the scalar reference).
 pub fn has_integer_kernels() -> bool {
-    cfg!(target_arch = "x86_64") && Isa::best() != Isa::Scalar
+    match Isa::best() {
+        Isa::Scalar => false,
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => neon::usable(),
+        Isa::Avx2 | Isa::Avx512 => true,
+    }
 }
 
 /// How activations are quantized for one weight encoding.
@@ -268,6 +277,13 @@ pub(crate) unsafe fn rows(
     // own contract.
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Scalar && unsafe { x86::rows(isa == Isa::Avx512, w, acts, r0, r1, out) } {
+        return;
+    }
+    // SAFETY: the caller checked that the CPU runs NEON, `usable()` that it
+    // has the dot-product instructions; the rest is this function's
+    // contract.
+    #[cfg(target_arch = "aarch64")]
+    if isa == Isa::Neon && neon::usable() && unsafe { neon::rows(w, acts, r0, r1, out) } {
         return;
     }
     let _ = isa;

@@ -70,7 +70,7 @@ pub(super) unsafe fn hsum4(a: &[[float32x4_t; 2]; 4]) -> f32 {
 /// held in a caller-saved register.
 #[inline]
 #[target_feature(enable = "neon")]
-pub(super) unsafe fn h2f(p: *const u8) -> f32 {
+pub(crate) unsafe fn h2f(p: *const u8) -> f32 {
     let bits = u16::from_le_bytes([*p, *p.add(1)]);
     let r: f32;
     std::arch::asm!(
