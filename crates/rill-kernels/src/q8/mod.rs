@@ -45,6 +45,9 @@
 
 #[cfg(target_arch = "x86_64")]
 mod amx;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[macro_use]
+mod groups;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod quantize;

@@ -4,7 +4,8 @@
 //! Each call multiplies `R` ∈ {1, 4} consecutive weight rows by `T` ≤ 4
 //! tokens: every weight vector is decoded once and used for all `T`
 //! tokens, the `R` rows are interleaved (several DRAM streams) and
-//! prefetched ahead. Results come back in lanes `4r + t` of a `[f32; 16]`.
+//! prefetched ahead. Results come back in lanes `4r + t` of a `[f32; 16]`;
+//! `super::groups` walks a product's rows and tokens through these shapes.
 //!
 //! # Exactness
 //! The integer part of every block term (see the module doc of `q8`) is
@@ -31,7 +32,7 @@
 //! tree ends the sum.
 //!
 //! The kernels themselves are in `avx512` and `avx2`; this file holds the
-//! driver, the kernel tables and the pieces both use.
+//! kernel tables, the entry points and the pieces both use.
 
 // Index loops mirror the lanes and rows they compute.
 #![allow(clippy::needless_range_loop)]
@@ -39,35 +40,18 @@
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
+use super::groups::{self, Table, Toks};
 use super::Q8Acts;
 use crate::matmul::MatRef;
 use crate::threads::SharedMut;
 use rill_dtype::DType;
 
-/// Tokens of one kernel call at most.
-const TOKENS: usize = 4;
 /// Bytes ahead of the block being read that are prefetched, per row (4
 /// rows stream at once). Measured on matrices far larger than the caches
 /// (65536 × 2048): 384 (the exact kernels' distance) reaches ~2/3 of the
 /// rate of 2048-4096; these kernels eat bytes faster, so DRAM latency
 /// needs more of them in flight.
 const AHEAD: usize = 2048;
-/// Bytes of weight rows that see every token group before the next rows
-/// when there are more than [`TOKENS`] tokens: they stay in L1/L2.
-const PASS_BYTES: usize = 32 * 1024;
-
-/// `[e(0), .., e(n − 1)]`, built by a plain loop: closures handed to
-/// `array::from_fn` / `map` lose the target features and are not inlined,
-/// so intrinsics inside them would become calls.
-macro_rules! arr {
-    ($n:expr, |$i:ident| $e:expr) => {{
-        let mut a = [std::mem::zeroed(); $n];
-        for $i in 0..$n {
-            a[$i] = $e;
-        }
-        a
-    }};
-}
 
 /// Q4_K/Q5_K's packed 6-bit scales and mins (12 bytes at the start of each
 /// 128-bit chunk of `v`) → bytes `[sc0..sc7, m0..m7]` per chunk (see
@@ -111,29 +95,6 @@ mod avx512;
 use avx2::{kmin_y, q6k_y_body, q80_y_body};
 use avx512::{kmin_z, q6k_z_body, q80_z_body};
 
-/// Up to four tokens' quantized activations (unused slots repeat the last).
-pub(super) struct Toks {
-    pub(super) qs: [*const i8; TOKENS],
-    pub(super) d: [*const f32; TOKENS],
-    pub(super) sums: [*const i16; TOKENS],
-}
-
-impl Toks {
-    fn new(acts: &Q8Acts, t0: usize, nt: usize) -> Toks {
-        let row = |t: usize| acts.row(t0 + t.min(nt - 1));
-        Toks {
-            qs: std::array::from_fn(|t| row(t).qs.as_ptr()),
-            d: std::array::from_fn(|t| row(t).d.as_ptr()),
-            sums: std::array::from_fn(|t| row(t).sums.as_ptr()),
-        }
-    }
-}
-
-/// `R` rows from `w` (`row_bytes` apart, `nb` blocks each) × `T` tokens.
-type Kernel = unsafe fn(*const u8, usize, &Toks, usize) -> [f32; 16];
-/// A kernel for each shape: `[R = 1, R = 4][T − 1]`.
-type Table = [[Kernel; TOKENS]; 2];
-
 /// Whether the CPU has AVX-512 VNNI (detected once).
 fn vnni() -> bool {
     static VNNI: OnceLock<bool> = OnceLock::new();
@@ -157,53 +118,10 @@ pub(super) unsafe fn rows(
     let Some(k) = table(avx512, w.dtype) else {
         return false;
     };
-    let (rb, nb, n) = (w.row_bytes(), w.cols / w.dtype.block_len(), acts.n());
-    if n == 0 || nb == 0 {
-        return true;
-    }
-    // One token group: one pass. More: passes over rows that stay cached
-    // while every group goes by, so the weights come from DRAM once.
-    let pass = if n <= TOKENS {
-        r1 - r0
-    } else {
-        (PASS_BYTES / rb).max(4) / 4 * 4
-    };
-    let mut pa = r0;
-    while pa < r1 {
-        let pe = (pa + pass).min(r1);
-        let mut t0 = 0;
-        while t0 < n {
-            let nt = (n - t0).min(TOKENS);
-            let toks = Toks::new(acts, t0, nt);
-            let mut r = pa;
-            while r < pe {
-                let nr = if pe - r >= 4 { 4 } else { 1 };
-                // SAFETY: rows r..r + nr are whole rows of `w`; `toks`
-                // holds nt tokens of nb blocks in the weights' format.
-                let res = k[nr / 4][nt - 1](w.data.as_ptr().add(r * rb), rb, &toks, nb);
-                for i in 0..nr {
-                    for t in 0..nt {
-                        // SAFETY: inside the output; row r + i is ours.
-                        *out.at((t0 + t) * w.rows + r + i) = res[4 * i + t];
-                    }
-                }
-                r += nr;
-            }
-            t0 += nt;
-        }
-        pa = pe;
-    }
+    groups::run(k, w, acts, r0, r1, out);
     true
 }
 
-macro_rules! shapes {
-    ($f:ident) => {
-        [
-            [$f::<1, 1>, $f::<1, 2>, $f::<1, 3>, $f::<1, 4>],
-            [$f::<4, 1>, $f::<4, 2>, $f::<4, 3>, $f::<4, 4>],
-        ]
-    };
-}
 static Z_VNNI: [Table; 4] = [
     shapes!(q4k_zv),
     shapes!(q5k_zv),
