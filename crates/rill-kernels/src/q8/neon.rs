@@ -412,90 +412,14 @@ unsafe fn q80_body<const R: usize, const T: usize>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{dot_ref, ActFormat};
     use super::*;
 
-    /// Every kernel shape gives the reference's bits, on random blocks and
-    /// on blocks at the extremes of the bounds in the module doc (largest
-    /// quants, scales and mins; activations all ±127).
     #[test]
     fn kernels_give_the_reference_bits() {
         if !(crate::simd::Isa::Neon.is_available() && usable()) {
             return;
         }
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        let mut rnd = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
-        let f16 = |v: f32| half::f16::from_f32(v).to_bits().to_le_bytes();
-        for (dtype, cols) in [
-            (DType::Q4K, 2304),
-            (DType::Q5K, 512),
-            (DType::Q6K, 2560),
-            (DType::Q8_0, 352),
-            (DType::Q8_0, 96),
-        ] {
-            let rows = 4;
-            let (bb, bl) = (dtype.block_bytes(), dtype.block_len());
-            // Random bytes, then all bits set (largest quants, scales and
-            // mins; Q6_K scale −1, Q8_0 −1), then 0x80 (Q6_K scales −128,
-            // Q8_0 quants −128) and 0x00 (Q6_K quants −32).
-            for fill in [None, Some(0xFFu8), Some(0x80), Some(0x00)] {
-                let mut data: Vec<u8> = (0..rows * cols / bl * bb)
-                    .map(|_| fill.unwrap_or(rnd() as u8))
-                    .collect();
-                for blk in data.chunks_exact_mut(bb) {
-                    let s = (rnd() % 1000) as f32 / 1e4;
-                    let (d_at, dmin) = match dtype {
-                        DType::Q6K => (208, None),
-                        DType::Q8_0 => (0, None),
-                        _ => (0, Some(2)),
-                    };
-                    blk[d_at..d_at + 2].copy_from_slice(&f16(s));
-                    if let Some(o) = dmin {
-                        blk[o..o + 2].copy_from_slice(&f16(s * 0.3));
-                    }
-                }
-                let w = MatRef {
-                    dtype,
-                    rows,
-                    cols,
-                    data: &data,
-                };
-                let n = 4;
-                let xf: Vec<f32> = (0..n * cols)
-                    .map(|i| match (fill, i / cols) {
-                        (Some(_), 0) => 1.0,
-                        (Some(_), 1) => -1.0,
-                        _ => (rnd() % 2001) as f32 / 100.0 - 10.0,
-                    })
-                    .collect();
-                let mut acts = Q8Acts::default();
-                acts.quantize(ActFormat::for_weights(dtype).unwrap(), &xf, n, cols);
-                let nb = cols / bl;
-                let k = table(dtype).unwrap();
-                for (ri, nr) in [(0, 1), (1, 4)] {
-                    for nt in 1..=n {
-                        let toks = Toks::new(&acts, 0, nt);
-                        // SAFETY: the CPU has NEON and dotprod (checked
-                        // above); whole rows and blocks.
-                        let res = unsafe { k[ri][nt - 1](data.as_ptr(), w.row_bytes(), &toks, nb) };
-                        for r in 0..nr {
-                            for t in 0..nt {
-                                let want = dot_ref(dtype, w.row(r), acts.row(t));
-                                assert_eq!(
-                                    res[4 * r + t].to_bits(),
-                                    want.to_bits(),
-                                    "{dtype} fill {fill:?} R{nr} T{nt} r{r} t{t}"
-                                );
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        // SAFETY: the CPU has NEON and the dot-product instructions.
+        unsafe { groups::check_kernels(|d| table(d).unwrap()) }
     }
 }

@@ -371,7 +371,6 @@ pub(super) unsafe fn q80_finish<const R: usize, const T: usize>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{dot_ref, ActFormat};
     use super::*;
 
     /// Every kernel of every path this CPU runs (AVX-512 with and without
@@ -381,79 +380,22 @@ mod tests {
         if !crate::simd::Isa::Avx2.is_available() {
             return;
         }
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        let mut rnd = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
-        let f16 = |v: f32| half::f16::from_f32(v).to_bits().to_le_bytes();
-        for (dtype, cols) in [
-            (DType::Q4K, 2304),
-            (DType::Q5K, 512),
-            (DType::Q6K, 2560),
-            (DType::Q8_0, 352),
-        ] {
-            let rows = 4;
-            let (bb, bl) = (dtype.block_bytes(), dtype.block_len());
-            let mut data: Vec<u8> = (0..rows * cols / bl * bb).map(|_| rnd() as u8).collect();
-            for blk in data.chunks_exact_mut(bb) {
-                let s = (rnd() % 1000) as f32 / 1e4;
-                let (d_at, dmin) = match dtype {
-                    DType::Q6K => (208, None),
-                    DType::Q8_0 => (0, None),
-                    _ => (0, Some(2)),
-                };
-                blk[d_at..d_at + 2].copy_from_slice(&f16(s));
-                if let Some(o) = dmin {
-                    blk[o..o + 2].copy_from_slice(&f16(s * 0.3));
-                }
+        let mut sets = vec![&Y];
+        if crate::simd::Isa::Avx512.is_available() {
+            sets.push(&Z);
+            if vnni() {
+                sets.push(&Z_VNNI);
             }
-            let w = MatRef {
-                dtype,
-                rows,
-                cols,
-                data: &data,
-            };
-            let n = 4;
-            let xf: Vec<f32> = (0..n * cols)
-                .map(|_| (rnd() % 2001) as f32 / 100.0 - 10.0)
-                .collect();
-            let mut acts = Q8Acts::default();
-            acts.quantize(ActFormat::for_weights(dtype).unwrap(), &xf, n, cols);
-            let nb = cols / bl;
-            let mut sets = vec![&Y];
-            if crate::simd::Isa::Avx512.is_available() {
-                sets.push(&Z);
-                if vnni() {
-                    sets.push(&Z_VNNI);
-                }
-            }
-            let k = [DType::Q4K, DType::Q5K, DType::Q6K, DType::Q8_0]
+        }
+        let at = |d: DType| {
+            [DType::Q4K, DType::Q5K, DType::Q6K, DType::Q8_0]
                 .iter()
-                .position(|&d| d == dtype)
-                .unwrap();
-            for set in sets {
-                for (ri, nr) in [(0, 1), (1, 4)] {
-                    for nt in 1..=n {
-                        let toks = Toks::new(&acts, 0, nt);
-                        // SAFETY: the CPU runs the set (checked above); whole rows and blocks.
-                        let res =
-                            unsafe { set[k][ri][nt - 1](data.as_ptr(), w.row_bytes(), &toks, nb) };
-                        for r in 0..nr {
-                            for t in 0..nt {
-                                let want = dot_ref(dtype, w.row(r), acts.row(t));
-                                assert_eq!(
-                                    res[4 * r + t].to_bits(),
-                                    want.to_bits(),
-                                    "{dtype} R{nr} T{nt} r{r} t{t}"
-                                );
-                            }
-                        }
-                    }
-                }
-            }
+                .position(|&x| x == d)
+                .unwrap()
+        };
+        for set in sets {
+            // SAFETY: the CPU runs the set (checked above).
+            unsafe { groups::check_kernels(|d| &set[at(d)]) }
         }
     }
 }
