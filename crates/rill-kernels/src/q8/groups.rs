@@ -37,6 +37,22 @@ macro_rules! shapes {
     };
 }
 
+/// Kernel entry points with the target features `$feat`: `$name::<R, T>`
+/// runs `$body` (an `#[inline(always)]` function) with its extra arguments.
+macro_rules! entry {
+    ($feat:literal: $($name:ident = $body:ident::<$($arg:literal),*>;)*) => {$(
+        #[target_feature(enable = $feat)]
+        unsafe fn $name<const R: usize, const T: usize>(
+            w: *const u8,
+            rb: usize,
+            x: &Toks,
+            nb: usize,
+        ) -> [f32; 16] {
+            $body::<R, T, $($arg),*>(w, rb, x, nb)
+        }
+    )*};
+}
+
 /// Up to four tokens' quantized activations (unused slots repeat the last).
 pub(super) struct Toks {
     pub(super) qs: [*const i8; TOKENS],

@@ -99,22 +99,7 @@ fn table(dtype: DType) -> Option<&'static Table> {
     })
 }
 
-/// The `#[target_feature]` entry points: `$name::<R, T>` runs `$body`.
-macro_rules! entry {
-    ($($name:ident = $body:ident::<$($arg:literal),*>;)*) => {$(
-        #[target_feature(enable = "neon,dotprod")]
-        unsafe fn $name<const R: usize, const T: usize>(
-            w: *const u8,
-            rb: usize,
-            x: &Toks,
-            nb: usize,
-        ) -> [f32; 16] {
-            $body::<R, T, $($arg),*>(w, rb, x, nb)
-        }
-    )*};
-}
-
-entry! {
+entry! {"neon,dotprod":
     q4k = kmin::<false>;
     q5k = kmin::<true>;
     q6k = q6k_body::<>;

@@ -158,21 +158,6 @@ fn table(avx512: bool, dtype: DType) -> Option<&'static Table> {
     })
 }
 
-/// The `#[target_feature]` entry points: `$name::<R, T>` runs `$body`.
-macro_rules! entry {
-    ($feat:literal: $($name:ident = $body:ident::<$($arg:literal),*>;)*) => {$(
-        #[target_feature(enable = $feat)]
-        unsafe fn $name<const R: usize, const T: usize>(
-            w: *const u8,
-            rb: usize,
-            x: &Toks,
-            nb: usize,
-        ) -> [f32; 16] {
-            $body::<R, T, $($arg),*>(w, rb, x, nb)
-        }
-    )*};
-}
-
 entry! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c":
     q4k_zv = kmin_z::<false, true>;
     q5k_zv = kmin_z::<true, true>;
