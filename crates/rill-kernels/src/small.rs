@@ -164,16 +164,19 @@ fn nn_body(
     out: &mut [f32],
     ldo: usize,
 ) {
-    let mut t0 = 0;
-    while t0 < m {
-        let r = if m - t0 >= 4 { 4 } else { 1 };
-        let mut j0 = 0;
-        while j0 < p {
-            let w = match p - j0 {
-                32.. => 32,
-                16.. => 16,
-                _ => 1,
-            };
+    // Column strips outside, row tiles inside: a strip of `b` (kk × 32
+    // values) is read from L1 by every row tile, where the other order
+    // streamed the whole of `b` from L2 for each tile of 4 rows.
+    let mut j0 = 0;
+    while j0 < p {
+        let w = match p - j0 {
+            32.. => 32,
+            16.. => 16,
+            _ => 1,
+        };
+        let mut t0 = 0;
+        while t0 < m {
+            let r = if m - t0 >= 4 { 4 } else { 1 };
             let at = &a[t0 * lda..];
             let bt = &b[j0..];
             let ot = &mut out[t0 * ldo + j0..];
@@ -185,9 +188,9 @@ fn nn_body(
                 (_, 16) => nn_tile::<1, 16>(at, lda, bt, ldb, kk, ot, ldo),
                 _ => nn_tile::<1, 1>(at, lda, bt, ldb, kk, ot, ldo),
             }
-            j0 += w;
+            t0 += r;
         }
-        t0 += r;
+        j0 += w;
     }
 }
 
