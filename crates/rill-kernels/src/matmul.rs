@@ -9,7 +9,7 @@
 //! token (decode) or many (prefill) alike, in one canonical order per output.
 
 use crate::gemm;
-use crate::q8::{self, ActFormat, Precision, Q8Acts};
+use crate::q8::{self, ActFormat, Precision, Q8Acts, Q8Rows};
 use crate::quant;
 use crate::simd::Isa;
 use crate::threads::{SharedMut, Threads};
@@ -62,7 +62,16 @@ impl<'a> MatRef<'a> {
 /// this to give a request the same tokens under any load). Weight rows are
 /// decoded once per token tile and reused for every token of it.
 pub fn matmul(threads: &Threads, w: MatRef<'_>, x: &[f32], n: usize, out: &mut [f32]) {
-    matmul_many(threads, &mut [MatJob { w, x, n, out }]);
+    matmul_many(
+        threads,
+        &mut [MatJob {
+            w,
+            x,
+            n,
+            out,
+            pick: None,
+        }],
+    );
 }
 
 /// [`matmul`] on an explicit kernel path. Panics if the CPU cannot run `isa`.
@@ -74,7 +83,17 @@ pub fn matmul_with(
     n: usize,
     out: &mut [f32],
 ) {
-    matmul_many_with(isa, threads, &mut [MatJob { w, x, n, out }]);
+    matmul_many_with(
+        isa,
+        threads,
+        &mut [MatJob {
+            w,
+            x,
+            n,
+            out,
+            pick: None,
+        }],
+    );
 }
 
 /// One product of a [`matmul_many`] call: `out = w · xᵀ` over `n` rows of `x`.
@@ -83,6 +102,11 @@ pub struct MatJob<'a> {
     pub x: &'a [f32],
     pub n: usize,
     pub out: &'a mut [f32],
+    /// `Some`: the `n` rows are rows `pick[0], pick[1], ..` of `x`, which
+    /// holds any number of whole rows (a MoE expert's tokens out of the
+    /// step's input). Jobs picking from one `x` share its 8-bit form, made
+    /// once per call; exact ones gather their rows.
+    pub pick: Option<&'a [usize]>,
 }
 
 /// Several independent products in one parallel region (e.g. the q, k and v
@@ -111,7 +135,13 @@ pub fn matmul_in(
         Isa::best(),
         precision,
         threads,
-        &mut [MatJob { w, x, n, out }],
+        &mut [MatJob {
+            w,
+            x,
+            n,
+            out,
+            pick: None,
+        }],
     );
 }
 
@@ -143,7 +173,15 @@ pub fn matmul_many_on(isa: Isa, precision: Precision, threads: &Threads, jobs: &
     let mut total = 0;
     let mut max_cols = 1;
     for j in jobs.iter() {
-        assert_eq!(j.x.len(), j.n * j.w.cols, "activation size");
+        match j.pick {
+            None => assert_eq!(j.x.len(), j.n * j.w.cols, "activation size"),
+            Some(pick) => {
+                assert_eq!(pick.len(), j.n, "picked rows");
+                assert!(j.x.len().is_multiple_of(j.w.cols), "activation size");
+                let rows = j.x.len() / j.w.cols;
+                assert!(pick.iter().all(|&t| t < rows), "picked row out of range");
+            }
+        }
         assert_eq!(j.out.len(), j.n * j.w.rows, "output size");
         starts.push(total);
         total += j.w.rows;
@@ -152,12 +190,12 @@ pub fn matmul_many_on(isa: Isa, precision: Precision, threads: &Threads, jobs: &
     starts.push(total);
     outs.clear();
     outs.extend(jobs.iter_mut().map(|j| SharedMut::new(j.out)));
-    x.align(jobs);
     if precision == Precision::Q8 {
         quantized.quantize(jobs);
     } else {
         quantized.clear();
     }
+    x.align(jobs, |k| quantized.of(jobs, k).is_none());
     // Decoded weight rows: one part per pool thread, all in one buffer of
     // the calling thread (see `Threads::for_ranges_on`). Only ever grown;
     // every task decodes rows into it before reading them.
@@ -188,7 +226,7 @@ pub fn matmul_many_on(isa: Isa, precision: Precision, threads: &Threads, jobs: &
             // SAFETY: `outs[k]` is job k's output (`n · rows` values, checked
             // above) and rows `g - starts[k]..r_end` of it are this task's only;
             // job k's quantized activations are in its weights' format.
-            if let Some(acts) = quantized.of(k) {
+            if let Some(acts) = quantized.of(jobs, k) {
                 unsafe { q8::rows(isa, j.w, acts, g - starts[k], r_end, outs[k]) };
                 g = starts[k] + r_end;
                 continue;
@@ -263,9 +301,10 @@ impl Drop for StagingGuard {
 /// Activations on 64-byte boundaries for the kernels: a 16-lane load of
 /// an f32 vector that starts mid cache line reads two lines, and the
 /// microkernels run ~15-20% slower on such rows (malloc gives 16-byte
-/// alignment). Misaligned inputs are copied into a per-thread buffer kept
-/// between calls (a forward step makes hundreds of products; copying is
-/// a few µs against the product's milliseconds).
+/// alignment). Misaligned inputs, and the rows that jobs pick, are copied
+/// into a per-thread buffer kept between calls (a forward step makes
+/// hundreds of products; copying is a few µs against the product's
+/// milliseconds).
 #[derive(Default)]
 struct AlignedX {
     buf: Vec<f32>,
@@ -280,27 +319,37 @@ struct AlignedX {
 }
 
 impl AlignedX {
-    /// Place each job's activations: in place when they already are aligned
-    /// (or are too short to matter), else a copy (one per distinct input:
-    /// the q, k and v projections of a layer share theirs).
-    fn align(&mut self, jobs: &[MatJob]) {
+    /// Place the activations of each job that `exact` names: in place when
+    /// they already are aligned (or are too short to matter), else a copy
+    /// (one per distinct input: the q, k and v projections of a layer
+    /// share theirs; picked rows are always gathered).
+    fn align(&mut self, jobs: &[MatJob], exact: impl Fn(usize) -> bool) {
         let misaligned = |x: &[f32]| x.len() >= 16 && !(x.as_ptr() as usize).is_multiple_of(64);
-        let same = |a: &[f32], b: &[f32]| a.as_ptr() == b.as_ptr() && a.len() == b.len();
+        let same_slice = |a: &[f32], b: &[f32]| a.as_ptr() == b.as_ptr() && a.len() == b.len();
+        let same = |a: &MatJob, b: &MatJob| {
+            same_slice(a.x, b.x)
+                && match (a.pick, b.pick) {
+                    (None, None) => true,
+                    (Some(p), Some(q)) => p.as_ptr() == q.as_ptr() && p.len() == q.len(),
+                    _ => false,
+                }
+        };
         self.at.clear();
         self.placed.clear();
         let mut need = 0;
         for (k, j) in jobs.iter().enumerate() {
-            let at = misaligned(j.x).then(|| {
-                match self.placed.iter().find(|&&(i, _)| same(jobs[i].x, j.x)) {
+            let copy = exact(k) && (j.pick.is_some() || misaligned(j.x));
+            let at = copy.then(
+                || match self.placed.iter().find(|&&(i, _)| same(&jobs[i], j)) {
                     Some(&(_, at)) => at,
                     None => {
                         let at = need;
                         self.placed.push((k, at));
-                        need += j.x.len().next_multiple_of(16);
+                        need += (j.n * j.w.cols).next_multiple_of(16);
                         at
                     }
-                }
-            });
+                },
+            );
             self.at.push(at);
         }
         if self.placed.is_empty() {
@@ -311,17 +360,26 @@ impl AlignedX {
         }
         self.base = self.buf.as_ptr().align_offset(64).min(16);
         for &(i, at) in &self.placed {
-            let x = jobs[i].x;
-            self.buf[self.base + at..self.base + at + x.len()].copy_from_slice(x);
+            let j = &jobs[i];
+            let dst = &mut self.buf[self.base + at..self.base + at + j.n * j.w.cols];
+            match j.pick {
+                None => dst.copy_from_slice(j.x),
+                Some(pick) => {
+                    let c = j.w.cols;
+                    for (d, &t) in dst.chunks_exact_mut(c).zip(pick) {
+                        d.copy_from_slice(&j.x[t * c..(t + 1) * c]);
+                    }
+                }
+            }
         }
     }
 
     /// Job `k`'s activations as placed by the last [`align`](Self::align).
     fn of<'a>(&'a self, jobs: &'a [MatJob], k: usize) -> &'a [f32] {
-        let x = jobs[k].x;
+        let j = &jobs[k];
         match self.at[k] {
-            Some(at) => &self.buf[self.base + at..self.base + at + x.len()],
-            None => x,
+            Some(at) => &self.buf[self.base + at..self.base + at + j.n * j.w.cols],
+            None => j.x,
         }
     }
 }
@@ -342,6 +400,8 @@ impl QuantizedX {
         self.at.clear();
     }
 
+    /// Quantize each distinct input of the jobs that have integer
+    /// kernels, whole (all its rows, also for jobs that pick some).
     fn quantize(&mut self, jobs: &[MatJob]) {
         let same = |a: &[f32], b: &[f32]| a.as_ptr() == b.as_ptr() && a.len() == b.len();
         self.at.clear();
@@ -359,7 +419,8 @@ impl QuantizedX {
                         if self.pool.len() <= p {
                             self.pool.push(Q8Acts::default());
                         }
-                        self.pool[p].quantize(f, j.x, j.n, j.w.cols);
+                        let cols = j.w.cols;
+                        self.pool[p].quantize(f, j.x, j.x.len() / cols, cols);
                         self.placed.push((k, f));
                         p
                     }
@@ -370,8 +431,12 @@ impl QuantizedX {
     }
 
     /// Job `k`'s quantized activations, if it runs on 8-bit ones.
-    fn of(&self, k: usize) -> Option<&Q8Acts> {
-        self.at.get(k).copied().flatten().map(|p| &self.pool[p])
+    fn of<'a>(&'a self, jobs: &'a [MatJob], k: usize) -> Option<Q8Rows<'a>> {
+        let acts = &self.pool[self.at.get(k).copied().flatten()?];
+        Some(match jobs[k].pick {
+            None => acts.into(),
+            Some(pick) => Q8Rows::picked(acts, pick),
+        })
     }
 }
 
@@ -447,6 +512,7 @@ mod tests {
                 x: &xs[i],
                 n: shapes[i].2,
                 out: o,
+                pick: None,
             })
             .collect();
         matmul_many(&threads, &mut jobs);

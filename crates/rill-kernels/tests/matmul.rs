@@ -149,6 +149,7 @@ fn outputs_do_not_depend_on_batch_threads_or_row_split() {
                     x: &x,
                     n,
                     out,
+                    pick: None,
                 })
                 .collect();
             matmul_many_with(isa, &Threads::new(2), &mut jobs);

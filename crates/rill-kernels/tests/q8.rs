@@ -48,6 +48,7 @@ fn run(isa: Isa, threads: usize, w: MatRef, x: &[f32], n: usize) -> Vec<f32> {
         x,
         n,
         out: &mut out,
+        pick: None,
     };
     matmul_many_on(isa, Precision::Q8, &Threads::new(threads), &mut [job]);
     out
@@ -210,5 +211,75 @@ fn encodings_without_integer_kernels_stay_exact() {
         rill_kernels::matmul(&Threads::new(1), w, &x, 2, &mut exact);
         let q8 = run(Isa::best(), 1, w, &x, 2);
         assert_eq!(q8, exact, "{dtype}");
+    }
+}
+
+/// Jobs that pick rows out of one shared input (a MoE step's experts)
+/// give, bit for bit, what the same jobs give on copies of those rows, in
+/// either precision, on every path; the input is quantized once for all.
+#[test]
+fn picked_rows_equal_gathered_rows() {
+    let mut rng = Rng(11);
+    for (dtype, cols) in [(DType::Q4K, 512), (DType::Q6K, 512), (DType::Q8_0, 224)] {
+        let rows = 40;
+        let n_all = 37;
+        let x = activations(n_all, cols, &mut rng);
+        let mats: Vec<Vec<u8>> = (0..3)
+            .map(|_| matrix(dtype, rows, cols, &mut rng))
+            .collect();
+        let w = |i: usize| MatRef {
+            dtype,
+            rows,
+            cols,
+            data: &mats[i],
+        };
+        // Sizes on both sides of the AMX threshold, one row twice.
+        let picks: [Vec<usize>; 3] = [
+            (0..20).map(|i| (i * 5 + 2) % n_all).collect(),
+            vec![3, 30, 3],
+            (0..n_all).rev().collect(),
+        ];
+        for isa in Isa::available() {
+            for precision in [Precision::Exact, Precision::Q8] {
+                let mut picked: Vec<Vec<f32>> = picks
+                    .iter()
+                    .map(|p| vec![f32::NAN; p.len() * rows])
+                    .collect();
+                let mut jobs: Vec<MatJob> = picked
+                    .iter_mut()
+                    .zip(&picks)
+                    .enumerate()
+                    .map(|(i, (out, p))| MatJob {
+                        w: w(i),
+                        x: &x,
+                        n: p.len(),
+                        out,
+                        pick: Some(p),
+                    })
+                    .collect();
+                matmul_many_on(isa, precision, &Threads::new(2), &mut jobs);
+                drop(jobs);
+                for (i, p) in picks.iter().enumerate() {
+                    let gathered: Vec<f32> = p
+                        .iter()
+                        .flat_map(|&t| x[t * cols..(t + 1) * cols].iter().copied())
+                        .collect();
+                    let mut want = vec![f32::NAN; p.len() * rows];
+                    let job = MatJob {
+                        w: w(i),
+                        x: &gathered,
+                        n: p.len(),
+                        out: &mut want,
+                        pick: None,
+                    };
+                    matmul_many_on(isa, precision, &Threads::new(1), &mut [job]);
+                    let same = picked[i]
+                        .iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{dtype} {isa:?} {precision:?} pick {i}");
+                }
+            }
+        }
     }
 }

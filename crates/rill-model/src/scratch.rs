@@ -249,6 +249,7 @@ mod tests {
             x: &x,
             n: 1,
             out: &mut out,
+            pick: None,
         });
         let p = jobs.as_ptr() as usize;
         drop(jobs);

@@ -4,7 +4,7 @@
 //! returns its results in lanes `4r + t` of a `[f32; 16]`. [`run`] walks a
 //! product's rows and tokens through those shapes.
 
-use super::Q8Acts;
+use super::Q8Rows;
 use crate::matmul::MatRef;
 use crate::threads::SharedMut;
 
@@ -61,7 +61,7 @@ pub(super) struct Toks {
 }
 
 impl Toks {
-    pub(super) fn new(acts: &Q8Acts, t0: usize, nt: usize) -> Toks {
+    pub(super) fn new(acts: Q8Rows<'_>, t0: usize, nt: usize) -> Toks {
         let row = |t: usize| acts.row(t0 + t.min(nt - 1));
         Toks {
             qs: std::array::from_fn(|t| row(t).qs.as_ptr()),
@@ -84,7 +84,7 @@ pub(super) type Table = [[Kernel; TOKENS]; 2];
 pub(super) unsafe fn run(
     k: &Table,
     w: MatRef<'_>,
-    acts: &Q8Acts,
+    acts: Q8Rows<'_>,
     r0: usize,
     r1: usize,
     out: SharedMut<f32>,
@@ -187,13 +187,13 @@ pub(super) unsafe fn check_kernels(table: impl Fn(rill_dtype::DType) -> &'static
                     _ => (rnd() % 2001) as f32 / 100.0 - 10.0,
                 })
                 .collect();
-            let mut acts = Q8Acts::default();
+            let mut acts = crate::q8::Q8Acts::default();
             acts.quantize(ActFormat::for_weights(dtype).unwrap(), &xf, n, cols);
             let nb = cols / bl;
             let k = table(dtype);
             for (ri, nr) in [(0, 1), (1, 4)] {
                 for nt in 1..=n {
-                    let toks = Toks::new(&acts, 0, nt);
+                    let toks = Toks::new((&acts).into(), 0, nt);
                     // SAFETY: the CPU runs the kernels (caller); whole
                     // rows and blocks.
                     let res = unsafe { k[ri][nt - 1](data.as_ptr(), w.row_bytes(), &toks, nb) };

@@ -156,6 +156,53 @@ pub struct Q8Acts {
     sums: Vec<i16>,
 }
 
+/// The activation rows one product takes: every row of a [`Q8Acts`], or
+/// those `pick` names, in its order. A MoE step quantizes its input once
+/// and each expert picks the rows of its tokens (a row's quantization
+/// depends on that row alone, so picking gives the bits a copy would).
+#[derive(Clone, Copy)]
+pub struct Q8Rows<'a> {
+    acts: &'a Q8Acts,
+    pick: Option<&'a [usize]>,
+}
+
+impl<'a> Q8Rows<'a> {
+    /// Rows `pick[0], pick[1], ..` of `acts`. Panics if one is out of range.
+    pub fn picked(acts: &'a Q8Acts, pick: &'a [usize]) -> Q8Rows<'a> {
+        assert!(
+            pick.iter().all(|&t| t < acts.n),
+            "q8: picked row out of range"
+        );
+        Q8Rows {
+            acts,
+            pick: Some(pick),
+        }
+    }
+
+    pub fn format(&self) -> Option<ActFormat> {
+        self.acts.format
+    }
+
+    pub fn n(&self) -> usize {
+        self.pick.map_or(self.acts.n, <[usize]>::len)
+    }
+
+    pub fn cols(&self) -> usize {
+        self.acts.cols
+    }
+
+    /// Row `t` of this view.
+    pub fn row(&self, t: usize) -> ActRow<'a> {
+        self.acts.row(self.pick.map_or(t, |p| p[t]))
+    }
+}
+
+impl<'a> From<&'a Q8Acts> for Q8Rows<'a> {
+    fn from(acts: &'a Q8Acts) -> Q8Rows<'a> {
+        Q8Rows { acts, pick: None }
+    }
+}
+
 /// One quantized activation row.
 #[derive(Clone, Copy)]
 pub struct ActRow<'a> {
@@ -257,7 +304,7 @@ impl Q8Acts {
 pub(crate) unsafe fn rows(
     isa: Isa,
     w: MatRef<'_>,
-    acts: &Q8Acts,
+    acts: Q8Rows<'_>,
     r0: usize,
     r1: usize,
     out: SharedMut<f32>,

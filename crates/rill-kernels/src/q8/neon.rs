@@ -50,7 +50,7 @@ use std::arch::aarch64::*;
 use std::sync::OnceLock;
 
 use super::groups::{self, Table, Toks};
-use super::Q8Acts;
+use super::Q8Rows;
 use crate::matmul::MatRef;
 use crate::simd::neon::h2f;
 use crate::threads::SharedMut;
@@ -74,7 +74,7 @@ pub(super) fn usable() -> bool {
 /// ([`usable`]).
 pub(super) unsafe fn rows(
     w: MatRef<'_>,
-    acts: &Q8Acts,
+    acts: Q8Rows<'_>,
     r0: usize,
     r1: usize,
     out: SharedMut<f32>,

@@ -41,7 +41,7 @@ use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
 use super::groups::{self, Table, Toks};
-use super::Q8Acts;
+use super::Q8Rows;
 use crate::matmul::MatRef;
 use crate::threads::SharedMut;
 use rill_dtype::DType;
@@ -110,7 +110,7 @@ fn vnni() -> bool {
 pub(super) unsafe fn rows(
     avx512: bool,
     w: MatRef<'_>,
-    acts: &Q8Acts,
+    acts: Q8Rows<'_>,
     r0: usize,
     r1: usize,
     out: SharedMut<f32>,

@@ -82,18 +82,21 @@ pub(crate) fn forward<'s>(
                 x,
                 n,
                 out: &mut qg,
+                pick: None,
             },
             MatJob {
                 w: w.k.view(),
                 x,
                 n,
                 out: &mut k,
+                pick: None,
             },
             MatJob {
                 w: w.v.view(),
                 x,
                 n,
                 out: &mut v,
+                pick: None,
             },
         ],
     );

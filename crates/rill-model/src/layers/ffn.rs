@@ -108,12 +108,14 @@ fn swiglu(
                 x,
                 n,
                 out: &mut g,
+                pick: None,
             },
             MatJob {
                 w: up,
                 x,
                 n,
                 out: &mut u,
+                pick: None,
             },
         ],
     );
@@ -174,13 +176,10 @@ impl MoeWeights {
         let h = c.n_embd;
         let ff = self.n_ff;
         let routes = route(self, c, threads, x, n);
-        // Every expert's tokens, expert after expert (as `routes.pairs`):
-        // their inputs gathered, then the gate, up and down outputs.
-        let m_all = routes.pairs.len();
-        let mut xs = Buf::for_output(m_all * h);
-        for (xi, &(t, _)) in xs.chunks_exact_mut(h).zip(routes.pairs.iter()) {
-            xi.copy_from_slice(&x[t * h..(t + 1) * h]);
-        }
+        // Every expert's tokens, expert after expert (as `routes.tokens`):
+        // the gate and up products pick them out of `x` (so its 8-bit form
+        // is made once, not once per expert), then the down outputs.
+        let m_all = routes.tokens.len();
         let sh_ff = self.shared.as_ref().map_or(0, |s| s.mlp.gate.rows);
 
         // gate and up of every active expert (and the shared expert).
@@ -189,11 +188,10 @@ impl MoeWeights {
         let (mut sh_g, mut sh_u) = (Buf::for_output(n * sh_ff), Buf::for_output(n * sh_ff));
         {
             let mut jobs = JobList::take();
-            let (mut xr, mut gr, mut ur) = (&xs[..], &mut gates[..], &mut ups[..]);
+            let (mut gr, mut ur) = (&mut gates[..], &mut ups[..]);
             for e in routes.active() {
-                let m = routes.tokens(e).len();
-                let (xe, rest) = xr.split_at(m * h);
-                xr = rest;
+                let pick = routes.tokens(e);
+                let m = pick.len();
                 let (g, rest) = std::mem::take(&mut gr).split_at_mut(m * ff);
                 gr = rest;
                 let (u, rest) = std::mem::take(&mut ur).split_at_mut(m * ff);
@@ -201,15 +199,17 @@ impl MoeWeights {
                 let (wg, wu) = self.gate_up(e);
                 jobs.push(MatJob {
                     w: wg,
-                    x: xe,
+                    x,
                     n: m,
                     out: g,
+                    pick: Some(pick),
                 });
                 jobs.push(MatJob {
                     w: wu,
-                    x: xe,
+                    x,
                     n: m,
                     out: u,
+                    pick: Some(pick),
                 });
             }
             if let Some(sh) = &self.shared {
@@ -218,12 +218,14 @@ impl MoeWeights {
                     x,
                     n,
                     out: &mut sh_g,
+                    pick: None,
                 });
                 jobs.push(MatJob {
                     w: sh.mlp.up.view(),
                     x,
                     n,
                     out: &mut sh_u,
+                    pick: None,
                 });
             }
             matmul_many_in(c.precision, threads, &mut jobs);
@@ -248,6 +250,7 @@ impl MoeWeights {
                     x: ge,
                     n: m,
                     out: y,
+                    pick: None,
                 });
             }
             if let Some(sh) = &self.shared {
@@ -256,6 +259,7 @@ impl MoeWeights {
                     x: &sh_g,
                     n,
                     out: &mut sh_y,
+                    pick: None,
                 });
             }
             matmul_many_in(c.precision, threads, &mut jobs);
@@ -263,7 +267,11 @@ impl MoeWeights {
 
         // Weighted sum, in expert order for every token (batch invariant).
         let mut out = Buf::zeroed(n * h);
-        for (y, &(t, wgt)) in downs.chunks_exact(h).zip(routes.pairs.iter()) {
+        for ((y, &t), &wgt) in downs
+            .chunks_exact(h)
+            .zip(routes.tokens.iter())
+            .zip(routes.weights.iter())
+        {
             axpy(wgt, y, &mut out[t * h..(t + 1) * h]);
         }
         if let Some(sh) = &self.shared {
@@ -280,17 +288,18 @@ impl MoeWeights {
     }
 }
 
-/// Where a step's tokens go: for each expert the `(token, weight)` pairs
-/// routed to it, tokens in order, experts one after another in one list.
+/// Where a step's tokens go: for each expert the tokens routed to it, in
+/// order, and their weights, experts one after another in one list.
 struct Routes {
-    /// Expert `e`'s pairs are `pairs[start[e]..start[e + 1]]`.
+    /// Expert `e`'s entries are `start[e]..start[e + 1]`.
     start: Reused<usize>,
-    pairs: Reused<(usize, f32)>,
+    tokens: Reused<usize>,
+    weights: Reused<f32>,
 }
 
 impl Routes {
-    fn tokens(&self, e: usize) -> &[(usize, f32)] {
-        &self.pairs[self.start[e]..self.start[e + 1]]
+    fn tokens(&self, e: usize) -> &[usize] {
+        &self.tokens[self.start[e]..self.start[e + 1]]
     }
 
     /// The experts with at least one token, in id order.
@@ -304,7 +313,8 @@ thread_local! {
     static PICKS: Cell<Vec<(usize, f32)>> = const { Cell::new(Vec::new()) };
     static START: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
     static NEXT: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
-    static PAIRS: Cell<Vec<(usize, f32)>> = const { Cell::new(Vec::new()) };
+    static TOKENS: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
+    static WEIGHTS: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
 }
 
 /// Softmax over all experts, top-k (ties to the lower id), renormalised.
@@ -344,13 +354,20 @@ fn route(w: &MoeWeights, c: &ModelConfig, threads: &Threads, x: &[f32], n: usize
     }
     let mut next = Reused::take(&NEXT);
     next.extend_from_slice(&start[..e]);
-    let mut pairs = Reused::take(&PAIRS);
-    pairs.resize(picks.len(), (0, 0.0));
+    let mut tokens = Reused::take(&TOKENS);
+    let mut weights = Reused::take(&WEIGHTS);
+    tokens.resize(picks.len(), 0);
+    weights.resize(picks.len(), 0.0);
     for (j, &(i, wgt)) in picks.iter().enumerate() {
-        pairs[next[i]] = (j / k, wgt);
+        tokens[next[i]] = j / k;
+        weights[next[i]] = wgt;
         next[i] += 1;
     }
-    Routes { start, pairs }
+    Routes {
+        start,
+        tokens,
+        weights,
+    }
 }
 
 impl Ffn {

@@ -129,12 +129,14 @@ fn project(
                     x,
                     n,
                     out: &mut qkv,
+                    pick: None,
                 });
                 jobs.push(MatJob {
                     w: gate.view(),
                     x,
                     n,
                     out: &mut z,
+                    pick: None,
                 });
             }
             Projections::FusedQkvz(m) => jobs.push(MatJob {
@@ -142,6 +144,7 @@ fn project(
                 x,
                 n,
                 out: &mut mixed,
+                pick: None,
             }),
         }
         match &w.ba {
@@ -151,12 +154,14 @@ fn project(
                     x,
                     n,
                     out: &mut b,
+                    pick: None,
                 });
                 jobs.push(MatJob {
                     w: alpha.view(),
                     x,
                     n,
                     out: &mut a,
+                    pick: None,
                 });
             }
             BetaAlpha::Fused(m) => jobs.push(MatJob {
@@ -164,6 +169,7 @@ fn project(
                 x,
                 n,
                 out: &mut ba,
+                pick: None,
             }),
         }
         matmul_many_in(c.precision, threads, &mut jobs);

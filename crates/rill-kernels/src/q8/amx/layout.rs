@@ -3,7 +3,7 @@
 
 use super::{Bufs, Geo, Kind};
 use crate::matmul::MatRef;
-use crate::q8::Q8Acts;
+use crate::q8::Q8Rows;
 use crate::quant::f16_at;
 use std::arch::x86_64::*;
 
@@ -12,36 +12,34 @@ use std::arch::x86_64::*;
 /// transpose of i32), absent tokens and values zero; and their scales and
 /// sum pairs per token tile.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,f16c")]
-pub(super) unsafe fn relayout(g: Geo, acts: &Q8Acts, tb0: usize, tn: usize, b: Bufs) {
-    // SAFETY (whole function): rows `tb0..tb0 + tn` exist; each row's
-    // `cols` quants start at `base + t·stride` inside `acts.qs`, and the
-    // masked loads touch only those; the scratch writes stay within the
-    // sizes `rows` grew for `tn` tokens.
-    let q = acts.qs.as_ptr().add(acts.base);
-    let ns = g.cols / 16;
+pub(super) unsafe fn relayout(g: Geo, acts: Q8Rows<'_>, tb0: usize, tn: usize, b: Bufs) {
+    // SAFETY (whole function): rows `tb0..tb0 + tn` exist, and each row's
+    // `cols` quants are the slice `row(t).qs`, inside which the (masked)
+    // loads stay; the scratch writes stay within the sizes `rows` grew for
+    // `tn` tokens.
     for tile in 0..tn.div_ceil(16) {
         let t0 = tb0 + tile * 16;
         let nt = 16.min(tb0 + tn - t0);
+        let rows: [_; 16] = std::array::from_fn(|i| (i < nt).then(|| acts.row(t0 + i)));
         for ch in 0..g.chunks {
             let k = ch * 64;
             let valid = 64.min(g.cols - k);
             let mask = if valid == 64 { !0 } else { (1u64 << valid) - 1 };
             let mut r = [_mm512_setzero_si512(); 16];
-            if g.kind == Kind::Q4 {
-                // `decode_q4`'s order: chunk 4sb + 2h + s holds values
-                // 256sb + 128h + 32s + (0..32, 64..96).
-                let k = 256 * (ch / 4) + 128 * (ch % 4 / 2) + 32 * (ch % 2);
-                for (i, v) in r.iter_mut().enumerate().take(nt) {
-                    let p = q.add((t0 + i) * acts.stride + k);
-                    *v = _mm512_inserti64x4::<1>(
+            for (v, row) in r.iter_mut().zip(&rows) {
+                let Some(row) = row else { break };
+                let q = row.qs.as_ptr();
+                *v = if g.kind == Kind::Q4 {
+                    // `decode_q4`'s order: chunk 4sb + 2h + s holds values
+                    // 256sb + 128h + 32s + (0..32, 64..96).
+                    let p = q.add(256 * (ch / 4) + 128 * (ch % 4 / 2) + 32 * (ch % 2));
+                    _mm512_inserti64x4::<1>(
                         _mm512_castsi256_si512(_mm256_loadu_si256(p.cast())),
                         _mm256_loadu_si256(p.add(64).cast()),
-                    );
-                }
-            } else {
-                for (i, v) in r.iter_mut().enumerate().take(nt) {
-                    *v = _mm512_maskz_loadu_epi8(mask, q.add((t0 + i) * acts.stride + k).cast());
-                }
+                    )
+                } else {
+                    _mm512_maskz_loadu_epi8(mask, q.add(k).cast())
+                };
             }
             let r = transpose16(r);
             let dst = b.bt.add((tile * g.chunks + ch) * 1024);
@@ -49,22 +47,12 @@ pub(super) unsafe fn relayout(g: Geo, acts: &Q8Acts, tb0: usize, tn: usize, b: B
                 _mm512_store_si512(dst.add(k4 * 64).cast(), *v);
             }
         }
-        for t in 0..16 {
+        for (t, row) in rows.iter().enumerate() {
             for blk in 0..g.blocks {
-                *b.xd.add((tile * g.blocks + blk) * 16 + t) = if t < nt {
-                    acts.d[(t0 + t) * g.blocks + blk]
-                } else {
-                    0.0
-                };
+                *b.xd.add((tile * g.blocks + blk) * 16 + t) = row.map_or(0.0, |row| row.d[blk]);
             }
             for sb in 0..g.blocks * (g.pairs > 0) as usize {
-                let s = |j: usize| -> i16 {
-                    if t < nt {
-                        acts.sums[(t0 + t) * ns + 16 * sb + j]
-                    } else {
-                        0
-                    }
-                };
+                let s = |j: usize| -> i16 { row.map_or(0, |row| row.sums[16 * sb + j]) };
                 for pr in 0..g.pairs {
                     // Pairs of S32 = two S16 (|S32| ≤ 32·127 fits i16).
                     let (a, c) = (s(4 * pr) + s(4 * pr + 1), s(4 * pr + 2) + s(4 * pr + 3));

@@ -50,7 +50,7 @@ mod kernel;
 mod layout;
 mod tiles;
 
-use super::{ActFormat, Q8Acts};
+use super::{ActFormat, Q8Rows};
 use crate::matmul::MatRef;
 use crate::threads::SharedMut;
 use kernel::{row_tile_k, row_tile_q8_0};
@@ -225,7 +225,7 @@ struct Bufs {
 /// [`usable`] returned true; otherwise as [`super::rows`].
 pub(super) unsafe fn rows(
     w: MatRef<'_>,
-    acts: &Q8Acts,
+    acts: Q8Rows<'_>,
     r0: usize,
     r1: usize,
     out: SharedMut<f32>,
@@ -289,7 +289,7 @@ pub(super) unsafe fn rows(
 unsafe fn run(
     g: Geo,
     w: MatRef<'_>,
-    acts: &Q8Acts,
+    acts: Q8Rows<'_>,
     r0: usize,
     r1: usize,
     out: SharedMut<f32>,

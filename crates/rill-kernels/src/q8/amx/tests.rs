@@ -1,5 +1,5 @@
 use super::*;
-use crate::q8::dot_ref;
+use crate::q8::{dot_ref, Q8Acts};
 
 /// Straight to the kernel (when this machine has AMX), so a passing
 /// comparison proves this code ran: every shape edge against the
@@ -58,7 +58,7 @@ fn tiles_give_the_reference_bits() {
                 let mut out = vec![f32::NAN; n * rows];
                 let sh = SharedMut::new(&mut out);
                 // SAFETY: AMX is usable; `out` holds n·rows values.
-                assert!(unsafe { rows_fn(w, &acts, r0, r1, sh) });
+                assert!(unsafe { rows_fn(w, (&acts).into(), r0, r1, sh) });
                 for t in 0..n {
                     for r in 0..rows {
                         let got = out[t * rows + r];
@@ -69,6 +69,21 @@ fn tiles_give_the_reference_bits() {
                             assert!(got.is_nan(), "{dtype}: row {r} outside {r0}..{r1} written");
                         }
                     }
+                }
+            }
+            // Rows picked out of order, some twice (a MoE expert's tokens
+            // out of a step's input): each output is its row's.
+            let pick: Vec<usize> = (0..n + 5).map(|i| (i * 7 + 3) % n).collect();
+            let m = pick.len();
+            let mut out = vec![f32::NAN; m * rows];
+            let sh = SharedMut::new(&mut out);
+            // SAFETY: as above; `out` holds m·rows values.
+            assert!(unsafe { rows_fn(w, Q8Rows::picked(&acts, &pick), 0, rows, sh) });
+            for (t, &p) in pick.iter().enumerate() {
+                for r in 0..rows {
+                    let want = dot_ref(dtype, w.row(r), acts.row(p));
+                    let got = out[t * rows + r];
+                    assert_eq!(got.to_bits(), want.to_bits(), "{dtype} picked t {t} r {r}");
                 }
             }
         }
