@@ -74,6 +74,10 @@ pub enum LayerKind {
     Attention,
 }
 
+/// The most taps a GDN conv may have: its state per channel lives on the
+/// stack (the models have 4).
+pub const MAX_CONV_KERNEL: usize = 8;
+
 /// Every hyperparameter the forward pass uses.
 #[derive(Clone, Debug)]
 pub struct ModelConfig {
@@ -217,6 +221,12 @@ impl ModelConfig {
                 || self.conv_kernel == 0
             {
                 return bad(format!("GDN with {nk} key heads, {nv} value heads"));
+            }
+            if self.conv_kernel > MAX_CONV_KERNEL {
+                return bad(format!(
+                    "GDN conv kernel of {} taps (at most {MAX_CONV_KERNEL})",
+                    self.conv_kernel
+                ));
             }
             if let Some(inner) = m.opt_usize("ssm.inner_size")? {
                 if inner != self.ssm_value_dim() {

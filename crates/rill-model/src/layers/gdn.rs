@@ -2,7 +2,7 @@
 //! carried window, L2-normed q/k, the gated delta rule per value head, and
 //! the gated RMSNorm on the way out.
 
-use crate::config::{HeadOrder, ModelConfig};
+use crate::config::{HeadOrder, ModelConfig, MAX_CONV_KERNEL};
 use crate::error::ModelError;
 use crate::scratch::{Buf, JobList};
 use crate::weights::{Binder, Matrix};
@@ -213,29 +213,68 @@ fn project(
 
 /// Causal depthwise conv + SiLU over `qkv` `[n × conv_dim]`, in place,
 /// carrying the last `K−1` raw inputs in `window`.
-fn conv_silu(w: &GdnWeights, c: &ModelConfig, qkv: &mut [f32], n: usize, window: &mut [f32]) {
+///
+/// Channels are independent, so each task takes blocks of them through
+/// every token, keeping its channels' last `K−1` raw inputs in a ring (a
+/// token's output overwrites its input). Each output is the same sum in
+/// the same order however the channels are split.
+fn conv_silu(
+    w: &GdnWeights,
+    c: &ModelConfig,
+    threads: &Threads,
+    qkv: &mut [f32],
+    n: usize,
+    window: &mut [f32],
+) {
+    const BLOCK: usize = 64;
     let cd = c.conv_dim();
-    let kk = c.conv_kernel;
-    // The window, then this step's raw inputs: token t's taps read the K
-    // rows t..t+K, whole rows at a time (vectorised over the channels).
-    let mut ext = Buf::for_output((kk - 1 + n) * cd);
-    ext[..(kk - 1) * cd].copy_from_slice(window);
-    ext[(kk - 1) * cd..].copy_from_slice(&qkv[..n * cd]);
-    for (t, row) in qkv[..n * cd].chunks_exact_mut(cd).enumerate() {
-        let rows = &ext[t * cd..(t + kk) * cd];
-        let last = &w.conv[(kk - 1) * cd..kk * cd];
-        for ((o, &tap), &x) in row.iter_mut().zip(last).zip(&rows[(kk - 1) * cd..]) {
-            *o = tap * x;
-        }
-        for j in 0..kk - 1 {
-            let taps = &w.conv[j * cd..(j + 1) * cd];
-            for ((o, &tap), &x) in row.iter_mut().zip(taps).zip(&rows[j * cd..(j + 1) * cd]) {
-                *o += tap * x;
+    let m = c.conv_kernel - 1;
+    let qkv = SharedMut::new(&mut qkv[..n * cd]);
+    let window = SharedMut::new(window);
+    // A decode step's few channels × taps stay on one thread.
+    threads.for_ranges(cd.div_ceil(BLOCK), (256 / n.max(1)).max(1), |b0, b1| {
+        // Ring slot `p % m` holds the raw inputs of position `p`: window
+        // row `j` is position `j`, token `t`'s input position `m + t`.
+        let mut ring = [0f32; (MAX_CONV_KERNEL - 1) * BLOCK];
+        let mut acc = [0f32; BLOCK];
+        for blk in b0..b1 {
+            let c0 = blk * BLOCK;
+            let bw = BLOCK.min(cd - c0);
+            // SAFETY: channels `c0..c0 + bw` of every row of `qkv` and of
+            // the window are this task's alone.
+            let win =
+                |j: usize| unsafe { std::slice::from_raw_parts_mut(window.at(j * cd + c0), bw) };
+            for j in 0..m {
+                ring[j * BLOCK..j * BLOCK + bw].copy_from_slice(win(j));
+            }
+            let last = &w.conv[m * cd + c0..m * cd + c0 + bw];
+            for t in 0..n {
+                // SAFETY: as above.
+                let row = unsafe { std::slice::from_raw_parts_mut(qkv.at(t * cd + c0), bw) };
+                for ((o, &tap), &x) in acc.iter_mut().zip(last).zip(row.iter()) {
+                    *o = tap * x;
+                }
+                for j in 0..m {
+                    let taps = &w.conv[j * cd + c0..j * cd + c0 + bw];
+                    let slot = (t + j) % m * BLOCK;
+                    for ((o, &tap), &x) in acc.iter_mut().zip(taps).zip(&ring[slot..slot + bw]) {
+                        *o += tap * x;
+                    }
+                }
+                if m > 0 {
+                    // Position t's slot now takes position m + t.
+                    let slot = t % m * BLOCK;
+                    ring[slot..slot + bw].copy_from_slice(row);
+                }
+                row.copy_from_slice(&acc[..bw]);
+                silu_inplace(row);
+            }
+            for j in 0..m {
+                let slot = (n + j) % m * BLOCK;
+                win(j).copy_from_slice(&ring[slot..slot + bw]);
             }
         }
-        silu_inplace(row);
-    }
-    window.copy_from_slice(&ext[n * cd..]);
+    });
 }
 
 /// The gated delta rule for `n` tokens, value heads in parallel: token by
@@ -246,7 +285,7 @@ fn delta_rule(
     w: &GdnWeights,
     c: &ModelConfig,
     threads: &Threads,
-    qkv: &mut [f32],
+    qkv: &[f32],
     g: &[f32],
     beta: &[f32],
     n: usize,
@@ -255,18 +294,9 @@ fn delta_rule(
 ) {
     let (nk, nv, d) = (c.ssm_n_k_heads, c.ssm_n_v_heads, c.ssm_head_dim);
     let cd = c.conv_dim();
-    // L2-normalise q and k per key head; fold 1/√d_k into q.
+    // q and k are L2-normalised per key head as they are gathered, and
+    // 1/√d_k folded into q.
     let q_scale = 1.0 / (d as f32).sqrt();
-    for t in 0..n {
-        let row = &mut qkv[t * cd..(t + 1) * cd];
-        for hh in 0..2 * nk {
-            let head = &mut row[hh * d..(hh + 1) * d];
-            l2_norm_inplace(head, c.rms_eps);
-            if hh < nk {
-                head.iter_mut().for_each(|v| *v *= q_scale);
-            }
-        }
-    }
     // Per pool thread, room for one head's inputs gathered contiguously
     // (q, k, v, g, β), its output and the chunkwise form's scratch, in one
     // buffer of this thread.
@@ -276,7 +306,6 @@ fn delta_rule(
     let room_ptr = SharedMut::new(&mut room);
     let out_ptr = SharedMut::new(out);
     let ssm_ptr = SharedMut::new(ssm);
-    let qkv = &*qkv;
     threads.for_ranges_on(nv, 1, |slot, h0, h1| {
         // SAFETY: part `slot` of the room is used by one task at a time.
         let room = unsafe { std::slice::from_raw_parts_mut(room_ptr.at(slot * part), part) };
@@ -291,8 +320,13 @@ fn delta_rule(
             // Gather this head's inputs contiguously.
             for t in 0..n {
                 let row = &qkv[t * cd..(t + 1) * cd];
-                q[t * d..(t + 1) * d].copy_from_slice(&row[kh * d..(kh + 1) * d]);
-                k[t * d..(t + 1) * d].copy_from_slice(&row[(nk + kh) * d..(nk + kh + 1) * d]);
+                let qt = &mut q[t * d..(t + 1) * d];
+                qt.copy_from_slice(&row[kh * d..(kh + 1) * d]);
+                l2_norm_inplace(qt, c.rms_eps);
+                qt.iter_mut().for_each(|v| *v *= q_scale);
+                let kt = &mut k[t * d..(t + 1) * d];
+                kt.copy_from_slice(&row[(nk + kh) * d..(nk + kh + 1) * d]);
+                l2_norm_inplace(kt, c.rms_eps);
                 let vs = 2 * nk * d + h * d;
                 v[t * d..(t + 1) * d].copy_from_slice(&row[vs..vs + d]);
                 gh[t] = g[t * nv + h];
@@ -349,7 +383,7 @@ pub(crate) fn forward<'s>(
         let (a, b) = (s.rows.start, s.rows.end);
         let m = b - a;
         let rows = &mut qkv[a * cd..b * cd];
-        conv_silu(w, c, rows, m, s.conv);
+        conv_silu(w, c, threads, rows, m, s.conv);
         delta_rule(
             w,
             c,
@@ -362,11 +396,16 @@ pub(crate) fn forward<'s>(
             &mut y[a * nv * d..b * nv * d],
         );
     }
-    // Gated RMSNorm per value head: norm(o) ⊙ silu(z).
-    for head in y.chunks_exact_mut(d) {
-        rms_norm_inplace(head, &w.norm, c.rms_eps);
-    }
-    mul_silu_inplace(&mut y, &z);
+    // Gated RMSNorm per value head: norm(o) ⊙ silu(z), heads in parallel.
+    let y_ptr = SharedMut::new(&mut y);
+    threads.for_ranges(n * nv, 64, |h0, h1| {
+        // SAFETY: heads `h0..h1` of `y` are this task's alone.
+        let y = unsafe { std::slice::from_raw_parts_mut(y_ptr.at(h0 * d), (h1 - h0) * d) };
+        for (head, zh) in y.chunks_exact_mut(d).zip(z[h0 * d..h1 * d].chunks_exact(d)) {
+            rms_norm_inplace(head, &w.norm, c.rms_eps);
+            mul_silu_inplace(head, zh);
+        }
+    });
     let mut out = Buf::for_output(n * c.n_embd);
     matmul_in(c.precision, threads, w.out.view(), &y, n, &mut out);
     out
