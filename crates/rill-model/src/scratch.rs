@@ -44,7 +44,8 @@ pub(crate) struct Buf {
 }
 
 impl Buf {
-    /// `len` zeros.
+    /// `len` zeros (the tests' way to see that reuse hands out zeros).
+    #[cfg(test)]
     pub fn zeroed(len: usize) -> Buf {
         let mut b = Buf::scratch(len, len);
         b.fill(0.0);

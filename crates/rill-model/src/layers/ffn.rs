@@ -6,6 +6,7 @@ use crate::error::ModelError;
 use crate::scratch::{Buf, JobList, Reused};
 use crate::weights::{Binder, Experts, Matrix};
 use rill_kernels::ops::{axpy, dot_f32, sigmoid, softmax_inplace, swiglu_inplace};
+use rill_kernels::threads::SharedMut;
 use rill_kernels::{matmul, matmul_in, matmul_many_in, MatJob, MatRef, Precision, Threads};
 use std::cell::Cell;
 
@@ -119,10 +120,21 @@ fn swiglu(
             },
         ],
     );
-    swiglu_inplace(&mut g, &u);
+    swiglu_rows(threads, &mut g, &u, ff);
     let mut out = Buf::for_output(n * down.rows);
     matmul_in(precision, threads, down, &g, n, &mut out);
     out
+}
+
+/// `swiglu_inplace` over rows of `width` values, rows in parallel.
+fn swiglu_rows(threads: &Threads, g: &mut [f32], u: &[f32], width: usize) {
+    let rows = g.len() / width.max(1);
+    let g_ptr = SharedMut::new(g);
+    threads.for_ranges(rows, 16, |r0, r1| {
+        // SAFETY: rows `r0..r1` of `g` are this task's alone.
+        let g = unsafe { std::slice::from_raw_parts_mut(g_ptr.at(r0 * width), (r1 - r0) * width) };
+        swiglu_inplace(g, &u[r0 * width..r1 * width]);
+    });
 }
 
 impl MoeWeights {
@@ -230,8 +242,8 @@ impl MoeWeights {
             }
             matmul_many_in(c.precision, threads, &mut jobs);
         }
-        for (g, u) in [(&mut gates, &ups), (&mut sh_g, &sh_u)] {
-            swiglu_inplace(g, u);
+        for (g, u, width) in [(&mut gates, &ups, ff), (&mut sh_g, &sh_u, sh_ff)] {
+            swiglu_rows(threads, g, u, width);
         }
         // down of every active expert (and the shared expert).
         let mut downs = Buf::for_output(m_all * h);
@@ -265,25 +277,36 @@ impl MoeWeights {
             matmul_many_in(c.precision, threads, &mut jobs);
         }
 
-        // Weighted sum, in expert order for every token (batch invariant).
-        let mut out = Buf::zeroed(n * h);
-        for ((y, &t), &wgt) in downs
-            .chunks_exact(h)
-            .zip(routes.tokens.iter())
-            .zip(routes.weights.iter())
-        {
-            axpy(wgt, y, &mut out[t * h..(t + 1) * h]);
+        // Weighted sum, in expert order for every token (batch invariant),
+        // then the gated shared expert: tokens in parallel. `slots[t·k + i]`
+        // is the entry of token t's i-th expert (entries are expert-major,
+        // so each token's come in expert order).
+        let k = c.n_expert_used;
+        let mut slots = Reused::take(&SLOTS);
+        slots.resize(n * k, 0);
+        let mut filled = Reused::take(&FILLED);
+        filled.resize(n, 0);
+        for (p, &t) in routes.tokens.iter().enumerate() {
+            slots[t * k + filled[t]] = p;
+            filled[t] += 1;
         }
-        if let Some(sh) = &self.shared {
-            for t in 0..n {
-                let gate = sigmoid(dot_f32(&sh.gate_inp, &x[t * h..(t + 1) * h]));
-                axpy(
-                    gate,
-                    &sh_y[t * h..(t + 1) * h],
-                    &mut out[t * h..(t + 1) * h],
-                );
+        let mut out = Buf::for_output(n * h);
+        let out_ptr = SharedMut::new(&mut out);
+        let (downs, slots, filled) = (&downs, &slots, &filled);
+        threads.for_ranges(n, 16, |t0, t1| {
+            for t in t0..t1 {
+                // SAFETY: token t's output row is this task's alone.
+                let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.at(t * h), h) };
+                o.fill(0.0);
+                for &p in &slots[t * k..t * k + filled[t]] {
+                    axpy(routes.weights[p], &downs[p * h..(p + 1) * h], o);
+                }
+                if let Some(sh) = &self.shared {
+                    let gate = sigmoid(dot_f32(&sh.gate_inp, &x[t * h..(t + 1) * h]));
+                    axpy(gate, &sh_y[t * h..(t + 1) * h], o);
+                }
             }
-        }
+        });
         out
     }
 }
@@ -313,6 +336,8 @@ thread_local! {
     static PICKS: Cell<Vec<(usize, f32)>> = const { Cell::new(Vec::new()) };
     static START: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
     static NEXT: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
+    static SLOTS: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
+    static FILLED: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
     static TOKENS: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
     static WEIGHTS: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
 }
