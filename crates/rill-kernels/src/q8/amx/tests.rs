@@ -24,6 +24,9 @@ fn tiles_give_the_reference_bits() {
         (DType::Q6K, 768),
         (DType::Q8_0, 96),
         (DType::Q8_0, 64),
+        // Rows so long that a block relays only 32 tokens: 33 and 47
+        // tokens span two blocks.
+        (DType::Q4K, 33024),
     ] {
         let rows = 19;
         let rb = cols / dtype.block_len() * dtype.block_bytes();
