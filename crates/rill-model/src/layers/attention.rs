@@ -7,6 +7,7 @@ use crate::scratch::Buf;
 use crate::weights::{Binder, Matrix};
 use rill_kernels::attention::{attend_causal, AttnShape};
 use rill_kernels::ops::{mul_sigmoid_inplace, rms_norm_inplace};
+use rill_kernels::threads::SharedMut;
 use rill_kernels::{matmul_in, matmul_many_in, MatJob, Threads};
 
 pub(crate) struct AttentionWeights {
@@ -30,6 +31,53 @@ impl AttentionWeights {
             q_norm: b.vector(&format!("{p}.attn_q_norm.weight"), hd)?,
             k_norm: b.vector(&format!("{p}.attn_k_norm.weight"), hd)?,
         })
+    }
+}
+
+/// Most rotary pairs a [`Rotation`] keeps (head_dim 512, fully rotated);
+/// more are rotated as they come.
+const MAX_ROPE_PAIRS: usize = 256;
+
+/// One position's rotation, `sin` and `cos` of each pair's angle, for
+/// every head of a row: the same values `rope_neox` computes per head.
+struct Rotation<'f> {
+    inv_freq: &'f [f32],
+    pos: usize,
+    sin: [f32; MAX_ROPE_PAIRS],
+    cos: [f32; MAX_ROPE_PAIRS],
+}
+
+impl<'f> Rotation<'f> {
+    fn new(inv_freq: &'f [f32]) -> Rotation<'f> {
+        Rotation {
+            inv_freq,
+            pos: 0,
+            sin: [0.0; MAX_ROPE_PAIRS],
+            cos: [0.0; MAX_ROPE_PAIRS],
+        }
+    }
+
+    fn set(&mut self, pos: usize) {
+        self.pos = pos;
+        if self.inv_freq.len() <= MAX_ROPE_PAIRS {
+            for (i, &f) in self.inv_freq.iter().enumerate() {
+                // f32 angle, as the references compute it.
+                (self.sin[i], self.cos[i]) = (pos as f32 * f).sin_cos();
+            }
+        }
+    }
+
+    /// `rope_neox(x, pos, inv_freq)` at the last [`set`](Self::set)'s position.
+    fn apply(&self, x: &mut [f32]) {
+        let half = self.inv_freq.len();
+        if half > MAX_ROPE_PAIRS {
+            return rope_neox(x, self.pos, self.inv_freq);
+        }
+        for i in 0..half {
+            let (a, b) = (x[i], x[i + half]);
+            x[i] = a * self.cos[i] - b * self.sin[i];
+            x[i + half] = a * self.sin[i] + b * self.cos[i];
+        }
     }
 }
 
@@ -105,23 +153,44 @@ pub(crate) fn forward<'s>(
     let mut gate = Buf::for_output(n * nh * hd);
     let mut attn = Buf::for_output(n * nh * hd);
     for s in seqs {
-        // Split Q from its gate, norm and rotate Q and K at each row's position.
-        for t in s.rows.clone() {
-            let pos = s.pos + (t - s.rows.start);
-            for hh in 0..nh {
-                let src = &qg[(t * nh + hh) * 2 * hd..(t * nh + hh + 1) * 2 * hd];
-                let qh = &mut q[(t * nh + hh) * hd..(t * nh + hh + 1) * hd];
-                qh.copy_from_slice(&src[..hd]);
-                gate[(t * nh + hh) * hd..(t * nh + hh + 1) * hd].copy_from_slice(&src[hd..]);
-                rms_norm_inplace(qh, &w.q_norm, c.rms_eps);
-                rope_neox(qh, pos, inv_freq);
+        // Split Q from its gate, norm and rotate Q and K at each row's
+        // position: rows in parallel, each row's rotation computed once for
+        // all its heads.
+        let (q_ptr, gate_ptr, k_ptr) = (
+            SharedMut::new(&mut q),
+            SharedMut::new(&mut gate),
+            SharedMut::new(&mut k),
+        );
+        let (row0, pos0) = (s.rows.start, s.pos);
+        threads.for_ranges(s.rows.len(), 8, |r0, r1| {
+            let mut rot = Rotation::new(inv_freq);
+            for t in row0 + r0..row0 + r1 {
+                rot.set(pos0 + (t - row0));
+                // SAFETY: row t of q, gate and k is this task's alone.
+                let (qt, gt, kt) = unsafe {
+                    (
+                        std::slice::from_raw_parts_mut(q_ptr.at(t * nh * hd), nh * hd),
+                        std::slice::from_raw_parts_mut(gate_ptr.at(t * nh * hd), nh * hd),
+                        std::slice::from_raw_parts_mut(k_ptr.at(t * nkv * hd), nkv * hd),
+                    )
+                };
+                let src = &qg[t * nh * 2 * hd..(t + 1) * nh * 2 * hd];
+                for ((qh, gh), sh) in qt
+                    .chunks_exact_mut(hd)
+                    .zip(gt.chunks_exact_mut(hd))
+                    .zip(src.chunks_exact(2 * hd))
+                {
+                    qh.copy_from_slice(&sh[..hd]);
+                    gh.copy_from_slice(&sh[hd..]);
+                    rms_norm_inplace(qh, &w.q_norm, c.rms_eps);
+                    rot.apply(qh);
+                }
+                for kh in kt.chunks_exact_mut(hd) {
+                    rms_norm_inplace(kh, &w.k_norm, c.rms_eps);
+                    rot.apply(kh);
+                }
             }
-            for hh in 0..nkv {
-                let kh = &mut k[(t * nkv + hh) * hd..(t * nkv + hh + 1) * hd];
-                rms_norm_inplace(kh, &w.k_norm, c.rms_eps);
-                rope_neox(kh, pos, inv_freq);
-            }
-        }
+        });
         let (a, b) = (s.rows.start, s.rows.end);
         let full = s.capacity * nkv * hd;
         append(s.k_cache, &k[a * nkv * hd..b * nkv * hd], full);
@@ -137,7 +206,13 @@ pub(crate) fn forward<'s>(
             &mut attn[a * nh * hd..b * nh * hd],
         );
     }
-    mul_sigmoid_inplace(&mut attn, &gate);
+    let attn_ptr = SharedMut::new(&mut attn);
+    threads.for_ranges(n, 8, |t0, t1| {
+        let w = nh * hd;
+        // SAFETY: rows t0..t1 of attn are this task's alone.
+        let a = unsafe { std::slice::from_raw_parts_mut(attn_ptr.at(t0 * w), (t1 - t0) * w) };
+        mul_sigmoid_inplace(a, &gate[t0 * w..t1 * w]);
+    });
     let mut out = Buf::for_output(n * c.n_embd);
     matmul_in(c.precision, threads, w.o.view(), &attn, n, &mut out);
     out
@@ -198,7 +273,24 @@ fn attend(
 
 #[cfg(test)]
 mod tests {
-    use super::rope_neox;
+    use super::{rope_neox, Rotation};
+
+    #[test]
+    fn a_rows_rotation_gives_rope_neox_bits() {
+        let inv: Vec<f32> = (0..32).map(|i| 1e7f32.powf(-(i as f32) / 32.0)).collect();
+        let x: Vec<f32> = (0..256).map(|i| (i as f32 * 0.37).sin()).collect();
+        let mut rot = Rotation::new(&inv);
+        for pos in [0, 1, 17, 4095, 262_143] {
+            rot.set(pos);
+            let (mut a, mut b) = (x.clone(), x.clone());
+            rope_neox(&mut a, pos, &inv);
+            rot.apply(&mut b);
+            assert!(
+                a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
+                "pos {pos}"
+            );
+        }
+    }
 
     #[test]
     fn rope_rotates_pairs_and_keeps_norm() {
