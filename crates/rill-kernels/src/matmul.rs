@@ -9,7 +9,7 @@
 //! token (decode) or many (prefill) alike, in one canonical order per output.
 
 use crate::gemm;
-use crate::q8::{self, ActFormat, Precision, Q8Acts, Q8Rows};
+use crate::q8::{self, ActFormat, Precision, Q8Acts, Q8Rows, RowSink};
 use crate::quant;
 use crate::simd::Isa;
 use crate::threads::{SharedMut, Threads};
@@ -191,7 +191,7 @@ pub fn matmul_many_on(isa: Isa, precision: Precision, threads: &Threads, jobs: &
     outs.clear();
     outs.extend(jobs.iter_mut().map(|j| SharedMut::new(j.out)));
     if precision == Precision::Q8 {
-        quantized.quantize(jobs);
+        quantized.quantize(threads, jobs);
     } else {
         quantized.clear();
     }
@@ -393,6 +393,9 @@ struct QuantizedX {
     at: Vec<Option<usize>>,
     /// The distinct inputs quantized: (first job with it, its format).
     placed: Vec<(usize, ActFormat)>,
+    /// Per distinct input: its first row among all of theirs, its first
+    /// job, where its rows go.
+    sinks: Vec<(usize, usize, RowSink)>,
 }
 
 impl QuantizedX {
@@ -401,8 +404,9 @@ impl QuantizedX {
     }
 
     /// Quantize each distinct input of the jobs that have integer
-    /// kernels, whole (all its rows, also for jobs that pick some).
-    fn quantize(&mut self, jobs: &[MatJob]) {
+    /// kernels, whole (all its rows, also for jobs that pick some): the
+    /// rows of all of them in one parallel region.
+    fn quantize(&mut self, threads: &Threads, jobs: &[MatJob]) {
         let same = |a: &[f32], b: &[f32]| a.as_ptr() == b.as_ptr() && a.len() == b.len();
         self.at.clear();
         self.placed.clear();
@@ -419,8 +423,6 @@ impl QuantizedX {
                         if self.pool.len() <= p {
                             self.pool.push(Q8Acts::default());
                         }
-                        let cols = j.w.cols;
-                        self.pool[p].quantize(f, j.x, j.x.len() / cols, cols);
                         self.placed.push((k, f));
                         p
                     }
@@ -428,6 +430,29 @@ impl QuantizedX {
             });
             self.at.push(at);
         }
+        self.sinks.clear();
+        let mut total = 0;
+        for (acts, &(k, f)) in self.pool.iter_mut().zip(&self.placed) {
+            let cols = jobs[k].w.cols;
+            let rows = jobs[k].x.len() / cols;
+            self.sinks.push((total, k, acts.prepare(f, rows, cols)));
+            total += rows;
+        }
+        let sinks = &self.sinks;
+        // Rows are ~1-10 µs each: a decode step's few stay on this thread.
+        threads.for_ranges(total, 32, |g0, g1| {
+            let mut i = sinks.partition_point(|&(start, _, _)| start <= g0) - 1;
+            for g in g0..g1 {
+                while i + 1 < sinks.len() && sinks[i + 1].0 <= g {
+                    i += 1;
+                }
+                let (start, k, sink) = sinks[i];
+                let (t, cols) = (g - start, jobs[k].w.cols);
+                // SAFETY: row t of input i is below its prepared count, and
+                // this task's alone.
+                unsafe { sink.row(t, &jobs[k].x[t * cols..(t + 1) * cols]) };
+            }
+        });
     }
 
     /// Job `k`'s quantized activations, if it runs on 8-bit ones.

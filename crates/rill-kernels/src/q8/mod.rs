@@ -203,6 +203,58 @@ impl<'a> From<&'a Q8Acts> for Q8Rows<'a> {
     }
 }
 
+/// Where [`Q8Acts::prepare`] lets the rows of one input be quantized:
+/// raw pointers into its buffers, so that several threads may each fill
+/// their own rows.
+#[derive(Clone, Copy)]
+pub(crate) struct RowSink {
+    format: ActFormat,
+    cols: usize,
+    stride: usize,
+    qs: *mut i8,
+    d: *mut f32,
+    sums: *mut i16,
+}
+
+// SAFETY: a sink only hands out writes to the row its caller names, and
+// `row`'s contract keeps rows to one writer.
+unsafe impl Send for RowSink {}
+unsafe impl Sync for RowSink {}
+
+impl RowSink {
+    /// Quantize `xr` (`cols` values) into row `t`.
+    ///
+    /// # Safety
+    /// `t` is below the prepared row count, the [`Q8Acts`] is not touched
+    /// otherwise meanwhile, and no other thread writes row `t` meanwhile.
+    pub(crate) unsafe fn row(&self, t: usize, xr: &[f32]) {
+        let (cols, block) = (self.cols, self.format.block());
+        assert_eq!(xr.len(), cols, "q8: activation row size");
+        let nb = cols / block;
+        let qr = std::slice::from_raw_parts_mut(self.qs.add(t * self.stride), cols);
+        let d = std::slice::from_raw_parts_mut(self.d.add(t * nb), nb);
+        for ((xb, qb), db) in xr
+            .chunks_exact(block)
+            .zip(qr.chunks_exact_mut(block))
+            .zip(d.iter_mut())
+        {
+            let v = quantize::block(xb, qb);
+            *db = match self.format {
+                ActFormat::K256 => v,
+                // As llama.cpp's Q8_0 activations: the scale kept as f16.
+                ActFormat::B32 => half::f16::from_f32(v).to_f32(),
+            };
+        }
+        if self.format == ActFormat::K256 {
+            let ns = cols / 16;
+            let sums = std::slice::from_raw_parts_mut(self.sums.add(t * ns), ns);
+            for (s, q16) in sums.iter_mut().zip(qr.chunks_exact(16)) {
+                *s = q16.iter().map(|&v| v as i16).sum();
+            }
+        }
+    }
+}
+
 /// One quantized activation row.
 #[derive(Clone, Copy)]
 pub struct ActRow<'a> {
@@ -215,12 +267,22 @@ impl Q8Acts {
     /// Quantize `x` (`n` rows of `cols`) into `format`. `cols` must be a
     /// whole number of the format's blocks.
     pub fn quantize(&mut self, format: ActFormat, x: &[f32], n: usize, cols: usize) {
+        assert_eq!(x.len(), n * cols, "q8: activation size");
+        let sink = self.prepare(format, n, cols);
+        for (t, xr) in x.chunks_exact(cols.max(1)).enumerate().take(n) {
+            // SAFETY: t < n, rows written one at a time.
+            unsafe { sink.row(t, xr) };
+        }
+    }
+
+    /// Room for `n` rows of `cols` values in `format`, to be filled row by
+    /// row through the returned sink (from any threads: rows are disjoint).
+    pub(crate) fn prepare(&mut self, format: ActFormat, n: usize, cols: usize) -> RowSink {
         let block = format.block();
         assert!(
             cols.is_multiple_of(block),
             "q8: {cols} values is not whole blocks of {block}"
         );
-        assert_eq!(x.len(), n * cols, "q8: activation size");
         self.format = Some(format);
         self.n = n;
         self.cols = cols;
@@ -237,30 +299,14 @@ impl Q8Acts {
             0
         };
         self.sums.resize(n * ns, 0);
-        for t in 0..n {
-            let xr = &x[t * cols..(t + 1) * cols];
-            let q0 = self.base + t * self.stride;
-            let qr = &mut self.qs[q0..q0 + cols];
-            for (b, (xb, qb)) in xr
-                .chunks_exact(block)
-                .zip(qr.chunks_exact_mut(block))
-                .enumerate()
-            {
-                let d = quantize::block(xb, qb);
-                self.d[t * nb + b] = match format {
-                    ActFormat::K256 => d,
-                    // As llama.cpp's Q8_0 activations: the scale kept as f16.
-                    ActFormat::B32 => half::f16::from_f32(d).to_f32(),
-                };
-            }
-            if ns > 0 {
-                for (s, q16) in self.sums[t * ns..(t + 1) * ns]
-                    .iter_mut()
-                    .zip(qr.chunks_exact(16))
-                {
-                    *s = q16.iter().map(|&v| v as i16).sum();
-                }
-            }
+        RowSink {
+            format,
+            cols,
+            stride: self.stride,
+            // SAFETY: `base` < 64 and `qs` holds more than that.
+            qs: unsafe { self.qs.as_mut_ptr().add(self.base) },
+            d: self.d.as_mut_ptr(),
+            sums: self.sums.as_mut_ptr(),
         }
     }
 
