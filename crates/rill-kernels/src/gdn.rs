@@ -17,9 +17,8 @@
 //! Every exponent is of a non-positive number (G decreases), computed only
 //! where it is used (masked before `exp`), so nothing overflows.
 
-use crate::gemm::Scratch;
 use crate::simd::Isa;
-use crate::small::{product, product_nn, room_len, split, transpose};
+use crate::small::{product_nn, room_len, split, transpose};
 
 /// Tokens per chunk of the chunkwise form.
 pub const CHUNK: usize = 64;
@@ -146,7 +145,7 @@ pub fn delta_rule_chunked_in(
         scratch.len() >= room_len(&lens),
         "chunked scratch too small"
     );
-    let [big_g, decay, gram, proj, rhs, tm, u, kw, upd, rows] = split(scratch, lens);
+    let [big_g, decay, gram, proj, rhs, tm, u, kw, upd] = split(scratch, lens);
     let mut sc = ChunkScratch {
         big_g,
         decay,
@@ -157,7 +156,6 @@ pub fn delta_rule_chunked_in(
         u,
         kw,
         upd,
-        rows,
     };
     let mut start = 0;
     while start < n {
@@ -196,17 +194,15 @@ struct ChunkScratch<'a> {
     tm: &'a mut [f32],
     /// `[C × d_v]`: the u_t.
     u: &'a mut [f32],
-    /// `[d_k × C]`: e^{G_C−G_s} k_s[i], the state update's left factor.
+    /// `[d_k × C]`: Kᵀ, then e^{G_C−G_s} k_s[i], the state update's left factor.
     kw: &'a mut [f32],
     /// `[d_k × d_v]`: the state update.
     upd: &'a mut [f32],
-    /// The dot-product kernel's scratch (unused for f32 factors read in place).
-    rows: &'a mut [f32],
 }
 
 impl ChunkScratch<'_> {
     /// Lengths of the parts, in field order.
-    fn lens(dk: usize, dv: usize) -> [usize; 10] {
+    fn lens(dk: usize, dv: usize) -> [usize; 9] {
         let c = CHUNK;
         [
             c,
@@ -218,16 +214,40 @@ impl ChunkScratch<'_> {
             c * dv,
             dk * c,
             dk * dv,
-            Scratch::len(dk.max(c)),
         ]
     }
 }
 
-/// One chunk. The products with the state and with u are [`product_nn`]s
-/// (rows of the right factor added into register tiles: no transposes); the
-/// Gram matrices, whose right factor would need one, are dot products.
+/// One chunk. Every product is a [`product_nn`] (rows of the right factor
+/// added into register tiles): the Gram matrices take Kᵀ, transposed once
+/// and then scaled into the state update's left factor.
+///
+/// The element-wise loops are compiled for the CPU's widest vectors (the
+/// same IEEE operations, so the same bits on every path).
 fn chunk(x: &HeadInputs, state: &mut [f32], out: &mut [f32], sc: &mut ChunkScratch) {
-    let isa = Isa::best();
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f")]
+        unsafe fn wide(x: &HeadInputs, state: &mut [f32], out: &mut [f32], sc: &mut ChunkScratch) {
+            chunk_body(x, state, out, sc)
+        }
+        #[target_feature(enable = "avx2")]
+        unsafe fn mid(x: &HeadInputs, state: &mut [f32], out: &mut [f32], sc: &mut ChunkScratch) {
+            chunk_body(x, state, out, sc)
+        }
+        match Isa::best() {
+            // SAFETY: `Isa::best` found the features on this CPU.
+            Isa::Avx512 => return unsafe { wide(x, state, out, sc) },
+            // SAFETY: as above.
+            Isa::Avx2 => return unsafe { mid(x, state, out, sc) },
+            _ => {}
+        }
+    }
+    chunk_body(x, state, out, sc)
+}
+
+#[inline(always)]
+fn chunk_body(x: &HeadInputs, state: &mut [f32], out: &mut [f32], sc: &mut ChunkScratch) {
     let (dk, dv) = (x.d_k, x.d_v);
     let c = x.n();
     let big_g = &mut sc.big_g[..c];
@@ -253,8 +273,12 @@ fn chunk(x: &HeadInputs, state: &mut [f32], out: &mut [f32], sc: &mut ChunkScrat
     // B_t = β_t (v_t − e^{G_t} S₀ᵀk_t). Solved as U = T·B with T = (I + A)⁻¹
     // (the "UT transform" of the papers above): the forward substitution
     // runs over the C × C matrix, not over rows of d_v, and U is one product.
+    // Kᵀ, for the Gram matrices (as right factors of `product_nn`: no
+    // horizontal sums) and, scaled, the state update's left factor.
+    let kt = &mut sc.kw[..dk * c];
+    transpose(x.k, dk, (c, dk), kt, c);
     product_nn((x.k, dk), (state, dv), (c, dk, dv), (proj, dv));
-    product(isa, x.k, c, dk, x.k, c, sc.rows, gram);
+    product_nn((x.k, dk), (kt, c), (c, dk, c), (gram, c));
     let tm = &mut sc.tm[..c * c];
     for t in 0..c {
         let (done, rest) = tm.split_at_mut(t * c);
@@ -284,7 +308,7 @@ fn chunk(x: &HeadInputs, state: &mut [f32], out: &mut [f32], sc: &mut ChunkScrat
     // o_t = e^{G_t} S₀ᵀq_t + Σ_{s≤t} e^{G_t−G_s} (q_t·k_s) u_s, the sum as
     // one product of the masked, decayed scores [C × C] by u.
     product_nn((x.q, dk), (state, dv), (c, dk, dv), (proj, dv));
-    product(isa, x.k, c, dk, x.q, c, sc.rows, gram);
+    product_nn((x.q, dk), (kt, c), (c, dk, c), (gram, c));
     for t in 0..c {
         for s in 0..c {
             gram[t * c + s] = if s <= t {
@@ -308,8 +332,7 @@ fn chunk(x: &HeadInputs, state: &mut [f32], out: &mut [f32], sc: &mut ChunkScrat
     // S_C = e^{G_C} S₀ + Σ_s e^{G_C−G_s} k_s u_sᵀ, the sum as one product of
     // kw [d_k × C] (kw[i][s] = e^{G_C−G_s} k_s[i]) by u [C × d_v].
     let ec = big_g[c - 1].exp();
-    let kw = &mut sc.kw[..dk * c];
-    transpose(x.k, dk, (c, dk), kw, c);
+    let kw = kt;
     let to_end = &decay[(c - 1) * c..];
     for row in kw.chunks_exact_mut(c) {
         row.iter_mut().zip(to_end).for_each(|(k, &w)| *k *= w);

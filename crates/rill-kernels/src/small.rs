@@ -176,11 +176,18 @@ fn nn_body(
         };
         let mut t0 = 0;
         while t0 < m {
-            let r = if m - t0 >= 4 { 4 } else { 1 };
+            let r = match m - t0 {
+                8.. => 8,
+                4.. => 4,
+                _ => 1,
+            };
             let at = &a[t0 * lda..];
             let bt = &b[j0..];
             let ot = &mut out[t0 * ldo + j0..];
             match (r, w) {
+                (8, 32) => nn_tile::<8, 32>(at, lda, bt, ldb, kk, ot, ldo),
+                (8, 16) => nn_tile::<8, 16>(at, lda, bt, ldb, kk, ot, ldo),
+                (8, _) => nn_tile::<8, 1>(at, lda, bt, ldb, kk, ot, ldo),
                 (4, 32) => nn_tile::<4, 32>(at, lda, bt, ldb, kk, ot, ldo),
                 (4, 16) => nn_tile::<4, 16>(at, lda, bt, ldb, kk, ot, ldo),
                 (4, _) => nn_tile::<4, 1>(at, lda, bt, ldb, kk, ot, ldo),
