@@ -10,6 +10,7 @@
 //! - [`simd`]: run-time choice of the SIMD kernel path ([`simd::Isa`]).
 //! - [`threads`]: the thread pool the forward pass runs on.
 pub mod attention;
+pub mod conv;
 pub mod gdn;
 mod gemm;
 pub mod matmul;

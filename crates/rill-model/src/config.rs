@@ -5,6 +5,7 @@
 
 use crate::error::ModelError;
 use rill_gguf::{GgufFile, MetaValue};
+use rill_kernels::conv::MAX_CONV_TAPS;
 use rill_kernels::Precision;
 
 /// The architectures of the family rill runs.
@@ -73,10 +74,6 @@ pub enum LayerKind {
     /// Gated full attention with a KV cache.
     Attention,
 }
-
-/// The most taps a GDN conv may have: its state per channel lives on the
-/// stack (the models have 4).
-pub const MAX_CONV_KERNEL: usize = 8;
 
 /// Every hyperparameter the forward pass uses.
 #[derive(Clone, Debug)]
@@ -222,9 +219,9 @@ impl ModelConfig {
             {
                 return bad(format!("GDN with {nk} key heads, {nv} value heads"));
             }
-            if self.conv_kernel > MAX_CONV_KERNEL {
+            if self.conv_kernel > MAX_CONV_TAPS {
                 return bad(format!(
-                    "GDN conv kernel of {} taps (at most {MAX_CONV_KERNEL})",
+                    "GDN conv kernel of {} taps (at most {MAX_CONV_TAPS})",
                     self.conv_kernel
                 ));
             }

@@ -2,16 +2,15 @@
 //! carried window, L2-normed q/k, the gated delta rule per value head, and
 //! the gated RMSNorm on the way out.
 
-use crate::config::{HeadOrder, ModelConfig, MAX_CONV_KERNEL};
+use crate::config::{HeadOrder, ModelConfig};
 use crate::error::ModelError;
 use crate::scratch::{Buf, JobList};
 use crate::weights::{Binder, Matrix};
+use rill_kernels::conv::causal_conv_silu;
 use rill_kernels::gdn::{
     chunked_scratch_len, delta_rule_chunked_in, delta_rule_recurrent, HeadInputs,
 };
-use rill_kernels::ops::{
-    l2_norm_inplace, mul_silu_inplace, rms_norm_inplace, sigmoid, silu_inplace, softplus,
-};
+use rill_kernels::ops::{l2_norm_inplace, mul_silu_inplace, rms_norm_inplace, sigmoid, softplus};
 use rill_kernels::threads::SharedMut;
 use rill_kernels::{matmul_in, matmul_many_in, MatJob, Threads};
 
@@ -211,72 +210,6 @@ fn project(
     (qkv, z, a, b)
 }
 
-/// Causal depthwise conv + SiLU over `qkv` `[n × conv_dim]`, in place,
-/// carrying the last `K−1` raw inputs in `window`.
-///
-/// Channels are independent, so each task takes blocks of them through
-/// every token, keeping its channels' last `K−1` raw inputs in a ring (a
-/// token's output overwrites its input). Each output is the same sum in
-/// the same order however the channels are split.
-fn conv_silu(
-    w: &GdnWeights,
-    c: &ModelConfig,
-    threads: &Threads,
-    qkv: &mut [f32],
-    n: usize,
-    window: &mut [f32],
-) {
-    const BLOCK: usize = 64;
-    let cd = c.conv_dim();
-    let m = c.conv_kernel - 1;
-    let qkv = SharedMut::new(&mut qkv[..n * cd]);
-    let window = SharedMut::new(window);
-    // A decode step's few channels × taps stay on one thread.
-    threads.for_ranges(cd.div_ceil(BLOCK), (256 / n.max(1)).max(1), |b0, b1| {
-        // Ring slot `p % m` holds the raw inputs of position `p`: window
-        // row `j` is position `j`, token `t`'s input position `m + t`.
-        let mut ring = [0f32; (MAX_CONV_KERNEL - 1) * BLOCK];
-        let mut acc = [0f32; BLOCK];
-        for blk in b0..b1 {
-            let c0 = blk * BLOCK;
-            let bw = BLOCK.min(cd - c0);
-            // SAFETY: channels `c0..c0 + bw` of every row of `qkv` and of
-            // the window are this task's alone.
-            let win =
-                |j: usize| unsafe { std::slice::from_raw_parts_mut(window.at(j * cd + c0), bw) };
-            for j in 0..m {
-                ring[j * BLOCK..j * BLOCK + bw].copy_from_slice(win(j));
-            }
-            let last = &w.conv[m * cd + c0..m * cd + c0 + bw];
-            for t in 0..n {
-                // SAFETY: as above.
-                let row = unsafe { std::slice::from_raw_parts_mut(qkv.at(t * cd + c0), bw) };
-                for ((o, &tap), &x) in acc.iter_mut().zip(last).zip(row.iter()) {
-                    *o = tap * x;
-                }
-                for j in 0..m {
-                    let taps = &w.conv[j * cd + c0..j * cd + c0 + bw];
-                    let slot = (t + j) % m * BLOCK;
-                    for ((o, &tap), &x) in acc.iter_mut().zip(taps).zip(&ring[slot..slot + bw]) {
-                        *o += tap * x;
-                    }
-                }
-                if m > 0 {
-                    // Position t's slot now takes position m + t.
-                    let slot = t % m * BLOCK;
-                    ring[slot..slot + bw].copy_from_slice(row);
-                }
-                row.copy_from_slice(&acc[..bw]);
-                silu_inplace(row);
-            }
-            for j in 0..m {
-                let slot = (n + j) % m * BLOCK;
-                win(j).copy_from_slice(&ring[slot..slot + bw]);
-            }
-        }
-    });
-}
-
 /// The gated delta rule for `n` tokens, value heads in parallel: token by
 /// token for decode, chunkwise for prefill (the same result within f32
 /// rounding). `qkv` holds the conv outputs; writes `out` `[n × n_v·d_v]`.
@@ -383,7 +316,7 @@ pub(crate) fn forward<'s>(
         let (a, b) = (s.rows.start, s.rows.end);
         let m = b - a;
         let rows = &mut qkv[a * cd..b * cd];
-        conv_silu(w, c, threads, rows, m, s.conv);
+        causal_conv_silu(threads, &w.conv, c.conv_kernel, rows, m, s.conv);
         delta_rule(
             w,
             c,
