@@ -64,6 +64,14 @@ impl HeadOrder {
             HeadOrder::Grouped => h / (n_v / n_k),
         }
     }
+
+    /// The `j`-th value head (of `n_v / n_k`) that reads key head `kh`.
+    pub fn value_head(self, kh: usize, j: usize, n_k: usize, n_v: usize) -> usize {
+        match self {
+            HeadOrder::Tiled => kh + j * n_k,
+            HeadOrder::Grouped => kh * (n_v / n_k) + j,
+        }
+    }
 }
 
 /// The mixer of one layer.

@@ -239,7 +239,9 @@ fn delta_rule(
     let room_ptr = SharedMut::new(&mut room);
     let out_ptr = SharedMut::new(out);
     let ssm_ptr = SharedMut::new(ssm);
-    threads.for_ranges_on(nv, 1, |slot, h0, h1| {
+    // Tasks take key heads: each gathers and normalises its q and k once
+    // for the value heads that read them.
+    threads.for_ranges_on(nk, 1, |slot, k0, k1| {
         // SAFETY: part `slot` of the room is used by one task at a time.
         let room = unsafe { std::slice::from_raw_parts_mut(room_ptr.at(slot * part), part) };
         let (q, room) = room.split_at_mut(n * d);
@@ -248,9 +250,7 @@ fn delta_rule(
         let (o, room) = room.split_at_mut(n * d);
         let (gh, room) = room.split_at_mut(n);
         let (bh, chunk_scratch) = room.split_at_mut(n);
-        for h in h0..h1 {
-            let kh = w.order.key_head(h, nk, nv);
-            // Gather this head's inputs contiguously.
+        for kh in k0..k1 {
             for t in 0..n {
                 let row = &qkv[t * cd..(t + 1) * cd];
                 let qt = &mut q[t * d..(t + 1) * d];
@@ -260,32 +260,37 @@ fn delta_rule(
                 let kt = &mut k[t * d..(t + 1) * d];
                 kt.copy_from_slice(&row[(nk + kh) * d..(nk + kh + 1) * d]);
                 l2_norm_inplace(kt, c.rms_eps);
-                let vs = 2 * nk * d + h * d;
-                v[t * d..(t + 1) * d].copy_from_slice(&row[vs..vs + d]);
-                gh[t] = g[t * nv + h];
-                bh[t] = beta[t * nv + h];
             }
-            let inputs = HeadInputs {
-                q,
-                k,
-                v,
-                g: gh,
-                beta: bh,
-                d_k: d,
-                d_v: d,
-            };
-            // SAFETY: value head h's state belongs to this task only.
-            let s = unsafe { std::slice::from_raw_parts_mut(ssm_ptr.at(h * d * d), d * d) };
-            if n == 1 {
-                delta_rule_recurrent(&inputs, s, o);
-            } else {
-                delta_rule_chunked_in(&inputs, s, o, chunk_scratch);
-            }
-            for t in 0..n {
-                // SAFETY: the output columns of head h belong to this task only.
-                let dst =
-                    unsafe { std::slice::from_raw_parts_mut(out_ptr.at((t * nv + h) * d), d) };
-                dst.copy_from_slice(&o[t * d..(t + 1) * d]);
+            for j in 0..nv / nk {
+                let h = w.order.value_head(kh, j, nk, nv);
+                for t in 0..n {
+                    let vs = t * cd + 2 * nk * d + h * d;
+                    v[t * d..(t + 1) * d].copy_from_slice(&qkv[vs..vs + d]);
+                    gh[t] = g[t * nv + h];
+                    bh[t] = beta[t * nv + h];
+                }
+                let inputs = HeadInputs {
+                    q,
+                    k,
+                    v,
+                    g: gh,
+                    beta: bh,
+                    d_k: d,
+                    d_v: d,
+                };
+                // SAFETY: value head h's state belongs to this task only.
+                let s = unsafe { std::slice::from_raw_parts_mut(ssm_ptr.at(h * d * d), d * d) };
+                if n == 1 {
+                    delta_rule_recurrent(&inputs, s, o);
+                } else {
+                    delta_rule_chunked_in(&inputs, s, o, chunk_scratch);
+                }
+                for t in 0..n {
+                    // SAFETY: the output columns of head h belong to this task only.
+                    let dst =
+                        unsafe { std::slice::from_raw_parts_mut(out_ptr.at((t * nv + h) * d), d) };
+                    dst.copy_from_slice(&o[t * d..(t + 1) * d]);
+                }
             }
         }
     });
