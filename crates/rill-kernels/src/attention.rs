@@ -16,8 +16,8 @@
 //! A query's result depends only on its own vector and the keys and values at
 //! positions up to its own — not on the other queries of its block, the
 //! block size, the number of new rows or the thread split:
-//! - every score is one canonical dot product over the head dimension
-//!   (`gemm` module doc), whatever the tile holds;
+//! - every score is one fused multiply-add chain over the head dimension
+//!   in order (`small::product_nn`), whatever the tile holds;
 //! - key tiles sit at absolute positions, so a query meets the same tiles
 //!   whichever block it is in. Tiles that are entirely in its future are
 //!   skipped for it (its row's state is left untouched);
@@ -29,9 +29,8 @@
 //! So a prompt gives the same bits in one step, in chunks, or alone or in a
 //! batch with other sequences, and decode (one row) takes the same path.
 
-use crate::gemm::Scratch;
 use crate::simd::Isa;
-use crate::small::{product, product_nn, room_len, split};
+use crate::small::{product_nn, room_len, split, transpose};
 use crate::threads::{SharedMut, Threads};
 
 /// Keys per tile.
@@ -60,9 +59,9 @@ impl AttnShape {
     }
 
     /// Lengths of the parts of one thread's scratch: stacked queries, key
-    /// tile, scores, weights, P·V, output accumulator, running max, running
-    /// sum, the score product's own scratch.
-    fn parts(&self) -> [usize; 9] {
+    /// tile (transposed), scores, weights, P·V, output accumulator, running
+    /// max, running sum.
+    fn parts(&self) -> [usize; 8] {
         let rows = self.block_positions() * self.group();
         let hd = self.head_dim;
         [
@@ -74,7 +73,6 @@ impl AttnShape {
             rows * hd,
             rows,
             rows,
-            Scratch::len(hd.max(KEY_TILE)),
         ]
     }
 
@@ -154,12 +152,37 @@ struct Job<'a> {
 }
 
 impl Job<'_> {
+    /// The job, its element-wise loops compiled for the CPU's widest
+    /// vectors (the same IEEE operations in the same order: the same bits).
     fn run(&self, room: &mut [f32], out: SharedMut<f32>) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx512f")]
+            unsafe fn wide(job: &Job, room: &mut [f32], out: SharedMut<f32>) {
+                job.body(room, out)
+            }
+            #[target_feature(enable = "avx2")]
+            unsafe fn mid(job: &Job, room: &mut [f32], out: SharedMut<f32>) {
+                job.body(room, out)
+            }
+            match self.isa {
+                // SAFETY: `Isa::best` found the features on this CPU.
+                Isa::Avx512 => return unsafe { wide(self, room, out) },
+                // SAFETY: as above.
+                Isa::Avx2 => return unsafe { mid(self, room, out) },
+                _ => {}
+            }
+        }
+        self.body(room, out)
+    }
+
+    #[inline(always)]
+    fn body(&self, room: &mut [f32], out: SharedMut<f32>) {
         let (nh, nkv, hd) = (self.shape.n_head, self.shape.n_head_kv, self.shape.head_dim);
         let group = self.shape.group();
         let scale = 1.0 / (hd as f32).sqrt();
         let n = self.rows.len() * group;
-        let [qb, kb, s, p, pv, o, mx, l, gs] = split(room, self.shape.parts());
+        let [qb, kb, s, p, pv, o, mx, l] = split(room, self.shape.parts());
         // Query row r is (position t0 + r / group, head kvh·group + r % group):
         // the group's heads are adjacent in q, so a position is one copy.
         for (i, t) in self.rows.clone().enumerate() {
@@ -176,20 +199,10 @@ impl Job<'_> {
         while k0 < end {
             let kt = KEY_TILE.min(end - k0);
             let first = (k0 * nkv + self.kvh) * hd;
-            for j in 0..kt {
-                let src = first + j * nkv * hd;
-                kb[j * hd..(j + 1) * hd].copy_from_slice(&self.k_cache[src..src + hd]);
-            }
-            product(
-                self.isa,
-                &kb[..kt * hd],
-                kt,
-                hd,
-                qb,
-                n,
-                gs,
-                &mut s[..n * kt],
-            );
+            // The tile's keys transposed, `[hd × KEY_TILE]`: the right factor
+            // of the scores' product.
+            transpose(&self.k_cache[first..], nkv * hd, (kt, hd), kb, KEY_TILE);
+            product_nn((qb, hd), (kb, KEY_TILE), (n, hd, kt), (s, kt));
             for r in 0..n {
                 let pos = self.pos0 + self.rows.start + r / group;
                 // Keys of this tile at or before the row's position.
@@ -200,11 +213,16 @@ impl Job<'_> {
                     continue;
                 }
                 let sr = &mut s[r * kt..r * kt + valid];
-                let mut tile_max = f32::NEG_INFINITY;
-                for v in sr.iter_mut() {
-                    *v *= scale;
-                    tile_max = tile_max.max(*v);
+                sr.iter_mut().for_each(|v| *v *= scale);
+                // Sixteen running maxima, then theirs: the same maximum
+                // (exact in any order), in vector lanes.
+                let mut lanes = [f32::NEG_INFINITY; 16];
+                for c in sr.chunks(16) {
+                    for (m, &v) in lanes.iter_mut().zip(c) {
+                        *m = m.max(v);
+                    }
                 }
+                let tile_max = lanes.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
                 let new_max = mx[r].max(tile_max);
                 let alpha = (mx[r] - new_max).exp();
                 mx[r] = new_max;

@@ -1,14 +1,9 @@
 //! Products of small f32 matrices on the calling thread, for the kernels
-//! that run one task per head (attention, the chunkwise delta rule): the
-//! blocked matrix kernels of `gemm` run them several times faster than rows
-//! of dot products or `axpy`s, and in the same canonical order per output
-//! whatever the shape (`gemm` module doc).
+//! that run one task per head (attention, the chunkwise delta rule): register
+//! tiles run them several times faster than rows of dot products or `axpy`s,
+//! in one canonical order per output whatever the shape.
 
-use crate::gemm::{self, Scratch};
-use crate::matmul::MatRef;
 use crate::simd::Isa;
-use crate::threads::SharedMut;
-use rill_dtype::DType;
 
 /// `room` cut into parts of the given lengths, each starting on a 64-byte
 /// line: the products' vector loads then do not split cache lines.
@@ -20,46 +15,6 @@ pub(crate) fn split<const N: usize>(room: &mut [f32], lens: [usize; N]) -> [&mut
         rest = tail;
         &mut part[..len]
     })
-}
-
-/// `out[t][r] = Σ_c w[r][c]·x[t][c]` for `w` `[rows × cols]` and `x`
-/// `[n × cols]` (`out` is `[n × rows]`), on this thread, in the canonical
-/// order of the `gemm` module; `scratch` holds [`Scratch::len`]`(cols)`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn product(
-    isa: Isa,
-    w: &[f32],
-    rows: usize,
-    cols: usize,
-    x: &[f32],
-    n: usize,
-    scratch: &mut [f32],
-    out: &mut [f32],
-) {
-    let w = &w[..rows * cols];
-    let out = &mut out[..n * rows];
-    // SAFETY: `w` holds rows · cols initialised f32; any bytes are valid u8.
-    let data = unsafe { std::slice::from_raw_parts(w.as_ptr() as *const u8, 4 * w.len()) };
-    let w = MatRef {
-        dtype: DType::F32,
-        rows,
-        cols,
-        data,
-    };
-    // SAFETY: `out` holds the n · rows outputs and only this call writes
-    // them; `isa` comes from `Isa::best`, so this CPU runs it.
-    unsafe {
-        gemm::rows(
-            isa,
-            w,
-            &x[..n * cols],
-            n,
-            0,
-            rows,
-            SharedMut::new(out),
-            &mut Scratch::new(scratch),
-        )
-    };
 }
 
 /// Floats of a buffer that [`split`] cuts into parts of `lens`.
