@@ -14,6 +14,7 @@ use crate::model::{Mixer, Model};
 use crate::scratch::{Buf, Reused};
 use crate::state::{LayerState, SequenceState};
 use rill_kernels::ops::rms_norm;
+use rill_kernels::threads::SharedMut;
 use rill_kernels::{matmul_in, Threads};
 use std::cell::Cell;
 use std::ops::Range;
@@ -174,15 +175,20 @@ impl Model {
         }
 
         let mut xn = Buf::for_output(n * h);
+        // The last layer's FFN output, added to the residual stream with the
+        // next norm (or after the loop).
+        let mut pending: Option<Buf> = None;
         for (il, layer) in self.layers.iter().enumerate() {
-            for t in 0..n {
-                rms_norm(
-                    &x[t * h..(t + 1) * h],
-                    &layer.attn_norm,
-                    c.rms_eps,
-                    &mut xn[t * h..(t + 1) * h],
-                );
-            }
+            let (eps, prev) = (c.rms_eps, pending.take());
+            add_then_norm(
+                threads,
+                h,
+                &mut x,
+                prev.as_deref(),
+                &layer.attn_norm,
+                eps,
+                &mut xn,
+            );
             // Each sequence's rows and its state of this layer (no list is
             // built: the mixers take them as they go).
             let mixed = match &layer.mixer {
@@ -219,18 +225,11 @@ impl Model {
                     gdn::forward(w, c, threads, &xn, n, seqs)
                 }
             };
-            for (xi, mi) in x.iter_mut().zip(mixed.iter()) {
-                *xi += mi;
-            }
-            for t in 0..n {
-                rms_norm(
-                    &x[t * h..(t + 1) * h],
-                    &layer.post_attention_norm,
-                    c.rms_eps,
-                    &mut xn[t * h..(t + 1) * h],
-                );
-            }
-            let f = layer.ffn.forward(c, threads, &xn, n);
+            let post = &layer.post_attention_norm;
+            add_then_norm(threads, h, &mut x, Some(&mixed), post, c.rms_eps, &mut xn);
+            pending = Some(layer.ffn.forward(c, threads, &xn, n));
+        }
+        if let Some(f) = pending {
             for (xi, fi) in x.iter_mut().zip(f.iter()) {
                 *xi += fi;
             }
@@ -276,4 +275,37 @@ impl Model {
         }
         Ok(())
     }
+}
+
+/// `x[t] += add[t]` (when given), then `xn[t] = rms_norm(x[t]) ⊙ w`, for
+/// every row of `h` values, rows in parallel (the same operations per row
+/// as one after another).
+fn add_then_norm(
+    threads: &Threads,
+    h: usize,
+    x: &mut [f32],
+    add: Option<&[f32]>,
+    w: &[f32],
+    eps: f32,
+    xn: &mut [f32],
+) {
+    let n = x.len() / h;
+    let (x_ptr, xn_ptr) = (SharedMut::new(x), SharedMut::new(xn));
+    threads.for_ranges(n, 16, |t0, t1| {
+        // SAFETY: rows t0..t1 of x and xn are this task's alone.
+        let (x, xn) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(x_ptr.at(t0 * h), (t1 - t0) * h),
+                std::slice::from_raw_parts_mut(xn_ptr.at(t0 * h), (t1 - t0) * h),
+            )
+        };
+        if let Some(add) = add {
+            for (xi, ai) in x.iter_mut().zip(&add[t0 * h..t1 * h]) {
+                *xi += ai;
+            }
+        }
+        for (row, out) in x.chunks_exact(h).zip(xn.chunks_exact_mut(h)) {
+            rms_norm(row, w, eps, out);
+        }
+    });
 }
