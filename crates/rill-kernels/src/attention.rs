@@ -29,7 +29,7 @@
 //! So a prompt gives the same bits in one step, in chunks, or alone or in a
 //! batch with other sequences, and decode (one row) takes the same path.
 
-use crate::simd::Isa;
+use crate::simd::{on_widest_vectors, Isa};
 use crate::small::{product_nn, room_len, split, transpose};
 use crate::threads::{SharedMut, Threads};
 
@@ -155,24 +155,8 @@ impl Job<'_> {
     /// The job, its element-wise loops compiled for the CPU's widest
     /// vectors (the same IEEE operations in the same order: the same bits).
     fn run(&self, room: &mut [f32], out: SharedMut<f32>) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            #[target_feature(enable = "avx512f")]
-            unsafe fn wide(job: &Job, room: &mut [f32], out: SharedMut<f32>) {
-                job.body(room, out)
-            }
-            #[target_feature(enable = "avx2")]
-            unsafe fn mid(job: &Job, room: &mut [f32], out: SharedMut<f32>) {
-                job.body(room, out)
-            }
-            match self.isa {
-                // SAFETY: `Isa::best` found the features on this CPU.
-                Isa::Avx512 => return unsafe { wide(self, room, out) },
-                // SAFETY: as above.
-                Isa::Avx2 => return unsafe { mid(self, room, out) },
-                _ => {}
-            }
-        }
+        on_widest_vectors!(self.isa, (job: &Job = self, room: &mut [f32] = room,
+            out: SharedMut<f32> = out) => job.body(room, out));
         self.body(room, out)
     }
 

@@ -11,7 +11,7 @@
 //! bits.
 
 use crate::ops::exp_fast;
-use crate::simd::Isa;
+use crate::simd::{on_widest_vectors, Isa};
 use crate::threads::{SharedMut, Threads};
 
 /// Most taps a conv may have: a block's last inputs live on the stack.
@@ -78,25 +78,8 @@ impl Block<'_> {
     /// The block's channels of `x` (`n` rows) and `window` (`k − 1` rows)
     /// are the caller's alone.
     unsafe fn run(&self, isa: Isa, x: SharedMut<f32>, window: SharedMut<f32>) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            #[target_feature(enable = "avx512f")]
-            unsafe fn wide(b: &Block, x: SharedMut<f32>, w: SharedMut<f32>) {
-                b.body(x, w)
-            }
-            #[target_feature(enable = "avx2")]
-            unsafe fn mid(b: &Block, x: SharedMut<f32>, w: SharedMut<f32>) {
-                b.body(x, w)
-            }
-            match isa {
-                // SAFETY: `Isa::best` found the features on this CPU.
-                Isa::Avx512 => return wide(self, x, window),
-                // SAFETY: as above.
-                Isa::Avx2 => return mid(self, x, window),
-                _ => {}
-            }
-        }
-        let _ = isa;
+        on_widest_vectors!(isa, (b: &Block = self, x: SharedMut<f32> = x,
+            w: SharedMut<f32> = window) => b.body(x, w));
         self.body(x, window)
     }
 

@@ -17,7 +17,7 @@
 //! Every exponent is of a non-positive number (G decreases), computed only
 //! where it is used (masked before `exp`), so nothing overflows.
 
-use crate::simd::Isa;
+use crate::simd::{on_widest_vectors, Isa};
 use crate::small::{product_nn, room_len, split, transpose};
 
 /// Tokens per chunk of the chunkwise form.
@@ -57,24 +57,8 @@ pub fn delta_rule_recurrent(x: &HeadInputs, state: &mut [f32], out: &mut [f32]) 
 pub fn delta_rule_recurrent_with(isa: Isa, x: &HeadInputs, state: &mut [f32], out: &mut [f32]) {
     isa.check();
     assert!(state.len() >= x.d_k * x.d_v && out.len() >= x.n() * x.d_v);
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f")]
-        unsafe fn wide(x: &HeadInputs, state: &mut [f32], out: &mut [f32]) {
-            recurrent_body(x, state, out)
-        }
-        #[target_feature(enable = "avx2")]
-        unsafe fn mid(x: &HeadInputs, state: &mut [f32], out: &mut [f32]) {
-            recurrent_body(x, state, out)
-        }
-        match isa {
-            // SAFETY: `isa.check()` confirmed the features.
-            Isa::Avx512 => return unsafe { wide(x, state, out) },
-            // SAFETY: as above.
-            Isa::Avx2 => return unsafe { mid(x, state, out) },
-            _ => {}
-        }
-    }
+    on_widest_vectors!(isa, (x: &HeadInputs = x, state: &mut [f32] = state,
+        out: &mut [f32] = out) => recurrent_body(x, state, out));
     recurrent_body(x, state, out)
 }
 
@@ -225,24 +209,8 @@ impl ChunkScratch<'_> {
 /// The element-wise loops are compiled for the CPU's widest vectors (the
 /// same IEEE operations, so the same bits on every path).
 fn chunk(x: &HeadInputs, state: &mut [f32], out: &mut [f32], sc: &mut ChunkScratch) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f")]
-        unsafe fn wide(x: &HeadInputs, state: &mut [f32], out: &mut [f32], sc: &mut ChunkScratch) {
-            chunk_body(x, state, out, sc)
-        }
-        #[target_feature(enable = "avx2")]
-        unsafe fn mid(x: &HeadInputs, state: &mut [f32], out: &mut [f32], sc: &mut ChunkScratch) {
-            chunk_body(x, state, out, sc)
-        }
-        match Isa::best() {
-            // SAFETY: `Isa::best` found the features on this CPU.
-            Isa::Avx512 => return unsafe { wide(x, state, out, sc) },
-            // SAFETY: as above.
-            Isa::Avx2 => return unsafe { mid(x, state, out, sc) },
-            _ => {}
-        }
-    }
+    on_widest_vectors!(Isa::best(), (x: &HeadInputs = x, state: &mut [f32] = state,
+        out: &mut [f32] = out, sc: &mut ChunkScratch = sc) => chunk_body(x, state, out, sc));
     chunk_body(x, state, out, sc)
 }
 

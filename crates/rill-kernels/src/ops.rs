@@ -50,7 +50,7 @@ fn sum_squares(x: &[f32]) -> f32 {
     s
 }
 
-use crate::simd::Isa;
+use crate::simd::{on_widest_vectors, Isa};
 
 /// f32 dot product, with the fastest kernels this CPU supports.
 #[inline]
@@ -189,24 +189,8 @@ fn zip_map_with(isa: Isa, y: &mut [f32], x: &[f32], f: impl Fn(f32, f32) -> f32 
             *a = f(*a, b);
         }
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f")]
-        unsafe fn wide(y: &mut [f32], x: &[f32], f: impl Fn(f32, f32) -> f32) {
-            body(y, x, f)
-        }
-        #[target_feature(enable = "avx2")]
-        unsafe fn mid(y: &mut [f32], x: &[f32], f: impl Fn(f32, f32) -> f32) {
-            body(y, x, f)
-        }
-        match isa {
-            // SAFETY: `isa.check()` confirmed the features.
-            Isa::Avx512 => return unsafe { wide(y, x, f) },
-            // SAFETY: as above.
-            Isa::Avx2 => return unsafe { mid(y, x, f) },
-            _ => {}
-        }
-    }
+    on_widest_vectors!(isa, (y: &mut [f32] = y, x: &[f32] = x, f: impl Fn(f32, f32) -> f32 = f)
+        => body(y, x, f));
     body(y, x, f)
 }
 
@@ -241,24 +225,7 @@ pub fn silu_inplace(y: &mut [f32]) {
             *a = *a / (1.0 + exp_fast(-*a));
         }
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f")]
-        unsafe fn wide(y: &mut [f32]) {
-            body(y)
-        }
-        #[target_feature(enable = "avx2")]
-        unsafe fn mid(y: &mut [f32]) {
-            body(y)
-        }
-        match isa {
-            // SAFETY: `isa.check()` confirmed the features.
-            Isa::Avx512 => return unsafe { wide(y) },
-            // SAFETY: as above.
-            Isa::Avx2 => return unsafe { mid(y) },
-            _ => {}
-        }
-    }
+    on_widest_vectors!(isa, (y: &mut [f32] = y) => body(y));
     body(y)
 }
 

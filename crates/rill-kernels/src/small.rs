@@ -3,7 +3,7 @@
 //! tiles run them several times faster than rows of dot products or `axpy`s,
 //! in one canonical order per output whatever the shape.
 
-use crate::simd::Isa;
+use crate::simd::{on_widest_vectors, Isa};
 
 /// `room` cut into parts of the given lengths, each starting on a 64-byte
 /// line: the products' vector loads then do not split cache lines.
@@ -68,41 +68,9 @@ pub(crate) fn product_nn(
     assert!(a.len() >= (m - 1) * lda + kk && out.len() >= (m - 1) * ldo + p);
     assert!(kk == 0 || b.len() >= (kk - 1) * ldb + p);
     let isa = Isa::best();
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f,fma")]
-        unsafe fn wide(
-            a: &[f32],
-            lda: usize,
-            b: &[f32],
-            ldb: usize,
-            s: Dims,
-            out: &mut [f32],
-            ldo: usize,
-        ) {
-            nn_body(a, lda, b, ldb, s, out, ldo)
-        }
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn mid(
-            a: &[f32],
-            lda: usize,
-            b: &[f32],
-            ldb: usize,
-            s: Dims,
-            out: &mut [f32],
-            ldo: usize,
-        ) {
-            nn_body(a, lda, b, ldb, s, out, ldo)
-        }
-        match isa {
-            // SAFETY: `Isa::best` found AVX-512F (and FMA) on this CPU.
-            Isa::Avx512 => return unsafe { wide(a, lda, b, ldb, (m, kk, p), out, ldo) },
-            // SAFETY: `Isa::best` found AVX2 and FMA on this CPU.
-            Isa::Avx2 => return unsafe { mid(a, lda, b, ldb, (m, kk, p), out, ldo) },
-            _ => {}
-        }
-    }
-    let _ = isa;
+    on_widest_vectors!(isa, (a: &[f32] = a, lda: usize = lda, b: &[f32] = b, ldb: usize = ldb,
+        s: Dims = (m, kk, p), out: &mut [f32] = out, ldo: usize = ldo)
+        => nn_body(a, lda, b, ldb, s, out, ldo));
     nn_body(a, lda, b, ldb, (m, kk, p), out, ldo)
 }
 

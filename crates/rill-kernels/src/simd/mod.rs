@@ -59,6 +59,41 @@ macro_rules! canon_shapes {
 #[allow(unused_imports)]
 pub(crate) use canon_shapes;
 
+/// Run `$body` (which calls `#[inline(always)]` code on the named
+/// parameters) compiled for the widest vectors `$isa` has, returning from
+/// the enclosing function: an AVX-512F build or an AVX2 one (with FMA),
+/// from the same source. On other instruction sets it does nothing, and
+/// the caller's portable code that follows runs. The builds run the same
+/// IEEE operations in the same order (Rust never fuses a multiply and an
+/// add by itself), so element-wise code gives the same bits on every path.
+/// The caller must have checked that the CPU runs `$isa` (`Isa::best`,
+/// `Isa::check`).
+macro_rules! on_widest_vectors {
+    ($isa:expr, ($($p:ident: $t:ty = $a:expr),* $(,)?) => $body:expr) => {
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx512f,fma")]
+            unsafe fn wide($($p: $t),*) {
+                $body
+            }
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn mid($($p: $t),*) {
+                $body
+            }
+            match $isa {
+                // SAFETY: the caller checked that the CPU runs `$isa`.
+                $crate::simd::Isa::Avx512 => return unsafe { wide($($a),*) },
+                // SAFETY: as above.
+                $crate::simd::Isa::Avx2 => return unsafe { mid($($a),*) },
+                _ => {}
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = $isa;
+    };
+}
+pub(crate) use on_widest_vectors;
+
 /// A kernel's `R × T` results into `out` (row-major).
 #[allow(dead_code)]
 pub(crate) fn flat<const R: usize, const T: usize>(v: &[[f32; T]; R], out: &mut [f32]) {
