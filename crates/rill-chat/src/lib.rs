@@ -36,13 +36,16 @@
 
 mod env;
 mod message;
+mod prompt;
 mod pyfmt;
 mod pystr;
+pub mod reply;
 
 use minijinja::Environment;
 use serde_json::{Map, Value as Json};
 
 pub use message::{ChatRequest, Content, ContentPart, Message};
+pub use prompt::ChatPrompt;
 
 const TEMPLATE_NAME: &str = "chat_template";
 

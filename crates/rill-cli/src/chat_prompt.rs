@@ -1,30 +1,32 @@
 //! Chat-template plumbing shared by `rill run --chat` and `rill chat`.
 
 use anyhow::{Context, Result};
-use rill_chat::{ChatRequest, ChatTemplate, Message};
-use rill_gguf::{GgufFile, MetaValue};
+use rill_chat::{ChatPrompt, ChatRequest, ChatTemplate, Message};
+use rill_load::ModelInfo;
 use rill_tokenizer::Tokenizer;
 
-/// The file's chat template, with its BOS/EOS strings as transformers passes them.
-pub fn load_template(file: &GgufFile, tok: &Tokenizer) -> Result<ChatTemplate> {
-    let source = file
-        .get("tokenizer.chat_template")
-        .and_then(MetaValue::as_str)
-        .context("the model file has no chat template (tokenizer.chat_template)")?;
-    let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).map(str::to_string);
-    ChatTemplate::new(source, text(tok.bos_id()), text(tok.eos_id()))
-        .context("the model's chat template does not compile")
+/// The model's chat template, or why there is none.
+pub fn template<'a>(t: &'a Option<ChatTemplate>, info: &ModelInfo) -> Result<&'a ChatTemplate> {
+    t.as_ref().with_context(|| match &info.template_problem {
+        Some(p) => format!("{}: {p}", info.label),
+        None => format!(
+            "{} has no chat template (tokenizer.chat_template)",
+            info.label
+        ),
+    })
 }
 
-/// Render `messages` with a generation prompt. `thinking: None` leaves the
-/// template's default (Qwen3.5 thinks unless told not to).
-pub fn render(tmpl: &ChatTemplate, messages: &[Message], thinking: Option<bool>) -> Result<String> {
+/// Render `messages` with a generation prompt and tokenize them as the
+/// server does. `thinking: None` leaves the template's default (Qwen3.5
+/// thinks unless told not to).
+pub fn render(
+    tmpl: &ChatTemplate,
+    tok: &Tokenizer,
+    messages: &[Message],
+    thinking: Option<bool>,
+) -> Result<ChatPrompt> {
     let mut req = ChatRequest::new(messages.to_vec());
-    req.add_generation_prompt = true;
     req.enable_thinking = thinking;
-    tmpl.render(&req)
+    ChatPrompt::render(tmpl, &req, |t| tok.encode_prompt(t))
         .context("the chat template failed to render")
 }
-
-/// The thinking / answer splitter lives with the server, which uses it too.
-pub use rill_server::reasoning::{Piece, ThinkSplitter};

@@ -1,21 +1,23 @@
-//! Loading a model for a command: open, bind, and bring the weights into
-//! memory with a progress bar (the mapping is lazy; touching every page up
-//! front moves the disk reads out of the first forward pass).
+//! The model every command opens, through the one loader.
 
-use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
-use rill_gguf::GgufFile;
+use anyhow::Result;
 use rill_kernels::Precision;
-use rill_model::Model;
-use std::path::Path;
-use std::sync::Arc;
+use rill_load::{LoadOptions, Loaded, ModelSource};
+use std::path::PathBuf;
 
-pub fn open_model(path: &Path, precision: Precision) -> Result<Model> {
-    let file = GgufFile::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let file = Arc::new(file);
-    prefault(&file);
-    let mut model =
-        Model::from_gguf(file).with_context(|| format!("cannot load model {}", path.display()))?;
+/// The source a command's `-m` names.
+pub fn source(model: &Option<PathBuf>) -> Result<ModelSource> {
+    match model {
+        Some(p) => Ok(ModelSource::File(p.clone())),
+        None => anyhow::bail!("no model given: pass -m MODEL.gguf"),
+    }
+}
+
+/// Load the model of `-m` for a command that runs it, reading its weights
+/// in up front (with a progress bar), with `precision` for its products.
+pub fn open(model: &Option<PathBuf>, precision: Precision) -> Result<Loaded> {
+    let options = LoadOptions { prefault: true };
+    let mut loaded = rill_load::load(&source(model)?, &options)?;
     if precision == Precision::Q8 && !rill_kernels::q8::has_integer_kernels() {
         eprintln!(
             "warning: no integer kernels for this CPU ({} path; they need AVX2 on x86-64 or the \
@@ -24,36 +26,11 @@ pub fn open_model(path: &Path, precision: Precision) -> Result<Model> {
             rill_kernels::simd::Isa::best().name()
         );
     }
-    model.set_precision(precision);
-    Ok(model)
+    loaded.model.set_precision(precision);
+    Ok(loaded)
 }
 
-fn prefault(file: &GgufFile) {
-    let total: u64 = file
-        .tensors()
-        .iter()
-        .filter_map(|t| file.try_tensor_data(t).ok().map(|d| d.len() as u64))
-        .sum();
-    let bar = ProgressBar::new(total);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "loading {bar:40} {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    let mut sink = 0u8;
-    for t in file.tensors() {
-        let Ok(data) = file.try_tensor_data(t) else {
-            continue;
-        };
-        for chunk in data.chunks(1 << 20) {
-            for page in chunk.iter().step_by(4096) {
-                // SAFETY: reading a valid reference; volatile keeps the read.
-                sink ^= unsafe { std::ptr::read_volatile(page) };
-            }
-            bar.inc(chunk.len() as u64);
-        }
-    }
-    std::hint::black_box(sink);
-    bar.finish_and_clear();
+/// Load only what the tokenizer commands need (no weight pages read).
+pub fn open_for_tokenizer(model: &Option<PathBuf>) -> Result<Loaded> {
+    Ok(rill_load::load(&source(model)?, &LoadOptions::default())?)
 }

@@ -1,20 +1,25 @@
-//! The engine: turns a model, a tokenizer and a sampler into generated text.
+//! The engine: the one generation driver behind every front end.
 //!
-//! - [`generate`]: one sequence, prompt in, streamed text out, with stop
-//!   conditions and timings (used by `rill run` and `rill chat`).
-//! - [`scheduler`]: the serving engine — queue, continuous batching, prompt cache.
+//! `rill run`, `rill chat`, `rill bench` and the server all submit
+//! [`Request`]s to an [`Engine`] and read [`Event`]s back, so a prompt, its
+//! parameters and a seed give the same tokens whichever front end asks.
+//!
+//! - [`scheduler`]: the engine thread — queue, continuous batching, the
+//!   prompt cache.
+//! - `sequence`: one sequence's state machine (prefill chunks, sampling,
+//!   logprobs, end of generation, stop strings, finish reasons, the context
+//!   limit, cancellation).
 //! - [`prefix_cache`]: snapshots of sequence state looked up by token prefix.
 //! - [`stop`]: stop strings that may span token boundaries.
 
-pub mod generate;
 pub mod metrics;
 mod output;
 pub mod prefix_cache;
 pub mod request;
 pub mod scheduler;
+mod sequence;
 pub mod stop;
 
-pub use generate::{generate, EngineError, FinishReason, GenerateParams, Generation, Timings};
 pub use metrics::Metrics;
-pub use request::{Done, Event, Request, SubmitError, TokenInfo};
+pub use request::{Done, Event, FinishReason, Request, SubmitError, TokenInfo};
 pub use scheduler::{Engine, EngineConfig, Handle};

@@ -1,7 +1,27 @@
 //! What a client submits to the engine and what it gets back.
 
-use crate::generate::FinishReason;
 use rill_sampler::SamplerConfig;
+
+/// Why generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-generation token or a stop string.
+    Stop,
+    /// `max_tokens` reached, or the context is full.
+    Length,
+    /// The caller asked to stop (or went away).
+    Cancelled,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Cancelled => "cancelled",
+        }
+    }
+}
 
 /// One generation request, already tokenized.
 #[derive(Clone, Debug)]
@@ -22,6 +42,22 @@ pub struct Request {
     pub cache_points: Vec<usize>,
 }
 
+impl Request {
+    /// A request for `prompt` with `sampler`: up to 256 tokens, no stop
+    /// strings, no log-probabilities, no extra cache points.
+    pub fn new(prompt: Vec<u32>, sampler: SamplerConfig) -> Request {
+        Request {
+            prompt,
+            max_tokens: 256,
+            sampler,
+            stop: Vec::new(),
+            logprobs: None,
+            ignore_eos: false,
+            cache_points: Vec::new(),
+        }
+    }
+}
+
 /// A generated token, with its log-probabilities when asked for.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TokenInfo {
@@ -39,8 +75,37 @@ pub struct Done {
     /// Prompt tokens served from the prompt cache.
     pub cached_tokens: usize,
     pub completion_tokens: usize,
+    /// Submission to the first generated token.
     pub ttft_ms: f64,
+    /// Submission to the end.
     pub total_ms: f64,
+    /// Submission to admission into a slot.
+    pub queue_ms: f64,
+    /// Admission to the first generated token: the prompt's prefill (of
+    /// the `prompt_tokens - cached_tokens` not served by the cache).
+    pub prefill_ms: f64,
+    /// First generated token to the end.
+    pub decode_ms: f64,
+}
+
+impl Done {
+    /// Prompt tokens per second of prefill (those computed, not cached).
+    pub fn prefill_tok_s(&self) -> f64 {
+        per_second(self.prompt_tokens - self.cached_tokens, self.prefill_ms)
+    }
+
+    /// Generated tokens per second after the first.
+    pub fn decode_tok_s(&self) -> f64 {
+        per_second(self.completion_tokens.saturating_sub(1), self.decode_ms)
+    }
+}
+
+fn per_second(n: usize, ms: f64) -> f64 {
+    if ms > 0.0 {
+        n as f64 * 1000.0 / ms
+    } else {
+        0.0
+    }
 }
 
 /// What the engine sends back, in order: zero or more `Text`, then exactly

@@ -12,21 +12,20 @@
 //! the other rows of the step, so a request gets the same tokens alone or in
 //! a crowd.
 
-use crate::generate::{end_of_generation_ids, FinishReason};
 use crate::metrics::Metrics;
-use crate::output::TextOutput;
 use crate::prefix_cache::PrefixCache;
-use crate::request::{Done, Event, Request, SubmitError, TokenInfo};
+use crate::request::{Done, Event, Request, SubmitError};
+use crate::sequence::{Sequence, Submitted, TokenContext};
 use rill_kernels::Threads;
-use rill_model::{BatchItem, Logits, Model, SequenceState, StepLogits};
-use rill_sampler::{log_softmax, Sampler};
+use rill_model::{BatchItem, Model, SequenceState, StepOutputs};
+use rill_sampler::Sampler;
 use rill_tokenizer::Tokenizer;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Instant;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 /// How the engine runs.
 #[derive(Clone, Debug)]
@@ -67,8 +66,22 @@ pub struct Handle {
 }
 
 impl Handle {
+    /// Ask the engine to stop this request: it ends with `Done`
+    /// (`FinishReason::Cancelled`) at the next step.
     pub fn cancel(&self) {
         self.cancel.store(true, Relaxed);
+    }
+
+    /// A flag that cancels this request when set (for a signal handler).
+    pub fn cancel_flag(&self) -> Arc<AtomicBool> {
+        self.cancel.clone()
+    }
+
+    /// The next event, waiting for it: the form for a front end that is not
+    /// async (the command line). `None` once the engine has sent the last.
+    /// Must not be called from inside an async runtime.
+    pub fn recv_blocking(&mut self) -> Option<Event> {
+        self.events.blocking_recv()
     }
 }
 
@@ -76,13 +89,6 @@ impl Drop for Handle {
     fn drop(&mut self) {
         self.cancel.store(true, Relaxed);
     }
-}
-
-struct Submitted {
-    req: Request,
-    events: UnboundedSender<Event>,
-    cancel: Arc<AtomicBool>,
-    at: Instant,
 }
 
 enum Command {
@@ -108,7 +114,6 @@ impl Engine {
         let waiting = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut worker = Worker {
             threads: Threads::new(config.threads),
-            eog: end_of_generation_ids(&tok),
             cache: PrefixCache::new(config.cache_bytes),
             model,
             tok,
@@ -117,7 +122,7 @@ impl Engine {
             waiting_count: waiting.clone(),
             waiting: VecDeque::new(),
             running: Vec::new(),
-            logits: StepLogits::new(),
+            outputs: StepOutputs::new(),
             spans: Vec::new(),
             finished: Vec::new(),
         };
@@ -163,7 +168,7 @@ impl Engine {
             });
         }
         if let Err(e) = req.sampler.validate() {
-            return reject(SubmitError::Invalid(e.0));
+            return reject(SubmitError::Invalid(e.message));
         }
         let queued = self.waiting.fetch_add(1, Relaxed);
         if queued >= self.config.max_queue {
@@ -208,41 +213,18 @@ impl Drop for Engine {
     }
 }
 
-/// A running sequence.
-struct Seq {
-    sub: Submitted,
-    state: SequenceState,
-    /// Prompt tokens already in the state.
-    fed: usize,
-    cached: usize,
-    /// The token to feed next once generating (the last sampled one).
-    next_input: Option<u32>,
-    history: Vec<u32>,
-    generated: usize,
-    sampler: Sampler,
-    out: TextOutput,
-    first_token_at: Option<Instant>,
-}
-
-impl Seq {
-    fn in_prefill(&self) -> bool {
-        self.fed < self.sub.req.prompt.len()
-    }
-}
-
 struct Worker {
     model: Arc<Model>,
     tok: Arc<Tokenizer>,
     threads: Threads,
     config: EngineConfig,
     metrics: Arc<Metrics>,
-    eog: Vec<u32>,
     cache: PrefixCache,
     waiting_count: Arc<std::sync::atomic::AtomicUsize>,
     waiting: VecDeque<Submitted>,
-    running: Vec<Seq>,
-    /// The last step's logits, in a buffer kept from step to step.
-    logits: StepLogits,
+    running: Vec<Sequence>,
+    /// The last step's outputs, in a buffer kept from step to step.
+    outputs: StepOutputs,
     /// Each running sequence's prompt rows in this step (None: decoding),
     /// and the step's finished sequences: kept between steps.
     spans: Vec<Option<std::ops::Range<usize>>>,
@@ -288,7 +270,7 @@ impl Worker {
             self.metrics
                 .queue_depth
                 .store(self.waiting.len() as u64, Relaxed);
-            if sub.cancel.load(Relaxed) || sub.events.is_closed() {
+            if sub.is_gone() {
                 self.metrics.requests_cancelled.fetch_add(1, Relaxed);
                 continue;
             }
@@ -317,97 +299,52 @@ impl Worker {
                 }
             };
             self.metrics.requests_running.fetch_add(1, Relaxed);
-            self.running.push(Seq {
-                history: prompt.clone(),
-                out: TextOutput::new(&sub.req.stop),
-                sub,
-                state,
-                fed: cached,
-                cached,
-                next_input: None,
-                generated: 0,
-                sampler,
-                first_token_at: None,
-            });
+            self.running
+                .push(Sequence::new(sub, state, cached, sampler));
         }
     }
 
-    /// The prompt tokens sequence `s` prefills this step. Chunk boundaries
-    /// depend only on the prompt (and the cached prefix length).
-    fn prefill_span(&self, s: &Seq) -> std::ops::Range<usize> {
-        let chunk = self.config.prefill_chunk.max(1);
-        let mut end = ((s.fed / chunk + 1) * chunk).min(s.sub.req.prompt.len());
-        // Stop at a requested snapshot point inside this chunk.
-        if let Some(&p) = s
-            .sub
-            .req
-            .cache_points
-            .iter()
-            .filter(|&&p| p > s.fed && p < end)
-            .min()
-        {
-            end = p;
+    /// End the sequences whose client cancelled: a client still listening
+    /// gets the text held back and a `Done` (cancelled); one that went away
+    /// gets nothing.
+    fn drop_cancelled(&mut self) {
+        let mut i = 0;
+        while i < self.running.len() {
+            if !self.running[i].sub.is_gone() {
+                i += 1;
+                continue;
+            }
+            let s = self.running.swap_remove(i);
+            self.metrics.requests_cancelled.fetch_add(1, Relaxed);
+            self.metrics.requests_running.fetch_sub(1, Relaxed);
+            let events = s.sub.events.clone();
+            let _ = events.send(Event::Done(s.cancelled()));
         }
-        s.fed..end
     }
 
     fn step(&mut self) {
-        // Drop sequences whose client went away.
-        let before = self.running.len();
-        self.running.retain(|s| {
-            let gone = s.sub.cancel.load(Relaxed) || s.sub.events.is_closed();
-            if gone {
-                self.metrics.requests_cancelled.fetch_add(1, Relaxed);
-                self.metrics.requests_running.fetch_sub(1, Relaxed);
-            }
-            !gone
-        });
+        self.drop_cancelled();
         if self.running.is_empty() {
             return;
         }
-        let _ = before;
+        let chunk = self.config.prefill_chunk;
         let mut spans = std::mem::take(&mut self.spans);
         spans.clear();
         spans.extend(
             self.running
                 .iter()
-                .map(|s| s.in_prefill().then(|| self.prefill_span(s))),
+                .map(|s| s.in_prefill().then(|| s.prefill_span(chunk))),
         );
         let t0 = Instant::now();
-        // The step's tokens are borrowed where they are: a chunk of the
-        // prompt, or the last sampled token.
         let mut items: Vec<BatchItem> = self
             .running
             .iter_mut()
             .zip(&spans)
-            .map(|(s, span)| {
-                let Seq {
-                    state,
-                    sub,
-                    next_input,
-                    ..
-                } = s;
-                let (tokens, last) = match span {
-                    Some(r) => (&sub.req.prompt[r.clone()], r.end == sub.req.prompt.len()),
-                    None => (
-                        std::slice::from_ref(
-                            next_input
-                                .as_ref()
-                                .expect("a generating sequence has a token to feed"),
-                        ),
-                        true,
-                    ),
-                };
-                BatchItem {
-                    state,
-                    tokens,
-                    logits: if last { Logits::Last } else { Logits::None },
-                }
-            })
+            .map(|(s, span)| s.batch_item(span.as_ref()))
             .collect();
         let result = self
             .model
-            .forward_batch_into(&self.threads, &mut items, &mut self.logits);
+            .forward_batch_into(&self.threads, &mut items, &mut self.outputs);
         drop(items);
         if let Err(e) = result {
             // Never expected (inputs are validated at submission); fail
@@ -432,16 +369,19 @@ impl Worker {
 
         let mut finished = std::mem::take(&mut self.finished);
         finished.clear();
+        let cx = TokenContext {
+            tok: &self.tok,
+            metrics: &self.metrics,
+        };
         for (i, span) in spans.iter().enumerate() {
-            let row = self.logits.get(i);
             let s = &mut self.running[i];
             if let Some(r) = span {
-                s.fed = r.end;
-                let at = s.fed;
+                let still_prefilling = s.prefilled_to(r.end);
+                let at = r.end;
                 let interval = self.config.cache_interval.max(1);
                 let wanted = s.sub.req.cache_points.contains(&at);
-                if at == s.sub.req.prompt.len() || at.is_multiple_of(interval) || wanted {
-                    self.cache.insert(&s.sub.req.prompt[..at], &s.state);
+                if !still_prefilling || at.is_multiple_of(interval) || wanted {
+                    self.cache.insert(s.fed_prompt(), &s.state);
                     self.metrics
                         .cache_bytes
                         .store(self.cache.bytes() as u64, Relaxed);
@@ -449,11 +389,11 @@ impl Worker {
                         .cache_entries
                         .store(self.cache.len() as u64, Relaxed);
                 }
-                if s.in_prefill() {
+                if still_prefilling {
                     continue;
                 }
             }
-            if let Some(done) = sample_one(s, row, &self.eog, &self.tok, &self.metrics) {
+            if let Some(done) = s.take_token(self.outputs.logits(i), &cx) {
                 finished.push((i, done));
             }
         }
@@ -467,97 +407,4 @@ impl Worker {
         self.finished = finished;
         self.spans = spans;
     }
-}
-
-/// Sample the next token of `s` from `row`, emit its text, and say whether
-/// the sequence is done.
-fn sample_one(s: &mut Seq, row: &[f32], eog: &[u32], tok: &Tokenizer, m: &Metrics) -> Option<Done> {
-    let req = &s.sub.req;
-    let id = s.sampler.sample(row, &s.history);
-    if s.first_token_at.is_none() {
-        let now = Instant::now();
-        s.first_token_at = Some(now);
-        m.ttft_us_sum
-            .fetch_add((now - s.sub.at).as_micros() as u64, Relaxed);
-        m.ttft_count.fetch_add(1, Relaxed);
-    }
-    let done = |s: &Seq, finish| Done {
-        finish,
-        prompt_tokens: s.sub.req.prompt.len(),
-        cached_tokens: s.cached,
-        completion_tokens: s.generated,
-        ttft_ms: s
-            .first_token_at
-            .map_or(0.0, |t| (t - s.sub.at).as_secs_f64() * 1e3),
-        total_ms: s.sub.at.elapsed().as_secs_f64() * 1e3,
-    };
-    if !req.ignore_eos && eog.contains(&id) {
-        send_tail(s);
-        return Some(done(s, FinishReason::Stop));
-    }
-    s.generated += 1;
-    s.history.push(id);
-    m.generated_tokens_total.fetch_add(1, Relaxed);
-    let info = TokenInfo {
-        id,
-        logprob: None,
-        top: Vec::new(),
-    };
-    let info = match req.logprobs {
-        None => info,
-        Some(k) => {
-            let lp = log_softmax(row);
-            let mut order: Vec<u32> = (0..lp.len() as u32).collect();
-            let k = k.min(lp.len());
-            if k > 0 {
-                order.select_nth_unstable_by(k - 1, |&a, &b| {
-                    lp[b as usize].total_cmp(&lp[a as usize])
-                });
-            }
-            order.truncate(k);
-            order.sort_by(|&a, &b| lp[b as usize].total_cmp(&lp[a as usize]).then(a.cmp(&b)));
-            TokenInfo {
-                logprob: Some(lp[id as usize]),
-                top: order.into_iter().map(|t| (t, lp[t as usize])).collect(),
-                ..info
-            }
-        }
-    };
-    let fed = match s.out.push(tok, id) {
-        Ok(f) => f,
-        Err(e) => {
-            let _ = s.sub.events.send(Event::Error(e.to_string()));
-            return Some(done(s, FinishReason::Stop));
-        }
-    };
-    let _ = s.sub.events.send(Event::Text {
-        text: fed.emit,
-        tokens: vec![info],
-    });
-    if fed.stopped {
-        return Some(done(s, FinishReason::Stop));
-    }
-    let out_of_room = s.state.position() + 1 >= s.state.capacity();
-    if s.generated >= req.max_tokens || out_of_room {
-        let finish = if send_tail(s) {
-            FinishReason::Stop
-        } else {
-            FinishReason::Length
-        };
-        return Some(done(s, finish));
-    }
-    s.next_input = Some(id);
-    None
-}
-
-/// Release the text `s` still holds; true when it completed a stop string.
-fn send_tail(s: &mut Seq) -> bool {
-    let tail = s.out.finish();
-    if !tail.emit.is_empty() {
-        let _ = s.sub.events.send(Event::Text {
-            text: tail.emit,
-            tokens: vec![],
-        });
-    }
-    tail.stopped
 }

@@ -3,6 +3,7 @@
 
 use rill_engine::{Done, Engine, EngineConfig, Event, FinishReason, Request, SubmitError};
 use rill_kernels::Precision;
+use rill_load::{LoadOptions, ModelSource};
 use rill_model::Model;
 use rill_sampler::SamplerConfig;
 use rill_tokenizer::Tokenizer;
@@ -15,10 +16,10 @@ fn fixture(name: &str, precision: Precision) -> (Arc<Model>, Arc<Tokenizer>) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../fixtures/models")
         .join(name);
-    let mut model = Model::open(&path).expect("fixture model");
-    model.set_precision(precision);
-    let tok = Tokenizer::from_gguf(model.file()).expect("fixture tokenizer");
-    (Arc::new(model), Arc::new(tok))
+    let mut l =
+        rill_load::load(&ModelSource::File(path), &LoadOptions::default()).expect("fixture model");
+    l.model.set_precision(precision);
+    (Arc::new(l.model), Arc::new(l.tokenizer))
 }
 
 fn engine(cfg: EngineConfig) -> Engine {

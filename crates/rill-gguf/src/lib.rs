@@ -25,17 +25,19 @@ pub mod writer;
 
 pub use error::GgufError;
 pub use split::{KEY_SPLIT_COUNT, KEY_SPLIT_NO, KEY_SPLIT_TENSORS_COUNT};
-pub use tensor::TensorInfo;
+pub use tensor::{dtype_of_ggml_id, ggml_id_of, TensorInfo};
 pub use value::{MetaValue, ValueType};
 
 use header::{parse_header, Header};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-/// The bytes of one file: mapped from disk, or owned (for [`GgufFile::from_bytes`]).
+/// The bytes of one file: mapped from disk, owned (for [`GgufFile::from_bytes`]), or
+/// part of the program (for [`GgufFile::from_static`]).
 enum Backing {
     Mmap(memmap2::Mmap),
     Owned(Vec<u8>),
+    Static(&'static [u8]),
 }
 
 impl Backing {
@@ -43,6 +45,7 @@ impl Backing {
         match self {
             Backing::Mmap(m) => m,
             Backing::Owned(v) => v,
+            Backing::Static(s) => s,
         }
     }
 }
@@ -112,6 +115,19 @@ impl GgufFile {
         let header = parse_header(&bytes)?;
         let part = Part {
             backing: Backing::Owned(bytes),
+            data_start: header.data_start,
+            path: None,
+        };
+        assemble(vec![(header, part)])
+    }
+
+    /// Parse a GGUF file that is part of the program (`include_bytes!`), without copying
+    /// it. Tensor data is read in place, so the bytes should start on a 64-byte boundary
+    /// like a mapping's pages (the kernels' wide loads then do not split cache lines).
+    pub fn from_static(bytes: &'static [u8]) -> Result<GgufFile, GgufError> {
+        let header = parse_header(bytes)?;
+        let part = Part {
+            backing: Backing::Static(bytes),
             data_start: header.data_start,
             path: None,
         };

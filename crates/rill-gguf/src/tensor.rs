@@ -3,6 +3,52 @@
 use crate::GgufError;
 use rill_dtype::DType;
 
+/// GGUF's type ids (ggml's `enum ggml_type`) of the encodings rill knows.
+const GGML_IDS: [(u32, DType); 32] = [
+    (0, DType::F32),
+    (1, DType::F16),
+    (2, DType::Q4_0),
+    (3, DType::Q4_1),
+    (6, DType::Q5_0),
+    (7, DType::Q5_1),
+    (8, DType::Q8_0),
+    (9, DType::Q8_1),
+    (10, DType::Q2K),
+    (11, DType::Q3K),
+    (12, DType::Q4K),
+    (13, DType::Q5K),
+    (14, DType::Q6K),
+    (15, DType::Q8K),
+    (16, DType::IQ2XXS),
+    (17, DType::IQ2XS),
+    (18, DType::IQ3XXS),
+    (19, DType::IQ1S),
+    (20, DType::IQ4NL),
+    (21, DType::IQ3S),
+    (22, DType::IQ2S),
+    (23, DType::IQ4XS),
+    (24, DType::I8),
+    (25, DType::I16),
+    (26, DType::I32),
+    (27, DType::I64),
+    (28, DType::F64),
+    (29, DType::IQ1M),
+    (30, DType::BF16),
+    (34, DType::TQ1_0),
+    (35, DType::TQ2_0),
+    (39, DType::MXFP4),
+];
+
+/// The encoding of ggml type id `id`, if rill knows it.
+pub fn dtype_of_ggml_id(id: u32) -> Option<DType> {
+    GGML_IDS.iter().find(|(i, _)| *i == id).map(|&(_, t)| t)
+}
+
+/// The ggml type id of an encoding, if GGUF has one for it.
+pub fn ggml_id_of(dtype: DType) -> Option<u32> {
+    GGML_IDS.iter().find(|(_, t)| *t == dtype).map(|&(i, _)| i)
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TensorInfo {
     pub name: String,
@@ -20,7 +66,7 @@ impl TensorInfo {
     /// The element encoding, or an error naming the tensor and the type id when rill does not
     /// know the id.
     pub fn dtype(&self) -> Result<DType, GgufError> {
-        DType::from_ggml_id(self.ggml_type).ok_or_else(|| GgufError::UnknownTensorType {
+        dtype_of_ggml_id(self.ggml_type).ok_or_else(|| GgufError::UnknownTensorType {
             tensor: self.name.clone(),
             type_id: self.ggml_type,
         })
@@ -105,4 +151,19 @@ pub(crate) fn check_layout(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod ggml_id_tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip_and_are_unique() {
+        for t in rill_dtype::ALL {
+            let id = ggml_id_of(t).expect("every known encoding has a GGUF id");
+            assert_eq!(dtype_of_ggml_id(id), Some(t));
+        }
+        assert_eq!(dtype_of_ggml_id(31), None, "31 was a removed repacked type");
+        assert_eq!(dtype_of_ggml_id(1000), None);
+    }
 }

@@ -87,12 +87,7 @@ fn main() {
             continue;
         }
         let data = matrix(dtype, rows, cols);
-        let w = MatRef {
-            dtype,
-            rows,
-            cols,
-            data: &data,
-        };
+        let w = MatRef::new(dtype, rows, cols, &data);
         print!(
             "{:<7} {:>8.1}",
             dtype.name(),

@@ -110,12 +110,7 @@ fn main() {
         let _ = anon.advise(memmap2::Advice::HugePage);
         anon.copy_from_slice(&data);
         let data = anon;
-        let w = MatRef {
-            dtype,
-            rows,
-            cols,
-            data: &data,
-        };
+        let w = MatRef::new(dtype, rows, cols, &data);
         for nt in [1usize, 2] {
             let threads = Threads::new(nt);
             print!("{:<6} {:>3}", dtype.name(), nt);

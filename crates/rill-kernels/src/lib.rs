@@ -23,7 +23,7 @@ pub mod threads;
 
 pub use matmul::{
     matmul, matmul_in, matmul_many, matmul_many_in, matmul_many_on, matmul_many_with, matmul_with,
-    MatJob, MatRef,
+    MatJob, MatRef, Scales,
 };
 pub use q8::Precision;
 pub use threads::Threads;

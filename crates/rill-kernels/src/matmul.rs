@@ -22,9 +22,92 @@ pub struct MatRef<'a> {
     pub rows: usize,
     pub cols: usize,
     pub data: &'a [u8],
+    /// Scales stored apart from the codes, when the encoding has them.
+    pub scales: Scales<'a>,
+}
+
+/// Scale tensors stored apart from a matrix's codes: how Hugging Face FP8
+/// and NVFP4 checkpoints ship (every GGUF type keeps its scales inside its
+/// blocks: [`Scales::None`]). The values are multiplied into the decoded
+/// codes.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Scales<'a> {
+    #[default]
+    None,
+    /// One scale per `tile_rows × tile_cols` tile, tiles row-major
+    /// (`⌈rows / tile_rows⌉ × ⌈cols / tile_cols⌉`; FP8 block quantization:
+    /// 128 × 128), each `dtype` (F32 or BF16).
+    Tiles {
+        data: &'a [u8],
+        dtype: DType,
+        tile_rows: usize,
+        tile_cols: usize,
+    },
+    /// One scale per `group` consecutive values of a row (NVFP4: 16), each
+    /// `dtype`, times one `global` scale for the whole tensor.
+    Groups {
+        data: &'a [u8],
+        dtype: DType,
+        group: usize,
+        global: f32,
+    },
+}
+
+impl<'a> Scales<'a> {
+    /// The scales of rows `start..end` of a `rows × cols` matrix. Tile
+    /// scales can only be cut at tile boundaries.
+    fn slice_rows(self, start: usize, end: usize, cols: usize) -> Scales<'a> {
+        match self {
+            Scales::None => Scales::None,
+            Scales::Tiles {
+                data,
+                dtype,
+                tile_rows,
+                tile_cols,
+            } => {
+                assert!(
+                    start.is_multiple_of(tile_rows),
+                    "tile scales cut inside a tile"
+                );
+                let row_bytes = cols.div_ceil(tile_cols) * dtype.block_bytes();
+                let (t0, t1) = (start / tile_rows, end.div_ceil(tile_rows));
+                Scales::Tiles {
+                    data: &data[t0 * row_bytes..t1 * row_bytes],
+                    dtype,
+                    tile_rows,
+                    tile_cols,
+                }
+            }
+            Scales::Groups {
+                data,
+                dtype,
+                group,
+                global,
+            } => {
+                let row_bytes = cols.div_ceil(group) * dtype.block_bytes();
+                Scales::Groups {
+                    data: &data[start * row_bytes..end * row_bytes],
+                    dtype,
+                    group,
+                    global,
+                }
+            }
+        }
+    }
 }
 
 impl<'a> MatRef<'a> {
+    /// A matrix whose encoding carries its own scales.
+    pub fn new(dtype: DType, rows: usize, cols: usize, data: &'a [u8]) -> MatRef<'a> {
+        MatRef {
+            dtype,
+            rows,
+            cols,
+            data,
+            scales: Scales::None,
+        }
+    }
+
     /// Bytes of one encoded row.
     pub fn row_bytes(&self) -> usize {
         self.cols / self.dtype.block_len() * self.dtype.block_bytes()
@@ -40,10 +123,13 @@ impl<'a> MatRef<'a> {
     pub fn slice_rows(&self, start: usize, end: usize) -> MatRef<'a> {
         let rb = self.row_bytes();
         MatRef {
-            dtype: self.dtype,
-            rows: end - start,
-            cols: self.cols,
-            data: &self.data[start * rb..end * rb],
+            scales: self.scales.slice_rows(start, end, self.cols),
+            ..MatRef::new(
+                self.dtype,
+                end - start,
+                self.cols,
+                &self.data[start * rb..end * rb],
+            )
         }
     }
 
@@ -173,6 +259,8 @@ pub fn matmul_many_on(isa: Isa, precision: Precision, threads: &Threads, jobs: &
     let mut total = 0;
     let mut max_cols = 1;
     for j in jobs.iter() {
+        // The binder refuses such matrices until a kernel decodes them.
+        assert_eq!(j.w.scales, Scales::None, "separate scale tensors");
         match j.pick {
             None => assert_eq!(j.x.len(), j.n * j.w.cols, "activation size"),
             Some(pick) => {
@@ -476,12 +564,7 @@ mod tests {
             .map(|i| ((i * 7919) % 1000) as f32 / 997.0 - 0.5)
             .collect();
         let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let m = MatRef {
-            dtype: rill_dtype::DType::F32,
-            rows,
-            cols,
-            data: &bytes,
-        };
+        let m = MatRef::new(rill_dtype::DType::F32, rows, cols, &bytes);
         let x: Vec<f32> = (0..5 * cols)
             .map(|i| ((i * 104729) % 1000) as f32 / 1013.0 - 0.4)
             .collect();
@@ -520,12 +603,7 @@ mod tests {
         let mats: Vec<MatRef> = shapes
             .iter()
             .zip(&ws)
-            .map(|(&(rows, cols, _), d)| MatRef {
-                dtype: rill_dtype::DType::F32,
-                rows,
-                cols,
-                data: d,
-            })
+            .map(|(&(rows, cols, _), d)| MatRef::new(rill_dtype::DType::F32, rows, cols, d))
             .collect();
         let threads = Threads::new(3);
         let mut outs: Vec<Vec<f32>> = shapes.iter().map(|&(r, _, n)| vec![0f32; r * n]).collect();

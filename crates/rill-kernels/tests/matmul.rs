@@ -47,12 +47,7 @@ const INVARIANCE_ONLY: [(DType, usize); 5] = [
 ];
 
 fn mat(dtype: DType, rows: usize, cols: usize, data: &[u8]) -> MatRef<'_> {
-    MatRef {
-        dtype,
-        rows,
-        cols,
-        data,
-    }
+    MatRef::new(dtype, rows, cols, data)
 }
 
 fn run(isa: Isa, threads: usize, w: MatRef, x: &[f32], n: usize) -> Vec<f32> {

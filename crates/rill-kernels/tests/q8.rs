@@ -60,12 +60,7 @@ fn every_path_gives_the_reference_bits_in_any_batch() {
     for (dtype, cols) in CASES {
         let rows = 37;
         let data = matrix(dtype, rows, cols, &mut rng);
-        let w = MatRef {
-            dtype,
-            rows,
-            cols,
-            data: &data,
-        };
+        let w = MatRef::new(dtype, rows, cols, &data);
         let n = 9;
         let x = activations(n, cols, &mut rng);
         let acts = quantized(dtype, &x, n, cols);
@@ -110,12 +105,7 @@ fn prefill_batches_give_the_reference_bits() {
     for (dtype, cols) in CASES {
         let rows = if cols > 1000 { 21 } else { 37 };
         let data = matrix(dtype, rows, cols, &mut rng);
-        let w = MatRef {
-            dtype,
-            rows,
-            cols,
-            data: &data,
-        };
+        let w = MatRef::new(dtype, rows, cols, &data);
         let x = activations(520, cols, &mut rng);
         for n in [8, 16, 17, 40, 520] {
             let x = &x[..n * cols];
@@ -149,12 +139,7 @@ fn products_are_within_the_activations_rounding_of_the_exact_ones() {
     for (dtype, cols) in CASES {
         let rows = 16;
         let data = matrix(dtype, rows, cols, &mut rng);
-        let w = MatRef {
-            dtype,
-            rows,
-            cols,
-            data: &data,
-        };
+        let w = MatRef::new(dtype, rows, cols, &data);
         let n = 3;
         let x = activations(n, cols, &mut rng);
         let format = ActFormat::for_weights(dtype).unwrap();
@@ -200,12 +185,7 @@ fn encodings_without_integer_kernels_stay_exact() {
     for (dtype, cols) in [(DType::Q4_0, 96), (DType::IQ4XS, 256), (DType::F32, 40)] {
         let rows = 5;
         let data = matrix(dtype, rows, cols, &mut rng);
-        let w = MatRef {
-            dtype,
-            rows,
-            cols,
-            data: &data,
-        };
+        let w = MatRef::new(dtype, rows, cols, &data);
         let x = activations(2, cols, &mut rng);
         let mut exact = vec![0f32; 2 * rows];
         rill_kernels::matmul(&Threads::new(1), w, &x, 2, &mut exact);
@@ -227,12 +207,7 @@ fn picked_rows_equal_gathered_rows() {
         let mats: Vec<Vec<u8>> = (0..3)
             .map(|_| matrix(dtype, rows, cols, &mut rng))
             .collect();
-        let w = |i: usize| MatRef {
-            dtype,
-            rows,
-            cols,
-            data: &mats[i],
-        };
+        let w = |i: usize| MatRef::new(dtype, rows, cols, &mats[i]);
         // Sizes on both sides of the AMX threshold, one row twice.
         let picks: [Vec<usize>; 3] = [
             (0..20).map(|i| (i * 5 + 2) % n_all).collect(),

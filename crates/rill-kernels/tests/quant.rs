@@ -156,7 +156,10 @@ fn dequantize_matches_gguf_py_bit_for_bit() {
 fn dot_matches_f64_reference() {
     for dtype in SUPPORTED {
         let f = Fixture::load(dtype);
-        let x = activations(f.want.len(), dtype.ggml_id() as u64);
+        let x = activations(
+            f.want.len(),
+            rill_dtype::ALL.iter().position(|&t| t == dtype).unwrap() as u64,
+        );
         check_dot(dtype, &f.raw, &f.want, &x, "whole fixture");
         for b in 0..f.n_blocks() {
             let (raw, want) = f.blocks(b, 1);

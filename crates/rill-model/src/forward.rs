@@ -19,94 +19,154 @@ use rill_kernels::{matmul_in, Threads};
 use std::cell::Cell;
 use std::ops::Range;
 
-/// Which positions' logits a forward call returns.
+/// Which of an item's positions a step returns outputs for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Logits {
-    /// Every position: `[n_tokens × n_vocab]`.
+pub enum Rows {
+    /// Every position.
     All,
-    /// The last position only: `[n_vocab]`.
+    /// The last position only.
     Last,
     /// None (prefill of a prompt prefix).
     None,
+}
+
+/// What a step returns for one item: which rows, and for each of them the
+/// logits and/or the hidden state after the final norm (what a draft head
+/// such as MTP reads, and what embeddings are made of).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outputs {
+    pub rows: Rows,
+    pub logits: bool,
+    /// The post-final-norm hidden state, `n_embd` values per row.
+    pub hidden: bool,
+}
+
+impl Outputs {
+    /// Nothing back: the item only advances its state.
+    pub const NONE: Outputs = Outputs {
+        rows: Rows::None,
+        logits: false,
+        hidden: false,
+    };
+
+    /// The logits of `rows`.
+    pub const fn logits(rows: Rows) -> Outputs {
+        Outputs {
+            rows,
+            logits: true,
+            hidden: false,
+        }
+    }
+
+    /// The logits of the last position (a decode step, a prompt's end).
+    pub const fn last_logits() -> Outputs {
+        Outputs::logits(Rows::Last)
+    }
+
+    /// Also the hidden state of the same rows.
+    pub const fn with_hidden(self) -> Outputs {
+        Outputs {
+            hidden: true,
+            ..self
+        }
+    }
+
+    fn wants_rows(&self) -> bool {
+        self.rows != Rows::None && (self.logits || self.hidden)
+    }
 }
 
 /// One sequence's part of a batched step.
 pub struct BatchItem<'a> {
     pub state: &'a mut SequenceState,
     pub tokens: &'a [u32],
-    pub logits: Logits,
+    pub outputs: Outputs,
 }
 
-/// The logits of a step, in one buffer that a caller keeps and passes to
-/// every [`Model::forward_batch_into`]: it grows to the largest step and is
-/// then reused, so decoding allocates nothing for them.
+/// The outputs of a step, in buffers that a caller keeps and passes to
+/// every [`Model::forward_batch_into`]: they grow to the largest step and
+/// are then reused, so decoding allocates nothing for them.
 #[derive(Clone, Debug, Default)]
-pub struct StepLogits {
-    /// The rows of every item, item after item: `[rows × n_vocab]`.
-    data: Vec<f32>,
-    /// Each item's part of `data`.
-    spans: Vec<Range<usize>>,
+pub struct StepOutputs {
+    /// The logits rows of every item, item after item: `[rows × n_vocab]`.
+    logits: Vec<f32>,
+    /// The hidden-state rows, the same way: `[rows × n_embd]`.
+    hidden: Vec<f32>,
+    /// Each item's part of `logits` and of `hidden`.
+    logit_spans: Vec<Range<usize>>,
+    hidden_spans: Vec<Range<usize>>,
 }
 
-impl StepLogits {
-    pub fn new() -> StepLogits {
-        StepLogits::default()
+impl StepOutputs {
+    pub fn new() -> StepOutputs {
+        StepOutputs::default()
     }
 
-    /// Item `i`'s logits, as its [`Logits`] asked: `[n_tokens × n_vocab]`
-    /// (`All`), `[n_vocab]` (`Last`) or nothing (`None`).
-    pub fn get(&self, i: usize) -> &[f32] {
-        &self.data[self.spans[i].clone()]
+    /// Item `i`'s logits, as its [`Outputs`] asked: `[rows × n_vocab]`
+    /// (empty when it asked for none).
+    pub fn logits(&self, i: usize) -> &[f32] {
+        &self.logits[self.logit_spans[i].clone()]
+    }
+
+    /// Item `i`'s post-final-norm hidden states: `[rows × n_embd]`.
+    pub fn hidden(&self, i: usize) -> &[f32] {
+        &self.hidden[self.hidden_spans[i].clone()]
     }
 
     /// Items of the last step.
     pub fn len(&self) -> usize {
-        self.spans.len()
+        self.logit_spans.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.spans.is_empty()
+        self.logit_spans.is_empty()
     }
 
     /// Every item's logits, in order.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[f32]> + '_ {
-        self.spans.iter().map(|s| &self.data[s.clone()])
+    pub fn iter_logits(&self) -> impl ExactSizeIterator<Item = &[f32]> + '_ {
+        self.logit_spans.iter().map(|s| &self.logits[s.clone()])
+    }
+
+    /// The logits buffer whole (a single-item step's rows).
+    pub fn into_logits(self) -> Vec<f32> {
+        self.logits
     }
 }
 
 thread_local! {
     static SPANS: Cell<Vec<Range<usize>>> = const { Cell::new(Vec::new()) };
     static ROWS: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
+    static LOGIT_ROWS: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
 }
 
 impl Model {
     /// Run `tokens` through the model, continuing `state`, and return the
-    /// logits asked for. The state advances by `tokens.len()` positions.
+    /// logits of `rows`. The state advances by `tokens.len()` positions.
     pub fn forward(
         &self,
         threads: &Threads,
         state: &mut SequenceState,
         tokens: &[u32],
-        want: Logits,
+        rows: Rows,
     ) -> Result<Vec<f32>, ForwardError> {
-        let mut out = StepLogits::new();
-        self.forward_into(threads, state, tokens, want, &mut out)?;
-        Ok(out.data)
+        let mut out = StepOutputs::new();
+        self.forward_into(threads, state, tokens, Outputs::logits(rows), &mut out)?;
+        Ok(out.into_logits())
     }
 
-    /// [`forward`](Self::forward) into a kept [`StepLogits`] (its item 0).
+    /// One sequence's step into a kept [`StepOutputs`] (its item 0).
     pub fn forward_into(
         &self,
         threads: &Threads,
         state: &mut SequenceState,
         tokens: &[u32],
-        want: Logits,
-        out: &mut StepLogits,
+        outputs: Outputs,
+        out: &mut StepOutputs,
     ) -> Result<(), ForwardError> {
         let mut items = [BatchItem {
             state,
             tokens,
-            logits: want,
+            outputs,
         }];
         self.forward_batch_into(threads, &mut items, out)
     }
@@ -140,12 +200,12 @@ impl Model {
         threads: &Threads,
         items: &mut [BatchItem],
     ) -> Result<Vec<Vec<f32>>, ForwardError> {
-        let mut out = StepLogits::new();
+        let mut out = StepOutputs::new();
         self.forward_batch_into(threads, items, &mut out)?;
-        Ok(out.iter().map(<[f32]>::to_vec).collect())
+        Ok(out.iter_logits().map(<[f32]>::to_vec).collect())
     }
 
-    /// [`forward_batch`](Self::forward_batch) into a kept [`StepLogits`]:
+    /// [`forward_batch`](Self::forward_batch) into a kept [`StepOutputs`]:
     /// the serving loop's form. Once a step of the same shape has run (one
     /// decode token per sequence), a step makes no heap allocation: its
     /// temporaries come from per-thread buffers (`crate::scratch`) and the
@@ -154,7 +214,7 @@ impl Model {
         &self,
         threads: &Threads,
         items: &mut [BatchItem],
-        out: &mut StepLogits,
+        out: &mut StepOutputs,
     ) -> Result<(), ForwardError> {
         for item in items.iter() {
             self.check(item)?;
@@ -238,39 +298,78 @@ impl Model {
             item.state.pos += item.tokens.len();
         }
 
-        // The output head, on the rows someone asked for, all at once,
-        // straight into the caller's buffer.
+        // The final norm and the output head, on the rows someone asked
+        // for, all at once, straight into the caller's buffers.
         let v = c.n_vocab;
         let mut rows = Reused::take(&ROWS);
-        out.spans.clear();
         for (item, span) in items.iter().zip(spans.iter()) {
-            let first = rows.len();
-            match item.logits {
-                Logits::All => rows.extend(span.clone()),
-                Logits::Last => rows.push(span.end - 1),
-                Logits::None => {}
+            if !item.outputs.wants_rows() {
+                continue;
             }
-            out.spans.push(first * v..rows.len() * v);
+            match item.outputs.rows {
+                Rows::All => rows.extend(span.clone()),
+                Rows::Last => rows.push(span.end - 1),
+                Rows::None => {}
+            }
         }
-        out.data.clear();
-        out.data.resize(rows.len() * v, 0.0);
-        if !rows.is_empty() {
-            let mut normed = Buf::for_output(rows.len() * h);
-            for (i, &t) in rows.iter().enumerate() {
-                rms_norm(
-                    &x[t * h..(t + 1) * h],
-                    &self.output_norm,
-                    c.rms_eps,
-                    &mut normed[i * h..(i + 1) * h],
-                );
+        let mut normed = Buf::for_output(rows.len() * h);
+        for (i, &t) in rows.iter().enumerate() {
+            rms_norm(
+                &x[t * h..(t + 1) * h],
+                &self.output_norm,
+                c.rms_eps,
+                &mut normed[i * h..(i + 1) * h],
+            );
+        }
+        // Which of the normed rows go through the LM head, and where each
+        // item's outputs land.
+        let mut logit_rows = Reused::take(&LOGIT_ROWS);
+        out.logit_spans.clear();
+        out.hidden_spans.clear();
+        out.hidden.clear();
+        let mut at = 0;
+        for item in items.iter() {
+            let o = item.outputs;
+            let n_rows = match o.rows {
+                _ if !o.wants_rows() => 0,
+                Rows::All => item.tokens.len(),
+                Rows::Last => 1,
+                Rows::None => 0,
+            };
+            let (lf, hf) = (logit_rows.len(), out.hidden.len());
+            if o.logits {
+                logit_rows.extend(at..at + n_rows);
             }
+            if o.hidden {
+                out.hidden
+                    .extend_from_slice(&normed[at * h..(at + n_rows) * h]);
+            }
+            out.logit_spans.push(lf * v..logit_rows.len() * v);
+            out.hidden_spans.push(hf..out.hidden.len());
+            at += n_rows;
+        }
+        out.logits.clear();
+        out.logits.resize(logit_rows.len() * v, 0.0);
+        if !logit_rows.is_empty() {
+            // Usually every normed row; otherwise the ones asked for, packed.
+            let packed;
+            let input: &[f32] = if logit_rows.len() == rows.len() {
+                &normed
+            } else {
+                let mut p = Buf::for_output(logit_rows.len() * h);
+                for (i, &r) in logit_rows.iter().enumerate() {
+                    p[i * h..(i + 1) * h].copy_from_slice(&normed[r * h..(r + 1) * h]);
+                }
+                packed = p;
+                &packed
+            };
             matmul_in(
                 c.precision,
                 threads,
                 self.output_matrix().view(),
-                &normed,
-                rows.len(),
-                &mut out.data,
+                input,
+                logit_rows.len(),
+                &mut out.logits,
             );
         }
         Ok(())

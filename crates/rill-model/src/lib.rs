@@ -12,11 +12,13 @@ mod forward;
 mod layers;
 mod model;
 mod scratch;
+pub mod source;
 mod state;
 mod weights;
 
 pub use config::{Arch, LayerKind, ModelConfig};
 pub use error::{ForwardError, ModelError};
-pub use forward::{BatchItem, Logits, StepLogits};
+pub use forward::{BatchItem, Outputs, Rows, StepOutputs};
 pub use model::Model;
+pub use source::{GgufSource, TensorRef, WeightSource};
 pub use state::SequenceState;

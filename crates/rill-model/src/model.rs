@@ -8,6 +8,7 @@ use crate::error::ModelError;
 use crate::layers::attention::AttentionWeights;
 use crate::layers::ffn::{DenseWeights, Ffn, MoeWeights};
 use crate::layers::gdn::GdnWeights;
+use crate::source::{GgufSource, WeightSource};
 use crate::weights::{Binder, Matrix};
 use rill_gguf::GgufFile;
 use std::path::Path;
@@ -35,25 +36,31 @@ pub struct Model {
     pub(crate) layers: Vec<Layer>,
     /// RoPE inverse frequencies, one per rotated pair.
     pub(crate) rope_inv_freq: Vec<f32>,
-    // Keeps the mapping alive for every `Bytes` above. Declared last so it is
+    // Keeps the bytes alive for every `Bytes` above. Declared last so it is
     // dropped after the views.
-    file: Arc<GgufFile>,
+    source: Arc<dyn WeightSource>,
 }
 
 impl Model {
     /// Open and bind a GGUF file (the first of a split set, or a single file).
     pub fn open(path: &Path) -> Result<Model, ModelError> {
-        Model::from_gguf(Arc::new(GgufFile::open(path)?))
+        let file = Arc::new(GgufFile::open(path)?);
+        Model::from_source(Arc::new(GgufSource::new(file, path.display().to_string())))
     }
 
-    /// Bind the tensors of an open file.
+    /// Bind the tensors of an open GGUF file.
     pub fn from_gguf(file: Arc<GgufFile>) -> Result<Model, ModelError> {
-        let mut config = ModelConfig::from_gguf(&file)?;
-        let b = Binder { file: &file };
+        Model::from_source(Arc::new(GgufSource::new(file, "(in memory)")))
+    }
+
+    /// Bind the hyperparameters and tensors of a weight source.
+    pub fn from_source(source: Arc<dyn WeightSource>) -> Result<Model, ModelError> {
+        let mut config = source.config()?;
+        let b = Binder { source: &*source };
         let h = config.n_embd;
 
         let embd_shape = b
-            .shape("token_embd.weight")
+            .shape("token_embd.weight")?
             .ok_or_else(|| ModelError::MissingTensor("token_embd.weight".into()))?;
         if embd_shape.len() != 2 || embd_shape[0] != h as u64 {
             return Err(ModelError::BadShape {
@@ -65,7 +72,7 @@ impl Model {
         config.n_vocab = embd_shape[1] as usize;
         let v = config.n_vocab;
         let token_embd = b.matrix("token_embd.weight", v, h)?;
-        let output = if b.has("output.weight") {
+        let output = if b.has("output.weight")? {
             Some(b.matrix("output.weight", v, h)?)
         } else {
             None
@@ -105,11 +112,10 @@ impl Model {
             output,
             layers,
             rope_inv_freq,
-            file,
+            source,
         })
     }
 
-    /// The file the weights live in (metadata, tokenizer, ...).
     /// Run the matrix products with `precision` from now on (exact by
     /// default; [`Precision::Q8`] quantizes activations to 8 bits, as
     /// llama.cpp does, for speed).
@@ -117,8 +123,32 @@ impl Model {
         self.config.precision = precision;
     }
 
-    pub fn file(&self) -> &GgufFile {
-        &self.file
+    /// Where the weights come from.
+    pub fn source(&self) -> &dyn WeightSource {
+        &*self.source
+    }
+
+    /// Weight bytes one decoded token reads: every bound matrix and vector
+    /// in full, except the embedding (one row, unless it is also the output
+    /// projection) and the routed experts (`n_expert_used` of them per
+    /// layer). Heads the trunk does not run are not counted.
+    pub fn decode_weight_bytes(&self) -> u64 {
+        let c = &self.config;
+        let f32s = |v: &[f32]| (v.len() * 4) as u64;
+        let mut total = match &self.output {
+            Some(out) => (self.token_embd.byte_len() / c.n_vocab.max(1) + out.byte_len()) as u64,
+            None => self.token_embd.byte_len() as u64,
+        };
+        total += f32s(&self.output_norm);
+        for l in &self.layers {
+            total += f32s(&l.attn_norm) + f32s(&l.post_attention_norm);
+            total += match &l.mixer {
+                Mixer::Attention(w) => w.weight_bytes(),
+                Mixer::Recurrent(w) => w.weight_bytes(),
+            };
+            total += l.ffn.decode_weight_bytes(c.n_expert_used);
+        }
+        total
     }
 
     /// Whether the output projection has its own matrix (not tied to the embedding).

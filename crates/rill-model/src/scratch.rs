@@ -238,12 +238,7 @@ mod tests {
         let x = vec![1f32; 4];
         let mut out = vec![0f32; 1];
         let w = [0u8; 16];
-        let m = rill_kernels::MatRef {
-            dtype: rill_dtype::DType::F32,
-            rows: 1,
-            cols: 4,
-            data: &w,
-        };
+        let m = rill_kernels::MatRef::new(rill_dtype::DType::F32, 1, 4, &w);
         let mut jobs = JobList::take();
         jobs.push(MatJob {
             w: m,

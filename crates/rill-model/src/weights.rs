@@ -5,16 +5,16 @@
 //! constants — a few KB per layer) are decoded to f32 at load time.
 
 use crate::error::ModelError;
+use crate::source::{Scales, TensorRef, WeightSource};
 use rill_dtype::DType;
-use rill_gguf::{GgufFile, TensorInfo};
 use rill_kernels::{quant, MatRef};
-use std::sync::Arc;
 
-/// Bytes of one tensor inside a file the model keeps open.
+/// Bytes of one tensor inside a source the model keeps.
 ///
-/// The file (`Arc<GgufFile>`) is owned by the [`crate::Model`] together with
-/// every `Bytes`, and a mapping's address never changes while it lives, so the
-/// pointer stays valid for as long as the model does.
+/// The source (`Arc<dyn WeightSource>`) is owned by the [`crate::Model`]
+/// together with every `Bytes`, and a source keeps its bytes at one address
+/// while it lives (a mapping, or the program's own data), so the pointer
+/// stays valid for as long as the model does.
 #[derive(Clone, Copy)]
 pub(crate) struct Bytes {
     ptr: *const u8,
@@ -26,8 +26,7 @@ unsafe impl Send for Bytes {}
 unsafe impl Sync for Bytes {}
 
 impl Bytes {
-    fn of(file: &Arc<GgufFile>, info: &TensorInfo) -> Bytes {
-        let s = file.tensor_data(info);
+    fn of(s: &[u8]) -> Bytes {
         Bytes {
             ptr: s.as_ptr(),
             len: s.len(),
@@ -50,12 +49,12 @@ pub(crate) struct Matrix {
 
 impl Matrix {
     pub fn view(&self) -> MatRef<'_> {
-        MatRef {
-            dtype: self.dtype,
-            rows: self.rows,
-            cols: self.cols,
-            data: self.bytes.as_slice(),
-        }
+        MatRef::new(self.dtype, self.rows, self.cols, self.bytes.as_slice())
+    }
+
+    /// Bytes of the encoded matrix.
+    pub fn byte_len(&self) -> usize {
+        self.bytes.len
     }
 }
 
@@ -66,6 +65,11 @@ pub(crate) struct Experts {
 }
 
 impl Experts {
+    /// Bytes of one expert's matrix.
+    pub fn bytes_per_expert(&self) -> usize {
+        self.all.byte_len() / (self.all.rows / self.rows.max(1)).max(1)
+    }
+
     pub fn expert(&self, e: usize) -> MatRef<'_> {
         self.all
             .view()
@@ -80,54 +84,78 @@ impl Experts {
     }
 }
 
+/// Decode a 1-D tensor of `n` values to f32. Accepts `[n]` or `[1, n]`-like
+/// shapes with the same element count (converters squeeze differently).
+pub(crate) fn decode_vector(t: &TensorRef, n: usize) -> Result<Vec<f32>, ModelError> {
+    let count: u64 = t.shape.iter().product();
+    let want = [n as u64];
+    let flat = TensorRef {
+        shape: if count == n as u64 { &want } else { t.shape },
+        ..*t
+    };
+    check(&flat, &want)?;
+    if !n.is_multiple_of(t.dtype.block_len())
+        || t.data.len() != t.dtype.bytes_for(n as u64).unwrap_or(0) as usize
+    {
+        return Err(ModelError::BadShape {
+            name: t.name.into(),
+            got: t.shape.to_vec(),
+            want: want.to_vec(),
+        });
+    }
+    let mut out = vec![0f32; n];
+    quant::dequantize(t.dtype, t.data, &mut out);
+    Ok(out)
+}
+
+/// Refuse a tensor of another shape, or one the kernels cannot read.
+fn check(t: &TensorRef, want: &[u64]) -> Result<DType, ModelError> {
+    if t.shape != want {
+        return Err(ModelError::BadShape {
+            name: t.name.to_string(),
+            got: t.shape.to_vec(),
+            want: want.to_vec(),
+        });
+    }
+    if !quant::is_supported(t.dtype) || t.scales != Scales::None {
+        return Err(ModelError::UnsupportedType {
+            name: t.name.to_string(),
+            dtype: t.dtype,
+        });
+    }
+    Ok(t.dtype)
+}
+
 /// Looks tensors up by name, checks shapes and types, and binds them.
 pub(crate) struct Binder<'a> {
-    pub file: &'a Arc<GgufFile>,
+    pub source: &'a dyn WeightSource,
 }
 
 impl Binder<'_> {
-    pub fn has(&self, name: &str) -> bool {
-        self.file.tensor(name).is_some()
+    pub fn has(&self, name: &str) -> Result<bool, ModelError> {
+        Ok(self.source.tensor(name)?.is_some())
     }
 
-    fn info(&self, name: &str) -> Result<&TensorInfo, ModelError> {
-        self.file
-            .tensor(name)
+    fn get(&self, name: &str) -> Result<TensorRef<'_>, ModelError> {
+        self.source
+            .tensor(name)?
             .ok_or_else(|| ModelError::MissingTensor(name.to_string()))
     }
 
-    fn check(&self, info: &TensorInfo, want: &[u64]) -> Result<DType, ModelError> {
-        if info.shape != want {
-            return Err(ModelError::BadShape {
-                name: info.name.clone(),
-                got: info.shape.clone(),
-                want: want.to_vec(),
-            });
-        }
-        let dtype = info.dtype()?;
-        if !quant::is_supported(dtype) {
-            return Err(ModelError::UnsupportedType {
-                name: info.name.clone(),
-                dtype,
-            });
-        }
-        Ok(dtype)
-    }
-
     /// The shape of a tensor (ggml order), if present.
-    pub fn shape(&self, name: &str) -> Option<Vec<u64>> {
-        self.file.tensor(name).map(|i| i.shape.clone())
+    pub fn shape(&self, name: &str) -> Result<Option<Vec<u64>>, ModelError> {
+        Ok(self.source.tensor(name)?.map(|t| t.shape.to_vec()))
     }
 
     /// A `rows × cols` matrix (ggml shape `[cols, rows]`).
     pub fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Matrix, ModelError> {
-        let info = self.info(name)?;
-        let dtype = self.check(info, &[cols as u64, rows as u64])?;
+        let t = self.get(name)?;
+        let dtype = check(&t, &[cols as u64, rows as u64])?;
         Ok(Matrix {
             dtype,
             rows,
             cols,
-            bytes: Bytes::of(self.file, info),
+            bytes: Bytes::of(t.data),
         })
     }
 
@@ -139,55 +167,31 @@ impl Binder<'_> {
         rows: usize,
         cols: usize,
     ) -> Result<Experts, ModelError> {
-        let info = self.info(name)?;
-        let dtype = self.check(info, &[cols as u64, rows as u64, n_expert as u64])?;
+        let t = self.get(name)?;
+        let dtype = check(&t, &[cols as u64, rows as u64, n_expert as u64])?;
         Ok(Experts {
             all: Matrix {
                 dtype,
                 rows: rows * n_expert,
                 cols,
-                bytes: Bytes::of(self.file, info),
+                bytes: Bytes::of(t.data),
             },
             rows,
         })
     }
 
-    /// A vector of `n` values, decoded to f32. Accepts `[n]` or `[1, n]`-like
-    /// shapes with the same element count (converters squeeze differently).
+    /// A vector of `n` values, decoded to f32 (with the source's transforms).
     pub fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>, ModelError> {
-        let info = self.info(name)?;
-        let count: u64 = info.shape.iter().product();
-        let want = [n as u64];
-        let dtype = if count == n as u64 {
-            self.check(
-                &TensorInfo {
-                    shape: want.to_vec(),
-                    ..info.clone()
-                },
-                &want,
-            )?
-        } else {
-            self.check(info, &want)?
-        };
-        if !n.is_multiple_of(dtype.block_len()) {
-            return Err(ModelError::BadShape {
-                name: name.into(),
-                got: info.shape.clone(),
-                want: want.to_vec(),
-            });
-        }
-        let mut out = vec![0f32; n];
-        quant::dequantize(dtype, self.file.tensor_data(info), &mut out);
-        Ok(out)
+        self.source.vector(name, n)
     }
 
     /// The raw f32 contents of a small tensor with exactly `shape`.
     pub fn small(&self, name: &str, shape: &[u64]) -> Result<Vec<f32>, ModelError> {
-        let info = self.info(name)?;
-        let dtype = self.check(info, shape)?;
+        let t = self.get(name)?;
+        let dtype = check(&t, shape)?;
         let n: u64 = shape.iter().product();
         let mut out = vec![0f32; n as usize];
-        quant::dequantize(dtype, self.file.tensor_data(info), &mut out);
+        quant::dequantize(dtype, t.data, &mut out);
         Ok(out)
     }
 }

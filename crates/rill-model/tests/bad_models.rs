@@ -7,7 +7,7 @@ use common::*;
 use rill_gguf::writer::GgufWriter;
 use rill_gguf::{GgufFile, MetaValue};
 use rill_kernels::Threads;
-use rill_model::{ForwardError, Logits, Model, ModelError, SequenceState};
+use rill_model::{ForwardError, Model, ModelError, Rows, SequenceState};
 use std::sync::Arc;
 
 /// Re-write the first F32 fixture with `edit` applied to each tensor
@@ -148,19 +148,19 @@ fn forward_refuses_bad_tokens_and_overflow() {
     let mut st = SequenceState::new(&model, 4);
     let bad = model.config.n_vocab as u32;
     assert!(matches!(
-        model.forward(&threads, &mut st, &[1, bad], Logits::Last),
+        model.forward(&threads, &mut st, &[1, bad], Rows::Last),
         Err(ForwardError::TokenOutOfRange { .. })
     ));
     assert_eq!(st.position(), 0, "a refused batch leaves the state alone");
     assert!(matches!(
-        model.forward(&threads, &mut st, &[1, 2, 3, 4, 5], Logits::Last),
+        model.forward(&threads, &mut st, &[1, 2, 3, 4, 5], Rows::Last),
         Err(ForwardError::ContextFull { .. })
     ));
     assert!(matches!(
-        model.forward(&threads, &mut st, &[], Logits::Last),
+        model.forward(&threads, &mut st, &[], Rows::Last),
         Err(ForwardError::Empty)
     ));
     assert!(model
-        .forward(&threads, &mut st, &[1, 2, 3, 4], Logits::Last)
+        .forward(&threads, &mut st, &[1, 2, 3, 4], Rows::Last)
         .is_ok());
 }

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use rill_kernels::{Precision, Threads};
-use rill_model::{BatchItem, Logits, SequenceState};
+use rill_model::{BatchItem, Outputs, Rows, SequenceState};
 
 #[test]
 fn a_mixed_batch_equals_each_sequence_alone() {
@@ -31,17 +31,9 @@ fn a_mixed_batch_equals_each_sequence_alone() {
         let mut alone = Vec::new();
         for p in &prompts {
             let mut st = SequenceState::new(&model, 64);
-            let mut rows = model.forward(&threads, &mut st, p, Logits::All).unwrap();
-            rows.extend(
-                model
-                    .forward(&threads, &mut st, &[7], Logits::Last)
-                    .unwrap(),
-            );
-            rows.extend(
-                model
-                    .forward(&threads, &mut st, &[8], Logits::Last)
-                    .unwrap(),
-            );
+            let mut rows = model.forward(&threads, &mut st, p, Rows::All).unwrap();
+            rows.extend(model.forward(&threads, &mut st, &[7], Rows::Last).unwrap());
+            rows.extend(model.forward(&threads, &mut st, &[8], Rows::Last).unwrap());
             alone.push(rows);
         }
         // Together: sequence 0 prefills while 1 and 2 are at other stages.
@@ -59,15 +51,11 @@ fn a_mixed_batch_equals_each_sequence_alone() {
             let mut who = Vec::new();
             for (i, (st, toks)) in states.iter_mut().zip(step).enumerate() {
                 if let Some(t) = toks {
-                    let logits = if t.len() > 1 {
-                        Logits::All
-                    } else {
-                        Logits::Last
-                    };
+                    let outputs = Outputs::logits(if t.len() > 1 { Rows::All } else { Rows::Last });
                     items.push(BatchItem {
                         state: st,
                         tokens: t,
-                        logits,
+                        outputs,
                     });
                     who.push(i);
                 }

@@ -10,7 +10,7 @@ mod common;
 
 use common::*;
 use rill_kernels::{Precision, Threads};
-use rill_model::{BatchItem, Logits, Model, SequenceState, StepLogits};
+use rill_model::{BatchItem, Model, Outputs, Rows, SequenceState, StepOutputs};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
@@ -59,13 +59,13 @@ fn decode_step<const N: usize>(
     threads: &Threads,
     states: &mut [SequenceState; N],
     tokens: &[[u32; 1]; N],
-    out: &mut StepLogits,
+    out: &mut StepOutputs,
 ) {
     let mut next = tokens.iter();
     let mut items = states.each_mut().map(|state| BatchItem {
         state,
         tokens: next.next().expect("one token each"),
-        logits: Logits::Last,
+        outputs: Outputs::last_logits(),
     });
     model.forward_batch_into(threads, &mut items, out).unwrap();
 }
@@ -95,13 +95,19 @@ fn decode_steps_make_no_heap_allocation() {
         model.set_precision(*precision);
         let name = format!("{} ({})", f["gguf"].as_str().unwrap(), precision.name());
         let vocab = model.config.n_vocab as u32;
-        let mut out = StepLogits::new();
+        let mut out = StepOutputs::new();
 
         // One sequence.
         let mut one = [SequenceState::new(&model, 64)];
         let prompt: Vec<u32> = (0..9).map(|i| (i * 37 + 5) % vocab).collect();
         model
-            .forward_into(&threads, &mut one[0], &prompt, Logits::Last, &mut out)
+            .forward_into(
+                &threads,
+                &mut one[0],
+                &prompt,
+                Outputs::last_logits(),
+                &mut out,
+            )
             .unwrap();
         for step in 0..WARM_UP + 4 {
             let tok = [[(step * 13 + 1) % vocab]];
@@ -114,9 +120,9 @@ fn decode_steps_make_no_heap_allocation() {
             // The kept buffers change nothing: the same step as a fresh call.
             let mut again = before;
             let want = model
-                .forward(&threads, &mut again, &tok[0], Logits::Last)
+                .forward(&threads, &mut again, &tok[0], Rows::Last)
                 .unwrap();
-            assert_eq!(out.get(0), &want[..], "{name}: step {step}");
+            assert_eq!(out.logits(0), &want[..], "{name}: step {step}");
         }
 
         // Three sequences at different positions, in one batch.
@@ -126,7 +132,7 @@ fn decode_steps_make_no_heap_allocation() {
                 .map(|j| (j * 29 + 3) % vocab)
                 .collect();
             model
-                .forward_into(&threads, st, &prompt, Logits::Last, &mut out)
+                .forward_into(&threads, st, &prompt, Outputs::last_logits(), &mut out)
                 .unwrap();
         }
         for step in 0..WARM_UP + 4 {

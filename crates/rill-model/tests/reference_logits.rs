@@ -8,7 +8,7 @@ use common::*;
 use rill_dtype::DType;
 use rill_kernels::q8::ActFormat;
 use rill_kernels::{Precision, Threads};
-use rill_model::{Logits, SequenceState};
+use rill_model::{Rows, SequenceState};
 
 #[test]
 fn f32_prompt_logits_match_transformers() {
@@ -44,14 +44,10 @@ fn decoding_token_by_token_equals_the_batch() {
         let v = model.config.n_vocab;
         let mut st = SequenceState::new(&model, ids.len());
         let mut got = model
-            .forward(&threads, &mut st, &ids[..split], Logits::All)
+            .forward(&threads, &mut st, &ids[..split], Rows::All)
             .unwrap();
         for &t in &ids[split..] {
-            got.extend(
-                model
-                    .forward(&threads, &mut st, &[t], Logits::Last)
-                    .unwrap(),
-            );
+            got.extend(model.forward(&threads, &mut st, &[t], Rows::Last).unwrap());
         }
         assert_eq!(st.position(), ids.len());
         let (max, _) = diff(&got, &batch);
@@ -74,7 +70,7 @@ fn greedy_generation_matches_transformers() {
         let v = model.config.n_vocab;
         let mut st = SequenceState::new(&model, prompt.len() + want_ids.len());
         let mut row = model
-            .forward(&threads, &mut st, &prompt, Logits::Last)
+            .forward(&threads, &mut st, &prompt, Rows::Last)
             .unwrap();
         let mut got = Vec::new();
         for (step, &want) in want_ids.iter().enumerate() {
@@ -86,7 +82,7 @@ fn greedy_generation_matches_transformers() {
                 break;
             }
             row = model
-                .forward(&threads, &mut st, &[next], Logits::Last)
+                .forward(&threads, &mut st, &[next], Rows::Last)
                 .unwrap();
         }
         assert_eq!(got, want_ids, "{name}: greedy tokens");
@@ -139,8 +135,9 @@ fn q8_activations_reproduce_llama_cpp_error() {
         let bar_max = f["tolerance"]["max_abs"].as_f64().unwrap() as f32;
         let bar_mean = f["tolerance"]["mean_abs"].as_f64().unwrap() as f32;
         eprintln!("{name} q8: rill max {max:.2e} mean {mean:.2e}; llama.cpp max {bar_max:.2e} mean {bar_mean:.2e}");
-        let dtypes: Vec<DType> = model
-            .file()
+        let file = rill_gguf::GgufFile::open(&fixtures_dir().join(f["gguf"].as_str().unwrap()))
+            .expect("fixture file");
+        let dtypes: Vec<DType> = file
             .tensors()
             .iter()
             .filter_map(|t| t.dtype().ok())

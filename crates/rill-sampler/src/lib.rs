@@ -49,13 +49,17 @@ impl Default for SamplerConfig {
     }
 }
 
-/// Why a configuration was refused.
+/// Why a configuration was refused: the parameter (by its API name) and
+/// what is wrong with it. Every front end checks sampling parameters here.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ConfigError(pub String);
+pub struct ConfigError {
+    pub param: &'static str,
+    pub message: String,
+}
 
 impl std::fmt::Display for ConfigError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
@@ -64,42 +68,52 @@ impl std::error::Error for ConfigError {}
 impl SamplerConfig {
     /// Check ranges, so bad user input is an error rather than NaNs.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let finite = [
-            self.temperature,
-            self.top_p,
-            self.min_p,
-            self.repetition_penalty,
-            self.presence_penalty,
-            self.frequency_penalty,
+        let bad = |param: &'static str, message: String| Err(ConfigError { param, message });
+        let named = [
+            ("temperature", self.temperature),
+            ("top_p", self.top_p),
+            ("min_p", self.min_p),
+            ("repetition_penalty", self.repetition_penalty),
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
         ];
-        if finite.iter().any(|v| !v.is_finite()) {
-            return Err(ConfigError(
-                "sampling parameters must be finite numbers".into(),
-            ));
+        if let Some((name, _)) = named.iter().find(|(_, v)| !v.is_finite()) {
+            return bad(name, format!("{name} must be a finite number"));
         }
         if self.temperature < 0.0 {
-            return Err(ConfigError(format!(
-                "temperature {} must be >= 0",
-                self.temperature
-            )));
+            return bad(
+                "temperature",
+                format!("temperature must be >= 0 (got {})", self.temperature),
+            );
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(ConfigError(format!(
-                "top_p {} must be in (0, 1]",
-                self.top_p
-            )));
+            return bad(
+                "top_p",
+                format!("top_p must be in (0, 1] (got {})", self.top_p),
+            );
         }
         if !(0.0..=1.0).contains(&self.min_p) {
-            return Err(ConfigError(format!(
-                "min_p {} must be in [0, 1]",
-                self.min_p
-            )));
+            return bad(
+                "min_p",
+                format!("min_p must be in [0, 1] (got {})", self.min_p),
+            );
         }
         if self.repetition_penalty <= 0.0 {
-            return Err(ConfigError(format!(
-                "repetition_penalty {} must be > 0",
-                self.repetition_penalty
-            )));
+            return bad(
+                "repetition_penalty",
+                format!(
+                    "repetition_penalty must be > 0 (got {})",
+                    self.repetition_penalty
+                ),
+            );
+        }
+        for (name, v) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if !(-2.0..=2.0).contains(&v) {
+                return bad(name, format!("{name} must be in [-2, 2] (got {v})"));
+            }
         }
         Ok(())
     }
@@ -239,6 +253,35 @@ pub fn log_softmax(row: &[f32]) -> Vec<f32> {
         .ln() as f32
         + max;
     row.iter().map(|&v| v - lse).collect()
+}
+
+/// The log-probability of a chosen token and the `k` most likely
+/// alternatives, best first (ties to the lower id).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Logprobs {
+    pub chosen: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
+/// [`Logprobs`] of `chosen` in a logits row, with the top `k`.
+pub fn logprobs(row: &[f32], chosen: u32, k: usize) -> Logprobs {
+    let lp = log_softmax(row);
+    let mut order: Vec<u32> = (0..lp.len() as u32).collect();
+    let k = k.min(lp.len());
+    if k > 0 {
+        order.select_nth_unstable_by(k - 1, |&a, &b| {
+            lp[b as usize].total_cmp(&lp[a as usize]).then(a.cmp(&b))
+        });
+    }
+    order.truncate(k);
+    order.sort_by(|&a, &b| lp[b as usize].total_cmp(&lp[a as usize]).then(a.cmp(&b)));
+    Logprobs {
+        chosen: lp
+            .get(chosen as usize)
+            .copied()
+            .unwrap_or(f32::NEG_INFINITY),
+        top: order.into_iter().map(|t| (t, lp[t as usize])).collect(),
+    }
 }
 
 #[cfg(test)]

@@ -157,3 +157,18 @@ fn log_softmax_normalises() {
     let s: f32 = lp.iter().map(|v| v.exp()).sum();
     assert!((s - 1.0).abs() < 1e-6);
 }
+
+#[test]
+fn logprobs_pick_the_top_k_best_first_with_ties_to_the_lower_id() {
+    let row = [1.0f32, 3.0, 3.0, -2.0, 0.5];
+    let lp = logprobs(&row, 4, 3);
+    let ids: Vec<u32> = lp.top.iter().map(|t| t.0).collect();
+    assert_eq!(ids, vec![1, 2, 0]);
+    let full = log_softmax(&row);
+    assert_eq!(lp.chosen, full[4]);
+    assert_eq!(lp.top[0].1, full[1]);
+    let total: f64 = full.iter().map(|&v| (v as f64).exp()).sum();
+    assert!((total - 1.0).abs() < 1e-6);
+    assert!(logprobs(&row, 0, 0).top.is_empty());
+    assert_eq!(logprobs(&row, 0, 99).top.len(), 5);
+}

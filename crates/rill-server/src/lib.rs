@@ -7,26 +7,23 @@
 //!
 //! - [`routes`]: the endpoints and the router.
 //! - [`openai`]: request and response shapes, parameter checks.
-//! - [`chat_output`], [`reasoning`], [`tool_calls`]: a chat reply split into
-//!   thinking, content and tool calls as it streams.
+//! - a chat reply is split into thinking, content and tool calls as it
+//!   streams by `rill_chat::reply`, which `rill chat` uses too.
 //! - [`sse`]: streaming, with cancellation when the client leaves.
 //! - [`errors`]: every failure as an OpenAI-style JSON error.
 
 pub mod auth;
-pub mod chat_output;
 pub mod errors;
 pub mod logging;
 pub mod metrics;
 pub mod openai;
-pub mod reasoning;
 pub mod routes;
 pub mod sse;
 pub mod state;
-pub mod tool_calls;
 
 pub use errors::ApiError;
 pub use routes::router;
-pub use state::{template_from_gguf, AppState, ServerConfig};
+pub use state::{AppState, ServerConfig};
 
 use std::future::Future;
 use std::sync::atomic::Ordering::Relaxed;

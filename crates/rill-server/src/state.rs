@@ -5,7 +5,6 @@ use crate::errors::ApiError;
 use crate::metrics::HttpMetrics;
 use rill_chat::ChatTemplate;
 use rill_engine::Engine;
-use rill_gguf::{GgufFile, MetaValue};
 use rill_tokenizer::Tokenizer;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -80,35 +79,9 @@ impl AppState {
         }
     }
 
-    /// Tokens of a prompt text (special tokens parsed), with a BOS in front
-    /// when the tokenizer asks for one and the text lacks it.
+    /// Tokens of a prompt text, as every front end encodes prompts
+    /// ([`Tokenizer::encode_prompt`]).
     pub fn encode_prompt(&self, text: &str) -> Vec<u32> {
-        let mut ids = Vec::new();
-        if self.tok.add_bos_token() {
-            if let Some(bos) = self.tok.bos_id() {
-                let bos_text = self.tok.token_text(bos).unwrap_or("");
-                if bos_text.is_empty() || !text.starts_with(bos_text) {
-                    ids.push(bos);
-                }
-            }
-        }
-        ids.extend(self.tok.encode(text, true));
-        ids
+        self.tok.encode_prompt(text)
     }
-}
-
-/// The model file's chat template, with its BOS/EOS strings as transformers
-/// passes them. `Ok(None)` when the file has no template.
-pub fn template_from_gguf(
-    file: &GgufFile,
-    tok: &Tokenizer,
-) -> Result<Option<ChatTemplate>, rill_chat::TemplateError> {
-    let Some(source) = file
-        .get("tokenizer.chat_template")
-        .and_then(MetaValue::as_str)
-    else {
-        return Ok(None);
-    };
-    let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).map(str::to_string);
-    ChatTemplate::new(source, text(tok.bos_id()), text(tok.eos_id())).map(Some)
 }

@@ -81,6 +81,8 @@ impl Tokenizer {
         let specials = SpecialTokens {
             bos: get_id(file, "tokenizer.ggml.bos_token_id", "bos")?,
             eos: get_id(file, "tokenizer.ggml.eos_token_id", "eos")?,
+            eot: get_id(file, "tokenizer.ggml.eot_token_id", "eot")?,
+            eom: get_id(file, "tokenizer.ggml.eom_token_id", "eom")?,
             pad: get_id(file, "tokenizer.ggml.padding_token_id", "padding")?,
             add_bos,
         };

@@ -101,14 +101,27 @@ impl TokenType {
     }
 }
 
-/// Special ids and flags (`tokenizer.ggml.{bos,eos,padding}_token_id`, `add_bos_token`).
+/// Special ids and flags (`tokenizer.ggml.{bos,eos,eot,eom,padding}_token_id`,
+/// `add_bos_token`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SpecialTokens {
     pub bos: Option<u32>,
     pub eos: Option<u32>,
+    /// End of turn, where the file names one.
+    pub eot: Option<u32>,
+    /// End of message (a tool call's end in some vocabularies).
+    pub eom: Option<u32>,
     pub pad: Option<u32>,
     pub add_bos: bool,
 }
+
+/// Texts of the tokens that end a generation in the vocabularies rill runs,
+/// as llama.cpp's vocabulary adds them to its end-of-generation set beside
+/// the file's eos / eot / eom ids: a chat model's turn end is often not the
+/// file's `eos` (a base model's file names `<|endoftext|>`, its instruct
+/// model stops at `<|im_end|>`).
+const END_OF_GENERATION_TEXTS: &[&str] =
+    &["<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>"];
 
 /// A byte-level BPE tokenizer. Immutable once built; `Send + Sync`.
 pub struct Tokenizer {
@@ -122,6 +135,8 @@ pub struct Tokenizer {
     added: special::SpecialMatcher,
     pre: PreTokenizer,
     specials: SpecialTokens,
+    /// Every id that ends a generation, ascending.
+    eog: Vec<u32>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -158,6 +173,8 @@ impl Tokenizer {
         for (what, id) in [
             ("bos", specials.bos),
             ("eos", specials.eos),
+            ("eot", specials.eot),
+            ("eom", specials.eom),
             ("padding", specials.pad),
         ] {
             if let Some(id) = id {
@@ -250,6 +267,23 @@ impl Tokenizer {
         for (i, t) in tokens.iter().enumerate() {
             token_ids.entry(t.clone()).or_insert(i as u32);
         }
+        let mut eog: Vec<u32> = [specials.eos, specials.eot, specials.eom]
+            .into_iter()
+            .flatten()
+            .chain(
+                END_OF_GENERATION_TEXTS
+                    .iter()
+                    .filter_map(|t| token_ids.get(*t).copied())
+                    .filter(|&id| {
+                        matches!(
+                            types[id as usize],
+                            TokenType::Control | TokenType::UserDefined
+                        )
+                    }),
+            )
+            .collect();
+        eog.sort_unstable();
+        eog.dedup();
         Ok(Tokenizer {
             tokens,
             types,
@@ -260,6 +294,7 @@ impl Tokenizer {
             added: special::SpecialMatcher::new(added),
             pre,
             specials,
+            eog,
         })
     }
 
@@ -331,5 +366,33 @@ impl Tokenizer {
     /// Qwen).
     pub fn add_bos_token(&self) -> bool {
         self.specials.add_bos
+    }
+
+    /// The ids that end a generation: the file's eos / eot / eom and the
+    /// vocabulary's turn-end tokens (see `END_OF_GENERATION_TEXTS`), ascending.
+    pub fn eog_ids(&self) -> &[u32] {
+        &self.eog
+    }
+
+    pub fn is_eog(&self, id: u32) -> bool {
+        self.eog.binary_search(&id).is_ok()
+    }
+
+    /// The tokens of a prompt text (special tokens parsed), with a BOS in
+    /// front when the vocabulary asks for one and the text does not already
+    /// start with it. Every front end encodes prompts through this, so they
+    /// agree on the ids.
+    pub fn encode_prompt(&self, text: &str) -> Vec<u32> {
+        let mut ids = Vec::new();
+        if self.add_bos_token() {
+            if let Some(bos) = self.bos_id() {
+                let bos_text = self.token_text(bos).unwrap_or("");
+                if bos_text.is_empty() || !text.starts_with(bos_text) {
+                    ids.push(bos);
+                }
+            }
+        }
+        ids.extend(self.encode(text, true));
+        ids
     }
 }

@@ -1,28 +1,30 @@
-//! `rill bench`: prompt processing and generation speed, like llama-bench.
+//! `rill bench`: prompt processing and generation speed, like llama-bench,
+//! measured through the engine every front end uses.
 //!
-//! pp: `-p` random tokens through a fresh state in one batch. tg: `-n`
-//! tokens decoded one at a time into a fresh state. Each test runs `-r`
-//! times after one warm-up; we report mean ± sd tokens/s, the load time, the
-//! peak resident memory, and the weight bandwidth decode achieves (weight
-//! bytes touched per token × tokens/s), next to the machine's measured read
-//! bandwidth when `--bandwidth` is given.
+//! pp: a request of `-p` random tokens, prefilled in one batch into a fresh
+//! state. tg: `--parallel` requests of one random token each, decoding `-n`
+//! tokens together (one batched step per token, as the server runs them).
+//! Each test runs `-r` times after one warm-up; we report mean ± sd
+//! tokens/s, the load time, the peak resident memory, and the weight
+//! bandwidth decode achieves (weight bytes touched per token × tokens/s),
+//! next to the machine's measured read bandwidth when `--bandwidth` is given.
 
 use crate::load;
-use anyhow::Result;
-use rill_gguf::GgufFile;
+use anyhow::{Context, Result};
+use rill_engine::{Done, Engine, EngineConfig, Event, Request};
 use rill_kernels::simd::Isa;
 use rill_kernels::Precision;
 use rill_kernels::Threads;
-use rill_model::{BatchItem, Logits, Model, SequenceState, StepLogits};
-use rill_sampler::Rng;
+use rill_sampler::{Rng, SamplerConfig};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Model file (GGUF).
     #[arg(short, long)]
-    model: PathBuf,
+    model: Option<PathBuf>,
     /// Prompt tokens for the prompt-processing test (0 = skip).
     #[arg(short = 'p', long, default_value_t = 512)]
     n_prompt: usize,
@@ -65,42 +67,6 @@ fn stats(xs: &[f64]) -> (f64, f64) {
     (mean, var.sqrt())
 }
 
-/// Weight bytes read to generate one token: every tensor in full except the
-/// embedding (one row) and routed experts (top-k of n).
-pub fn active_weight_bytes(file: &GgufFile, model: &Model) -> f64 {
-    let c = &model.config;
-    let mut total = 0.0;
-    for t in file.tensors() {
-        let Ok(data) = file.try_tensor_data(t) else {
-            continue;
-        };
-        let b = data.len() as f64;
-        // MTP layers are not run by the trunk.
-        if let Some(rest) = t.name.strip_prefix("blk.") {
-            let layer: usize = rest
-                .split('.')
-                .next()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(0);
-            if layer >= c.n_layer {
-                continue;
-            }
-        }
-        total += if t.name == "token_embd.weight" {
-            if model.has_output_matrix() {
-                b / c.n_vocab as f64
-            } else {
-                b // tied: the output projection reads all of it
-            }
-        } else if t.name.contains("_exps") {
-            b * c.n_expert_used as f64 / c.n_expert.max(1) as f64
-        } else {
-            b
-        };
-    }
-    total
-}
-
 /// Peak resident set size of this process, from /proc (Linux), in bytes.
 fn peak_rss() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -133,61 +99,88 @@ fn read_bandwidth(threads: &Threads) -> f64 {
     best
 }
 
+/// Run `reqs` at once and wait for all of them.
+fn run_all(engine: &Engine, reqs: Vec<Request>) -> Result<Vec<Done>> {
+    let mut handles = reqs
+        .into_iter()
+        .map(|r| engine.submit(r).context("the engine refused a request"))
+        .collect::<Result<Vec<_>>>()?;
+    let mut done = Vec::with_capacity(handles.len());
+    for h in &mut handles {
+        loop {
+            match h.recv_blocking() {
+                Some(Event::Text { .. }) => {}
+                Some(Event::Done(d)) => break done.push(d),
+                Some(Event::Error(e)) => anyhow::bail!("generation failed: {e}"),
+                None => anyhow::bail!("the engine stopped"),
+            }
+        }
+    }
+    Ok(done)
+}
+
 pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.reps > 0, "-r must be at least 1");
     let t0 = Instant::now();
-    let model = load::open_model(&a.model, a.precision)?;
+    let loaded = load::open(&a.model, a.precision)?;
     let load_s = t0.elapsed().as_secs_f64();
+    let info = loaded.info;
+    let (n_vocab, arch) = (loaded.model.config.n_vocab, loaded.model.config.arch);
+    let par = a.parallel.max(1);
     let threads = Threads::new(a.threads);
-    let c = &model.config;
+    let engine = Engine::start(
+        Arc::new(loaded.model),
+        Arc::new(loaded.tokenizer),
+        EngineConfig {
+            max_parallel: par,
+            ctx_size: a.n_prompt.max(a.n_gen + 2),
+            // The whole prompt in one batch, as llama-bench's pp does.
+            prefill_chunk: a.n_prompt.max(1),
+            cache_bytes: 0,
+            threads: a.threads,
+            ..EngineConfig::default()
+        },
+    );
     let mut rng = Rng::new(42);
     let mut random_tokens = |n: usize| -> Vec<u32> {
         (0..n)
-            .map(|_| (rng.next_u64() % c.n_vocab as u64) as u32)
+            .map(|_| (rng.next_u64() % n_vocab as u64) as u32)
             .collect()
+    };
+    let request = |prompt: Vec<u32>, max_tokens: usize| Request {
+        max_tokens,
+        ignore_eos: true,
+        ..Request::new(prompt, SamplerConfig::default())
     };
 
     let mut pp = Vec::new();
     if a.n_prompt > 0 {
         for rep in 0..=a.reps {
-            let toks = random_tokens(a.n_prompt);
-            let mut st = SequenceState::new(&model, a.n_prompt);
-            let t = Instant::now();
-            model.forward(&threads, &mut st, &toks, Logits::Last)?;
+            let done = run_all(&engine, vec![request(random_tokens(a.n_prompt), 1)])?;
             if rep > 0 {
-                pp.push(a.n_prompt as f64 / t.elapsed().as_secs_f64());
+                pp.push(done[0].prefill_tok_s());
             }
         }
     }
     let mut tg = Vec::new();
-    let par = a.parallel.max(1);
     if a.n_gen > 0 {
         for rep in 0..=a.reps {
-            let toks: Vec<Vec<u32>> = (0..par).map(|_| random_tokens(a.n_gen)).collect();
-            let mut states: Vec<SequenceState> = (0..par)
-                .map(|_| SequenceState::new(&model, a.n_gen))
+            // One token of prompt, then n_gen decode steps after the first
+            // sampled token.
+            let reqs = (0..par)
+                .map(|_| request(random_tokens(1), a.n_gen + 1))
                 .collect();
-            // As the server steps: logits into one reused buffer.
-            let mut logits = StepLogits::new();
-            let t = Instant::now();
-            for i in 0..a.n_gen {
-                let mut items: Vec<BatchItem> = states
-                    .iter_mut()
-                    .zip(&toks)
-                    .map(|(st, tk)| BatchItem {
-                        state: st,
-                        tokens: &tk[i..i + 1],
-                        logits: Logits::Last,
-                    })
-                    .collect();
-                model.forward_batch_into(&threads, &mut items, &mut logits)?;
-            }
-            if rep > 0 {
-                tg.push((a.n_gen * par) as f64 / t.elapsed().as_secs_f64());
+            let done = run_all(&engine, reqs)?;
+            // All were submitted together: decoding runs from the last
+            // first token to the last end.
+            let first = done.iter().map(|d| d.ttft_ms).fold(0.0, f64::max);
+            let last = done.iter().map(|d| d.total_ms).fold(0.0, f64::max);
+            if rep > 0 && last > first {
+                tg.push((a.n_gen * par) as f64 * 1e3 / (last - first));
             }
         }
     }
-    let active = active_weight_bytes(model.file(), &model);
+    let active = info.decode_weight_bytes as f64;
     // Before the bandwidth probe, whose buffer would dominate it.
     let rss = peak_rss();
     let bw = a.bandwidth.then(|| read_bandwidth(&threads));
@@ -205,7 +198,7 @@ pub fn run(a: Args) -> Result<()> {
 
     if a.json {
         let obj = serde_json::json!({
-            "model": a.model.display().to_string(),
+            "model": info.label,
             "threads": threads.count(),
             "kernels": Isa::best().name(),
             "precision": a.precision.name(),
@@ -222,8 +215,8 @@ pub fn run(a: Args) -> Result<()> {
     }
     println!(
         "model: {} ({}, {} threads, {} kernels, {} precision), loaded in {load_s:.2} s",
-        a.model.display(),
-        c.arch.name(),
+        info.label,
+        arch.name(),
         threads.count(),
         Isa::best().name(),
         a.precision.name()

@@ -1,31 +1,30 @@
 //! `rill chat`: an interactive conversation in the terminal.
 //!
-//! The conversation is re-rendered with the chat template every turn; when
-//! the new prompt extends what the sequence state already holds, only the
-//! new tokens are prefilled (the state cannot be rewound, so otherwise it is
-//! rebuilt). Ctrl-C stops a reply; Ctrl-C at the prompt or Ctrl-D leaves.
+//! The conversation is re-rendered with the chat template every turn and
+//! submitted whole to the engine, like a chat request to the server: the
+//! engine's prompt cache resumes it from the snapshot where the previous
+//! turn's history ended, so only the new turn is prefilled. Ctrl-C stops a
+//! reply; Ctrl-C at the prompt or Ctrl-D leaves.
 
-use super::run::{print_timings, SamplingArgs};
-use super::tokenize::load_tokenizer;
-use crate::chat_prompt::{load_template, render, Piece, ThinkSplitter};
+use super::run::SamplingArgs;
+use crate::chat_prompt::{render, template};
+use crate::drive::{self, InFlight};
 use crate::load;
 use anyhow::{Context, Result};
+use rill_chat::reply::{Piece, ThinkSplitter};
 use rill_chat::Message;
-use rill_engine::{generate, GenerateParams};
+use rill_engine::{Engine, EngineConfig, FinishReason, Request};
 use rill_kernels::Precision;
-use rill_kernels::Threads;
-use rill_model::SequenceState;
-use rill_sampler::Sampler;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Model file (GGUF).
     #[arg(short, long)]
-    model: PathBuf,
+    model: Option<PathBuf>,
     /// System prompt.
     #[arg(long)]
     system: Option<String>,
@@ -51,32 +50,43 @@ pub struct Args {
     /// Print speed figures after each reply.
     #[arg(long)]
     timings: bool,
-}
-
-/// Tokens of `new` after the common prefix with `old`, if `old` is a prefix.
-fn extension<'a>(old: &[u32], new: &'a [u32]) -> Option<&'a [u32]> {
-    new.strip_prefix(old)
+    /// Prompt-cache size in MiB (0 = off: every turn prefills the whole
+    /// conversation).
+    #[arg(long, default_value_t = 1024)]
+    cache_ram: usize,
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let model = load::open_model(&a.model, a.precision)?;
-    let tok = load_tokenizer(&a.model)?;
-    let tmpl = load_template(model.file(), &tok)?;
-    let threads = Threads::new(a.threads);
-    let mut sampler = Sampler::new(a.sampling.config()).context("bad sampling parameters")?;
+    let loaded = load::open(&a.model, a.precision)?;
+    let tmpl = template(&loaded.template, &loaded.info)?;
+    let tok = Arc::new(loaded.tokenizer);
+    let sampler = a.sampling.config();
+    sampler.validate().context("bad sampling parameters")?;
+    let arch = loaded.model.config.arch.name();
+    let engine = Engine::start(
+        Arc::new(loaded.model),
+        tok.clone(),
+        EngineConfig {
+            max_parallel: 1,
+            ctx_size: a.ctx_size,
+            cache_bytes: a.cache_ram << 20,
+            threads: a.threads,
+            ..EngineConfig::default()
+        },
+    );
 
-    let cancel = Arc::new(AtomicBool::new(false));
-    let generating = Arc::new(AtomicBool::new(false));
+    let in_flight: InFlight = Default::default();
     {
-        let (cancel, generating) = (cancel.clone(), generating.clone());
-        ctrlc::set_handler(move || {
-            if generating.load(Ordering::Relaxed) {
-                cancel.store(true, Ordering::Relaxed);
-            } else {
-                eprintln!();
-                std::process::exit(0);
-            }
-        })
+        let in_flight = in_flight.clone();
+        ctrlc::set_handler(
+            move || match in_flight.lock().ok().and_then(|f| f.clone()) {
+                Some(c) => c.store(true, Ordering::Relaxed),
+                None => {
+                    eprintln!();
+                    std::process::exit(0);
+                }
+            },
+        )
         .context("cannot install the Ctrl-C handler")?;
     }
 
@@ -91,16 +101,15 @@ pub fn run(a: Args) -> Result<()> {
         .iter()
         .map(|s| Message::system(s.as_str()))
         .collect();
-    let mut state = SequenceState::new(&model, a.ctx_size);
-    let mut in_state: Vec<u32> = Vec::new();
     eprintln!(
-        "rill chat — {} ({}). Ctrl-C stops a reply, Ctrl-D or Ctrl-C at the prompt leaves.",
-        a.model.display(),
-        model.config.arch.name()
+        "rill chat — {} ({arch}). Ctrl-C stops a reply, Ctrl-D or Ctrl-C at the prompt leaves.",
+        loaded.info.label,
     );
 
     let stdin = std::io::stdin();
     let mut line = String::new();
+    // Each reply's sampler gets its own seed, from the one given.
+    let mut turn = 0u64;
     loop {
         print!("\n> ");
         std::io::stdout().flush()?;
@@ -114,25 +123,25 @@ pub fn run(a: Args) -> Result<()> {
             continue;
         }
         messages.push(Message::user(user));
-        let prompt_text = render(&tmpl, &messages, a.no_think.then_some(false))?;
-        let prompt = tok.encode(&prompt_text, true);
-        if prompt.len() + 1 >= a.ctx_size {
-            eprintln!("the conversation ({} tokens) no longer fits the context ({}); start again with a larger -c", prompt.len(), a.ctx_size);
+        let prompt = render(tmpl, &tok, &messages, a.no_think.then_some(false))?;
+        if prompt.tokens.len() + 1 >= a.ctx_size {
+            eprintln!(
+                "the conversation ({} tokens) no longer fits the context ({}); start again with a larger -c",
+                prompt.tokens.len(),
+                a.ctx_size
+            );
             messages.pop();
             continue;
         }
-        let feed: Vec<u32> = match extension(&in_state, &prompt) {
-            Some(rest) if !rest.is_empty() => rest.to_vec(),
-            _ => {
-                state = SequenceState::new(&model, a.ctx_size);
-                prompt.clone()
-            }
+        let mut sampler = sampler.clone();
+        sampler.seed = sampler.seed.wrapping_add(turn);
+        turn += 1;
+        let req = Request {
+            max_tokens: a.n_predict.min(a.ctx_size - prompt.tokens.len()),
+            cache_points: prompt.history_end.into_iter().collect(),
+            ..Request::new(prompt.tokens.clone(), sampler)
         };
-        let params = GenerateParams {
-            max_tokens: a.n_predict.min(a.ctx_size - prompt.len()),
-            ..GenerateParams::default()
-        };
-        let mut split = ThinkSplitter::new(&prompt_text);
+        let mut split = ThinkSplitter::new(&prompt.text);
         let mut stdout = std::io::stdout().lock();
         let mut show = |pieces: Vec<Piece>| {
             for p in pieces {
@@ -143,45 +152,20 @@ pub fn run(a: Args) -> Result<()> {
             }
             let _ = stdout.flush();
         };
-        cancel.store(false, Ordering::Relaxed);
-        generating.store(true, Ordering::Relaxed);
-        let result = generate(
-            &model,
-            &tok,
-            &threads,
-            &mut state,
-            &feed,
-            &params,
-            &mut sampler,
-            &cancel,
-            |s| show(split.feed(s)),
-        );
-        generating.store(false, Ordering::Relaxed);
-        let g = result?;
+        let f = drive::stream(&engine, req, &in_flight, |s| show(split.feed(s)))?;
         show(split.finish());
+        drop(stdout);
         println!();
-        if g.finish == rill_engine::FinishReason::Cancelled {
+        if f.done.finish == FinishReason::Cancelled {
             eprintln!("[stopped]");
         }
-        in_state = prompt;
-        in_state.extend_from_slice(&g.tokens[..g.in_state]);
         let mut reply = Message::assistant(split.answer.trim_start_matches('\n'));
         if !split.thinking.is_empty() {
             reply.reasoning_content = Some(split.thinking.trim().to_string());
         }
         messages.push(reply);
         if a.timings {
-            print_timings(&g.timings);
+            drive::print_timings(&f.done);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn extension_requires_a_prefix() {
-        assert_eq!(super::extension(&[1, 2], &[1, 2, 3]), Some(&[3u32][..]));
-        assert_eq!(super::extension(&[1, 9], &[1, 2, 3]), None);
-        assert_eq!(super::extension(&[], &[5]), Some(&[5u32][..]));
     }
 }

@@ -1,66 +1,42 @@
 //! `rill inspect`: what is in a model file.
 
-use anyhow::{Context, Result};
-use rill_gguf::{GgufFile, MetaValue};
-use rill_model::{LayerKind, Model};
+use crate::load;
+use anyhow::Result;
+use rill_load::human_count;
+use rill_model::LayerKind;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Model file (GGUF).
-    model: PathBuf,
+    model: Option<PathBuf>,
     /// Also list every metadata key and tensor.
     #[arg(long)]
     verbose: bool,
 }
 
-fn short(v: &MetaValue) -> String {
-    match v {
-        MetaValue::Str(s) if s.len() > 80 => {
-            format!("{:?}… ({} bytes)", &s[..s.floor_char_boundary(60)], s.len())
-        }
-        MetaValue::Str(s) => format!("{s:?}"),
-        MetaValue::Array(a) if a.len() > 8 => format!("[{} values]", a.len()),
-        MetaValue::Array(a) => format!("[{}]", a.iter().map(short).collect::<Vec<_>>().join(", ")),
-        other => format!("{other:?}"),
-    }
-}
-
 pub fn run(a: Args) -> Result<()> {
-    let file = Arc::new(
-        GgufFile::open(&a.model).with_context(|| format!("cannot open {}", a.model.display()))?,
-    );
-    println!("file:        {}", a.model.display());
-    println!("gguf:        v{}", file.version());
-    let arch = file
-        .get("general.architecture")
-        .and_then(MetaValue::as_str)
-        .unwrap_or("?");
-    println!("arch:        {arch}");
-    if let Some(name) = file.get("general.name").and_then(MetaValue::as_str) {
+    let (info, model) = rill_load::inspect(&load::source(&a.model)?)?;
+    println!("file:        {}", info.label);
+    println!("format:      {}", info.format);
+    println!("arch:        {}", info.arch_name);
+    if let Some(name) = &info.name {
         println!("name:        {name}");
     }
 
-    let mut by_type: BTreeMap<String, (usize, u64, u64)> = BTreeMap::new();
-    for t in file.tensors() {
-        let key = t
-            .dtype()
-            .map(|d| d.name().to_string())
-            .unwrap_or_else(|_| format!("type#{}", t.ggml_type));
-        let e = by_type.entry(key).or_default();
+    let mut by_type: BTreeMap<&str, (usize, u64, u64)> = BTreeMap::new();
+    for t in &info.tensors {
+        let e = by_type.entry(&t.encoding).or_default();
         e.0 += 1;
-        e.1 += t.n_elements();
-        e.2 += file.try_tensor_data(t).map(|d| d.len() as u64).unwrap_or(0);
+        e.1 += t.n_elements;
+        e.2 += t.bytes;
     }
-    let total: u64 = by_type.values().map(|v| v.2).sum();
-    let params: u64 = by_type.values().map(|v| v.1).sum();
     println!(
-        "tensors:     {} ({:.3} B parameters, {:.1} MiB)",
-        file.tensors().len(),
-        params as f64 / 1e9,
-        total as f64 / 1048576.0
+        "tensors:     {} ({} parameters, {:.1} MiB)",
+        info.tensors.len(),
+        human_count(info.n_params()),
+        info.weight_bytes() as f64 / 1048576.0
     );
     for (ty, (n, elems, bytes)) in &by_type {
         println!(
@@ -71,7 +47,7 @@ pub fn run(a: Args) -> Result<()> {
         );
     }
 
-    match Model::from_gguf(file.clone()) {
+    match model {
         Ok(model) => {
             let c = &model.config;
             let n_attn = c
@@ -112,22 +88,22 @@ pub fn run(a: Args) -> Result<()> {
                 .map(|k| if *k == LayerKind::Attention { 'A' } else { 'g' })
                 .collect();
             println!("  layer map    {kinds}  (g = GDN, A = attention)");
+            println!(
+                "  decode reads {:.1} MiB of weights per token",
+                info.decode_weight_bytes as f64 / 1048576.0
+            );
         }
         Err(e) => println!("model:       cannot be run: {e}"),
     }
 
     if a.verbose {
         println!("metadata:");
-        for (k, v) in file.metadata() {
-            println!("  {k} = {}", short(v));
+        for (k, v) in &info.metadata {
+            println!("  {k} = {v}");
         }
         println!("tensor list:");
-        for t in file.tensors() {
-            let ty = t
-                .dtype()
-                .map(|d| d.name().to_string())
-                .unwrap_or_else(|_| format!("type#{}", t.ggml_type));
-            println!("  {:<40} {:<8} {:?}", t.name, ty, t.shape);
+        for t in &info.tensors {
+            println!("  {:<40} {:<8} {:?}", t.name, t.encoding, t.shape);
         }
     }
     Ok(())

@@ -1,16 +1,16 @@
-//! `rill run`: generate text from a prompt, streamed as it comes.
+//! `rill run`: generate text from a prompt, streamed as it comes, through
+//! the same engine the server runs (so the same prompt, parameters and seed
+//! give the same tokens from both).
 
-use super::tokenize::load_tokenizer;
+use crate::drive::{self, InFlight};
 use crate::load;
 use anyhow::{Context, Result};
-use rill_engine::{generate, GenerateParams};
+use rill_engine::{Engine, EngineConfig, Request};
 use rill_kernels::Precision;
-use rill_kernels::Threads;
-use rill_model::SequenceState;
-use rill_sampler::{Sampler, SamplerConfig};
+use rill_sampler::SamplerConfig;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Sampling options shared by `run` and `chat`.
@@ -43,6 +43,7 @@ pub struct SamplingArgs {
 }
 
 impl SamplingArgs {
+    /// The sampler these options ask for (checked by the engine).
     pub fn config(&self) -> SamplerConfig {
         let seed = self.seed.unwrap_or_else(|| {
             std::time::SystemTime::now()
@@ -68,7 +69,7 @@ impl SamplingArgs {
 pub struct Args {
     /// Model file (GGUF).
     #[arg(short, long)]
-    model: PathBuf,
+    model: Option<PathBuf>,
     /// The prompt.
     #[arg(short, long)]
     prompt: String,
@@ -109,97 +110,85 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let model = load::open_model(&a.model, a.precision)?;
-    let tok = load_tokenizer(&a.model)?;
-    let text = if a.chat {
-        let tmpl = crate::chat_prompt::load_template(model.file(), &tok)?;
+    let loaded = load::open(&a.model, a.precision)?;
+    let tok = Arc::new(loaded.tokenizer);
+    let prompt = if a.chat {
+        let tmpl = crate::chat_prompt::template(&loaded.template, &loaded.info)?;
         let mut messages: Vec<rill_chat::Message> = a
             .system
             .iter()
             .map(|s| rill_chat::Message::system(s.as_str()))
             .collect();
         messages.push(rill_chat::Message::user(a.prompt.as_str()));
-        crate::chat_prompt::render(&tmpl, &messages, a.no_think.then_some(false))?
+        crate::chat_prompt::render(tmpl, &tok, &messages, a.no_think.then_some(false))?.tokens
     } else {
-        a.prompt.clone()
+        tok.encode_prompt(&a.prompt)
     };
-    let prompt = tok.encode(&text, true);
-    let threads = Threads::new(a.threads);
     let ctx = a.ctx_size.unwrap_or(prompt.len() + a.n_predict);
     anyhow::ensure!(
         prompt.len() < ctx,
         "the prompt has {} tokens, more than the context size {ctx}",
         prompt.len()
     );
-    let mut state = SequenceState::new(&model, ctx);
-    let mut sampler = Sampler::new(a.sampling.config()).context("bad sampling parameters")?;
-    let params = GenerateParams {
+    let sampler = a.sampling.config();
+    sampler.validate().context("bad sampling parameters")?;
+    // The server's engine settings but one slot and no prompt cache: the
+    // same prefill chunks, so the same tokens.
+    let engine = Engine::start(
+        Arc::new(loaded.model),
+        tok,
+        EngineConfig {
+            max_parallel: 1,
+            ctx_size: ctx,
+            cache_bytes: 0,
+            threads: a.threads,
+            ..EngineConfig::default()
+        },
+    );
+    let req = Request {
         max_tokens: a.n_predict.min(ctx - prompt.len()),
         stop: a.stop.clone(),
         ignore_eos: a.ignore_eos,
-        ..GenerateParams::default()
+        ..Request::new(prompt.clone(), sampler)
     };
-    let cancel = Arc::new(AtomicBool::new(false));
-    let c2 = cancel.clone();
-    // Ctrl-C stops generation cleanly (the timings still print).
-    let _ = ctrlc::set_handler(move || c2.store(true, Ordering::Relaxed));
-
-    let mut stdout = std::io::stdout().lock();
-    let json = a.json;
-    let g = generate(
-        &model,
-        &tok,
-        &threads,
-        &mut state,
-        &prompt,
-        &params,
-        &mut sampler,
-        &cancel,
-        |s| {
-            if !json {
-                let _ = stdout.write_all(s.as_bytes());
-                let _ = stdout.flush();
+    let in_flight: InFlight = Default::default();
+    {
+        // Ctrl-C stops generation cleanly (the timings still print).
+        let in_flight = in_flight.clone();
+        let _ = ctrlc::set_handler(move || {
+            if let Some(c) = in_flight.lock().ok().and_then(|f| f.clone()) {
+                c.store(true, Ordering::Relaxed);
             }
-        },
-    )?;
-    let t = g.timings;
+        });
+    }
+    let json = a.json;
+    let mut stdout = std::io::stdout().lock();
+    let f = drive::stream(&engine, req, &in_flight, |s| {
+        if !json {
+            let _ = stdout.write_all(s.as_bytes());
+            let _ = stdout.flush();
+        }
+    })?;
+    let d = &f.done;
     if json {
         let obj = serde_json::json!({
             "prompt_tokens": prompt,
-            "tokens": g.tokens,
-            "text": g.text,
-            "finish_reason": g.finish.as_str(),
+            "tokens": f.tokens,
+            "text": f.text,
+            "finish_reason": d.finish.as_str(),
             "timings": {
-                "prompt_n": t.prompt_tokens,
-                "prompt_ms": t.prompt_ms,
-                "prompt_per_second": t.prompt_tok_s(),
-                "predicted_n": t.gen_tokens,
-                "predicted_ms": t.gen_ms,
-                "predicted_per_second": t.gen_tok_s(),
+                "prompt_n": d.prompt_tokens - d.cached_tokens,
+                "prompt_ms": d.prefill_ms,
+                "prompt_per_second": d.prefill_tok_s(),
+                "predicted_n": d.completion_tokens,
+                "predicted_ms": d.decode_ms,
+                "predicted_per_second": d.decode_tok_s(),
             }
         });
         writeln!(stdout, "{obj}")?;
     } else {
         writeln!(stdout)?;
-        print_timings(&t);
+        drive::print_timings(d);
     }
     Ok(())
-}
-
-/// The speed report llama.cpp users know, on stderr.
-pub fn print_timings(t: &rill_engine::Timings) {
-    eprintln!(
-        "prompt eval: {:>8.2} ms / {:>5} tokens ({:>8.2} ms per token, {:>8.2} tokens per second)",
-        t.prompt_ms,
-        t.prompt_tokens,
-        t.prompt_ms / t.prompt_tokens.max(1) as f64,
-        t.prompt_tok_s()
-    );
-    eprintln!(
-        "       eval: {:>8.2} ms / {:>5} tokens ({:>8.2} ms per token, {:>8.2} tokens per second)",
-        t.gen_ms,
-        t.gen_tokens,
-        t.gen_ms / t.gen_tokens.max(1) as f64,
-        t.gen_tok_s()
-    );
 }

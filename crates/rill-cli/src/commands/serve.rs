@@ -5,20 +5,19 @@
 //! SIGTERM; then it stops accepting connections, finishes the requests in
 //! flight, and stops the engine. A second Ctrl-C exits at once.
 
-use super::tokenize::load_tokenizer;
 use crate::load;
 use anyhow::{Context, Result};
 use rill_engine::{Engine, EngineConfig};
 use rill_kernels::Precision;
-use rill_server::{template_from_gguf, AppState, ServerConfig};
-use std::path::{Path, PathBuf};
+use rill_server::{AppState, ServerConfig};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Model file (GGUF).
     #[arg(short, long)]
-    model: PathBuf,
+    model: Option<PathBuf>,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -58,27 +57,6 @@ pub struct Args {
 }
 
 /// The model's API id: the file name without `.gguf` and split suffix.
-fn model_id(path: &Path) -> String {
-    let stem = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "model".into());
-    // name-00001-of-00003 → name
-    let b = stem.as_bytes();
-    let split = b.len() > 15
-        && b[b.len() - 15] == b'-'
-        && stem[stem.len() - 9..].starts_with("-of-")
-        && stem[stem.len() - 14..stem.len() - 9]
-            .bytes()
-            .all(|c| c.is_ascii_digit())
-        && stem[stem.len() - 5..].bytes().all(|c| c.is_ascii_digit());
-    if split {
-        stem[..stem.len() - 15].to_string()
-    } else {
-        stem
-    }
-}
-
 pub fn run(a: Args) -> Result<()> {
     tracing_subscriber::fmt()
         .with_max_level(tracing::Level::INFO)
@@ -87,21 +65,15 @@ pub fn run(a: Args) -> Result<()> {
         .init();
     anyhow::ensure!(a.parallel >= 1, "--parallel must be at least 1");
     anyhow::ensure!(a.ctx_size >= 2, "--ctx-size must be at least 2");
-    let model = Arc::new(load::open_model(&a.model, a.precision)?);
-    let tok = Arc::new(load_tokenizer(&a.model)?);
-    let template = match template_from_gguf(model.file(), &tok) {
-        Ok(Some(t)) => Some(t),
-        Ok(None) => {
-            tracing::warn!("the model has no chat template: /v1/chat/completions is off");
-            None
+    let loaded = load::open(&a.model, a.precision)?;
+    if loaded.template.is_none() {
+        match &loaded.info.template_problem {
+            Some(p) => tracing::warn!("{p}: /v1/chat/completions is off"),
+            None => tracing::warn!("the model has no chat template: /v1/chat/completions is off"),
         }
-        Err(e) => {
-            tracing::warn!(
-                "the model's chat template does not compile ({e}): /v1/chat/completions is off"
-            );
-            None
-        }
-    };
+    }
+    let (model, tok) = (Arc::new(loaded.model), Arc::new(loaded.tokenizer));
+    let template = loaded.template;
     let prefill_chunk = a.prefill_chunk.max(1);
     let engine_config = EngineConfig {
         max_parallel: a.parallel,
@@ -114,7 +86,7 @@ pub fn run(a: Args) -> Result<()> {
     };
     let engine = Arc::new(Engine::start(model, tok.clone(), engine_config));
     let mut aliases = a.alias.clone();
-    let file_id = model_id(&a.model);
+    let file_id = loaded.info.id.clone();
     let id = if aliases.is_empty() {
         file_id.clone()
     } else {
@@ -164,20 +136,4 @@ pub fn run(a: Args) -> Result<()> {
             .await
             .context("the server failed")
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::model_id;
-    use std::path::Path;
-
-    #[test]
-    fn model_ids() {
-        assert_eq!(
-            model_id(Path::new("/m/Qwen3.5-35B-A3B-Q4_K_M.gguf")),
-            "Qwen3.5-35B-A3B-Q4_K_M"
-        );
-        assert_eq!(model_id(Path::new("big-00001-of-00003.gguf")), "big");
-        assert_eq!(model_id(Path::new("x.gguf")), "x");
-    }
 }

@@ -1,8 +1,8 @@
 //! `rill tokenize` / `rill detokenize`: the model's tokenizer on its own.
 
 use super::logits::parse_tokens;
+use crate::load;
 use anyhow::{Context, Result};
-use rill_tokenizer::Tokenizer;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -10,7 +10,7 @@ use std::path::PathBuf;
 pub struct TokenizeArgs {
     /// Model file (GGUF) whose tokenizer to use.
     #[arg(short, long)]
-    model: PathBuf,
+    model: Option<PathBuf>,
     /// Text to tokenize.
     #[arg(long, conflicts_with = "file")]
     text: Option<String>,
@@ -29,15 +29,10 @@ pub struct TokenizeArgs {
 pub struct DetokenizeArgs {
     /// Model file (GGUF) whose tokenizer to use.
     #[arg(short, long)]
-    model: PathBuf,
+    model: Option<PathBuf>,
     /// Comma-separated token ids.
     #[arg(long)]
     tokens: String,
-}
-
-pub fn load_tokenizer(path: &std::path::Path) -> Result<Tokenizer> {
-    Tokenizer::from_gguf_path(path)
-        .with_context(|| format!("cannot load the tokenizer of {}", path.display()))
 }
 
 pub fn run_tokenize(a: TokenizeArgs) -> Result<()> {
@@ -48,7 +43,7 @@ pub fn run_tokenize(a: TokenizeArgs) -> Result<()> {
         }
         (None, None) => anyhow::bail!("give --text TEXT or --file FILE"),
     };
-    let tok = load_tokenizer(&a.model)?;
+    let tok = load::open_for_tokenizer(&a.model)?.tokenizer;
     let ids = tok.encode(&text, !a.no_parse_special);
     let mut out = std::io::stdout().lock();
     if a.json {
@@ -62,7 +57,7 @@ pub fn run_tokenize(a: TokenizeArgs) -> Result<()> {
 
 pub fn run_detokenize(a: DetokenizeArgs) -> Result<()> {
     let ids = parse_tokens(&a.tokens)?;
-    let tok = load_tokenizer(&a.model)?;
+    let tok = load::open_for_tokenizer(&a.model)?.tokenizer;
     let text = tok.decode(&ids)?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{text}")?;

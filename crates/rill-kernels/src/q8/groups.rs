@@ -173,12 +173,7 @@ pub(super) unsafe fn check_kernels(table: impl Fn(rill_dtype::DType) -> &'static
                     blk[o..o + 2].copy_from_slice(&f16(s * 0.3));
                 }
             }
-            let w = MatRef {
-                dtype,
-                rows,
-                cols,
-                data: &data,
-            };
+            let w = MatRef::new(dtype, rows, cols, &data);
             let n = 4;
             let xf: Vec<f32> = (0..n * cols)
                 .map(|i| match (fill, i / cols) {

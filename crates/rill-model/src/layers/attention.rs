@@ -21,6 +21,12 @@ pub(crate) struct AttentionWeights {
 }
 
 impl AttentionWeights {
+    /// Bytes of every weight of the layer.
+    pub fn weight_bytes(&self) -> u64 {
+        let m = self.q.byte_len() + self.k.byte_len() + self.v.byte_len() + self.o.byte_len();
+        (m + (self.q_norm.len() + self.k_norm.len()) * 4) as u64
+    }
+
     pub fn bind(b: &Binder, c: &ModelConfig, p: &str) -> Result<Self, ModelError> {
         let (h, hd) = (c.n_embd, c.head_dim);
         Ok(AttentionWeights {

@@ -44,7 +44,7 @@ pub(crate) struct DenseWeights {
 
 fn dim(b: &Binder, name: &str, axis: usize) -> Result<usize, ModelError> {
     let shape = b
-        .shape(name)
+        .shape(name)?
         .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
     shape
         .get(axis)
@@ -145,7 +145,7 @@ impl MoeWeights {
         let n_ff = dim(b, &down_name, 0)?;
         let down = b.experts(&down_name, e, h, n_ff)?;
         let fused = format!("{p}.ffn_gate_up_exps.weight");
-        let gate_up = if b.has(&fused) {
+        let gate_up = if b.has(&fused)? {
             GateUp::Fused(b.experts(&fused, e, 2 * n_ff, h)?)
         } else {
             GateUp::Split {
@@ -153,7 +153,7 @@ impl MoeWeights {
                 up: b.experts(&format!("{p}.ffn_up_exps.weight"), e, n_ff, h)?,
             }
         };
-        let shared = if b.has(&format!("{p}.ffn_gate_shexp.weight")) {
+        let shared = if b.has(&format!("{p}.ffn_gate_shexp.weight"))? {
             Some(SharedExpert {
                 gate_inp: b.vector(&format!("{p}.ffn_gate_inp_shexp.weight"), h)?,
                 mlp: DenseWeights::bind_named(b, c, p, "_shexp")?,
@@ -396,6 +396,27 @@ fn route(w: &MoeWeights, c: &ModelConfig, threads: &Threads, x: &[f32], n: usize
 }
 
 impl Ffn {
+    /// Weight bytes a token reads: the dense MLP, or the router, the shared
+    /// expert and `used` routed experts.
+    pub fn decode_weight_bytes(&self, used: usize) -> u64 {
+        let dense =
+            |d: &DenseWeights| (d.gate.byte_len() + d.up.byte_len() + d.down.byte_len()) as u64;
+        match self {
+            Ffn::Dense(d) => dense(d),
+            Ffn::Moe(m) => {
+                let per_expert = match &m.gate_up {
+                    GateUp::Split { gate, up } => gate.bytes_per_expert() + up.bytes_per_expert(),
+                    GateUp::Fused(gu) => gu.bytes_per_expert(),
+                } + m.down.bytes_per_expert();
+                let shared = m
+                    .shared
+                    .as_ref()
+                    .map_or(0, |s| dense(&s.mlp) + (s.gate_inp.len() * 4) as u64);
+                m.router.byte_len() as u64 + shared + (per_expert * used) as u64
+            }
+        }
+    }
+
     pub fn forward(&self, c: &ModelConfig, threads: &Threads, x: &[f32], n: usize) -> Buf {
         match self {
             Ffn::Moe(m) => m.forward(c, threads, x, n),

@@ -46,11 +46,25 @@ pub(crate) struct GdnWeights {
 }
 
 impl GdnWeights {
+    /// Bytes of every weight of the layer.
+    pub fn weight_bytes(&self) -> u64 {
+        let proj = match &self.proj {
+            Projections::Split { qkv, gate } => qkv.byte_len() + gate.byte_len(),
+            Projections::FusedQkvz(m) => m.byte_len(),
+        };
+        let ba = match &self.ba {
+            BetaAlpha::Split { beta, alpha } => beta.byte_len() + alpha.byte_len(),
+            BetaAlpha::Fused(m) => m.byte_len(),
+        };
+        let vectors = self.conv.len() + self.dt_bias.len() + self.a.len() + self.norm.len();
+        (proj + ba + self.out.byte_len() + vectors * 4) as u64
+    }
+
     pub fn bind(b: &Binder, c: &ModelConfig, p: &str) -> Result<Self, ModelError> {
         let h = c.n_embd;
         let (nv, dv, kk) = (c.ssm_n_v_heads, c.ssm_head_dim, c.conv_kernel);
         let conv_dim = c.conv_dim();
-        let proj = if b.has(&format!("{p}.attn_qkv.weight")) {
+        let proj = if b.has(&format!("{p}.attn_qkv.weight"))? {
             Projections::Split {
                 qkv: b.matrix(&format!("{p}.attn_qkv.weight"), conv_dim, h)?,
                 gate: b.matrix(&format!("{p}.attn_gate.weight"), nv * dv, h)?,
@@ -62,7 +76,7 @@ impl GdnWeights {
                 h,
             )?)
         };
-        let ba = if b.has(&format!("{p}.ssm_ba.weight")) {
+        let ba = if b.has(&format!("{p}.ssm_ba.weight"))? {
             BetaAlpha::Fused(b.matrix(&format!("{p}.ssm_ba.weight"), 2 * nv, h)?)
         } else {
             BetaAlpha::Split {

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use rill_kernels::Threads;
-use rill_model::{Logits, Model, SequenceState};
+use rill_model::{Model, Rows, SequenceState};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -92,7 +92,7 @@ pub fn diff(a: &[f32], b: &[f32]) -> (f32, f32) {
 /// Logits of every position, the whole prompt in one batch.
 pub fn batch_logits(model: &Model, threads: &Threads, ids: &[u32]) -> Vec<f32> {
     let mut st = SequenceState::new(model, ids.len());
-    model.forward(threads, &mut st, ids, Logits::All).unwrap()
+    model.forward(threads, &mut st, ids, Rows::All).unwrap()
 }
 
 pub fn argmax(row: &[f32]) -> u32 {

@@ -80,27 +80,11 @@ pub fn build_request(
         }
         Some(m) => usize::try_from(m).unwrap_or(usize::MAX).min(ctx_size),
     };
+    // Ranges are the sampler's to check (below), the same for every front
+    // end; here only what JSON can carry that the sampler's types cannot.
     let temperature = finite("temperature", f.temperature)?.unwrap_or(1.0);
-    if temperature < 0.0 {
-        return Err(ApiError::bad_param(
-            "temperature",
-            format!("temperature must be >= 0 (got {temperature})"),
-        ));
-    }
     let top_p = finite("top_p", f.top_p)?.unwrap_or(1.0);
-    if !(top_p > 0.0 && top_p <= 1.0) {
-        return Err(ApiError::bad_param(
-            "top_p",
-            format!("top_p must be in (0, 1] (got {top_p})"),
-        ));
-    }
     let min_p = finite("min_p", f.min_p)?.unwrap_or(0.0);
-    if !(0.0..=1.0).contains(&min_p) {
-        return Err(ApiError::bad_param(
-            "min_p",
-            format!("min_p must be in [0, 1] (got {min_p})"),
-        ));
-    }
     let top_k = match f.top_k {
         None | Some(-1) => 0,
         Some(k) if k < 0 => {
@@ -111,25 +95,9 @@ pub fn build_request(
         }
         Some(k) => usize::try_from(k).unwrap_or(usize::MAX),
     };
-    let penalty = |name: &str, v: Option<f64>| -> Result<f64, ApiError> {
-        let v = finite(name, v)?.unwrap_or(0.0);
-        if !(-2.0..=2.0).contains(&v) {
-            return Err(ApiError::bad_param(
-                name,
-                format!("{name} must be in [-2, 2] (got {v})"),
-            ));
-        }
-        Ok(v)
-    };
-    let presence = penalty("presence_penalty", f.presence_penalty)?;
-    let frequency = penalty("frequency_penalty", f.frequency_penalty)?;
+    let presence = finite("presence_penalty", f.presence_penalty)?.unwrap_or(0.0);
+    let frequency = finite("frequency_penalty", f.frequency_penalty)?.unwrap_or(0.0);
     let repetition = finite("repetition_penalty", f.repetition_penalty)?.unwrap_or(1.0);
-    if repetition <= 0.0 {
-        return Err(ApiError::bad_param(
-            "repetition_penalty",
-            format!("repetition_penalty must be > 0 (got {repetition})"),
-        ));
-    }
     let stop = f.stop.clone().map(|s| s.into_vec()).unwrap_or_default();
     if stop.len() > MAX_STOPS {
         return Err(ApiError::bad_param(
@@ -162,7 +130,7 @@ pub fn build_request(
     };
     sampler
         .validate()
-        .map_err(|e| ApiError::invalid(e.0).with_code("invalid_value"))?;
+        .map_err(|e| ApiError::bad_param(e.param, e.message))?;
     Ok(Request {
         prompt: Vec::new(),
         max_tokens,

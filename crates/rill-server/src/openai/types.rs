@@ -183,6 +183,10 @@ pub struct CompletionRequest {
     /// Number of most likely alternatives per token (0..=20).
     #[serde(default)]
     pub logprobs: Option<i64>,
+    /// vLLM's `return_token_ids`: the prompt's and the completion's token
+    /// ids in the response (`prompt_token_ids`, `token_ids`).
+    #[serde(default)]
+    pub return_token_ids: Option<bool>,
     #[serde(default)]
     pub echo: Option<bool>,
     #[serde(default)]

@@ -1,6 +1,5 @@
 //! `POST /v1/chat/completions`.
 
-use crate::chat_output::{ChatOutput, Gathered, Part};
 use crate::errors::{parse_json, ApiError};
 use crate::openai::logprobs::{chat_token, ChatLogprobs};
 use crate::openai::params::{build_request, logprobs_count, random_id};
@@ -12,13 +11,14 @@ use crate::openai::types::ChatCompletionRequest;
 use crate::routes::finish_reason;
 use crate::sse::{self, ChunkBuilder};
 use crate::state::AppState;
-use crate::tool_calls::ToolCall;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json as JsonBody;
-use rill_chat::{ChatRequest, Content, Message};
+use rill_chat::reply::ToolCall;
+use rill_chat::reply::{ChatOutput, Gathered, Part};
+use rill_chat::{ChatPrompt, ChatRequest, Content, Message};
 use rill_engine::{Done, Event, Handle, Request, TokenInfo};
 use serde_json::Value as Json;
 use std::sync::Arc;
@@ -114,7 +114,6 @@ async fn prepare(state: &Arc<AppState>, req: ChatCompletionRequest) -> Result<Pr
 
     let mut chat = ChatRequest::new(messages);
     chat.parse_tool_call_arguments();
-    chat.add_generation_prompt = true;
     chat.tools = tools.clone();
     if let Some(kwargs) = req.chat_template_kwargs.clone() {
         for (k, v) in kwargs {
@@ -140,26 +139,13 @@ async fn prepare(state: &Arc<AppState>, req: ChatCompletionRequest) -> Result<Pr
     // Rendering and tokenizing a long conversation is real work: keep it off
     // the I/O threads.
     let st = state.clone();
-    let (prompt_text, ids, history_end) = tokio::task::spawn_blocking(move || {
-        let text = template
-            .render(&chat)
-            .map_err(|e| ApiError::invalid(e.to_string()).with_code("template_error"))?;
-        let ids = st.encode_prompt(&text);
-        // Where the conversation so far ends: the next turn renders it the
-        // same way but not this generation prompt, so the prompt cache keeps
-        // a snapshot there.
-        chat.add_generation_prompt = false;
-        let history_end = template
-            .render(&chat)
-            .ok()
-            .filter(|h| text.starts_with(h.as_str()) && h.len() < text.len())
-            .map(|h| st.encode_prompt(&h))
-            .filter(|h| h.len() < ids.len() && ids.starts_with(h))
-            .map(|h| h.len());
-        Ok::<_, ApiError>((text, ids, history_end))
+    let prompt = tokio::task::spawn_blocking(move || {
+        ChatPrompt::render(&template, &chat, |t| st.tok.encode_prompt(t))
+            .map_err(|e| ApiError::invalid(e.to_string()).with_code("template_error"))
     })
     .await
     .map_err(|e| ApiError::internal(format!("prompt preparation failed: {e}")))??;
+    let (prompt_text, ids, history_end) = (prompt.text, prompt.tokens, prompt.history_end);
     request.prompt = ids;
     request.cache_points = history_end.into_iter().collect();
     Ok(Prepared {
@@ -415,6 +401,9 @@ mod tests {
             completion_tokens: 20,
             ttft_ms: 1.0,
             total_ms: 2.0,
+            queue_ms: 0.0,
+            prefill_ms: 0.0,
+            decode_ms: 0.0,
         }
     }
 

@@ -42,6 +42,8 @@ pub async fn completions(
     };
     let mut request = build_request(&req.sampling(), logprobs, state.ctx_size())?;
     request.prompt = prompt_tokens(&state, req.prompt.clone()).await?;
+    let return_ids = req.return_token_ids == Some(true);
+    let prompt_ids = return_ids.then(|| request.prompt.clone());
     let handle = state.engine.submit(request).map_err(|e| {
         let mut e = ApiError::from(e);
         if e.param.is_some() {
@@ -64,9 +66,11 @@ pub async fn completions(
     let mut handle = handle;
     let mut text = String::new();
     let mut lp = CompletionLogprobs::default();
+    let mut ids = Vec::new();
     let done = loop {
         match handle.events.recv().await {
             Some(Event::Text { text: t, tokens }) => {
+                ids.extend(tokens.iter().map(|t| t.id));
                 for tk in &tokens {
                     lp.push(&state.tok, tk, builder.offset);
                 }
@@ -88,6 +92,8 @@ pub async fn completions(
             text,
             logprobs: logprobs.map(|_| lp),
             finish_reason: Some(finish_reason(&done, false)),
+            prompt_token_ids: prompt_ids,
+            token_ids: return_ids.then_some(ids),
         }],
         usage: Some(Usage::from_done(&done)),
         timings: Some(Timings::from_done(&done)),
@@ -179,6 +185,8 @@ impl CompletionStream {
                     text,
                     logprobs,
                     finish_reason: finish,
+                    prompt_token_ids: None,
+                    token_ids: None,
                 }]
             },
             usage,

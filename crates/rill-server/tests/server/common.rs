@@ -1,9 +1,9 @@
 //! Starting a server on the fixture model, and small client helpers.
 
 use rill_engine::{Engine, EngineConfig};
-use rill_gguf::GgufFile;
+use rill_load::{LoadOptions, ModelSource};
 use rill_model::Model;
-use rill_server::{template_from_gguf, AppState, ServerConfig};
+use rill_server::{AppState, ServerConfig};
 use rill_tokenizer::Tokenizer;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -23,10 +23,9 @@ pub fn fixture() -> PathBuf {
 fn loaded() -> (Arc<Model>, Arc<Tokenizer>) {
     static M: OnceLock<(Arc<Model>, Arc<Tokenizer>)> = OnceLock::new();
     M.get_or_init(|| {
-        let file = Arc::new(GgufFile::open(&fixture()).expect("open fixture"));
-        let model = Model::from_gguf(file).expect("load fixture");
-        let tok = Tokenizer::from_gguf(model.file()).expect("tokenizer");
-        (Arc::new(model), Arc::new(tok))
+        let l = rill_load::load(&ModelSource::File(fixture()), &LoadOptions::default())
+            .expect("load fixture");
+        (Arc::new(l.model), Arc::new(l.tokenizer))
     })
     .clone()
 }
@@ -61,8 +60,9 @@ pub struct TestServer {
 
 pub async fn start(o: Opts) -> TestServer {
     let (model, tok) = loaded();
-    let template = template_from_gguf(model.file(), &tok)
-        .expect("template compiles")
+    let template = rill_load::load(&ModelSource::File(fixture()), &LoadOptions::default())
+        .expect("load fixture")
+        .template
         .expect("fixture has a template");
     let engine = Arc::new(Engine::start(
         model,

@@ -44,12 +44,7 @@ fn tiles_give_the_reference_bits() {
                 blk[o..o + 2].copy_from_slice(&h.to_le_bytes());
             }
         }
-        let w = MatRef {
-            dtype,
-            rows,
-            cols,
-            data: &data,
-        };
+        let w = MatRef::new(dtype, rows, cols, &data);
         let format = ActFormat::for_weights(dtype).unwrap();
         for n in [1, 16, 33, 47] {
             let x: Vec<f32> = (0..n * cols)
@@ -110,12 +105,7 @@ fn decode_speed() {
         let data: Vec<u8> = (0..16 * rb)
             .map(|i| ((i * 2_654_435_761usize) >> 13) as u8)
             .collect();
-        let w = MatRef {
-            dtype,
-            rows: 16,
-            cols,
-            data: &data,
-        };
+        let w = MatRef::new(dtype, 16, cols, &data);
         let g = Geo {
             kind,
             cols,

@@ -4,9 +4,17 @@
 //! `reasoning_content`, the answer goes through the tool-call splitter (when
 //! the request has tools) and becomes `content` or `tool_calls`. Each part is
 //! trimmed of the whitespace the template puts around it.
+//!
+//! Every front end reads replies through these: the server's chat API and
+//! `rill chat` alike.
 
-use crate::reasoning::{Piece, ThinkSplitter, TrimStream};
-use crate::tool_calls::{Segment, ToolCall, ToolCallStream};
+mod thinking;
+mod tool_calls;
+
+pub use thinking::{Piece, ThinkSplitter, TrimStream};
+pub use tool_calls::{
+    parse_hermes, parse_tool_call, parse_xml, partial_suffix, Segment, ToolCall, ToolCallStream,
+};
 
 /// A classified piece of a reply.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,242 @@
+//! One sequence's life in the engine, the same for every front end.
+//!
+//! A sequence is admitted with a state (fresh, or resumed from the prompt
+//! cache), prefills its prompt a chunk per step, then takes one token per
+//! step: sampled from the step's logits, checked against end of generation,
+//! the stop strings, the token budget and the context, turned into text, and
+//! sent to the client as an [`Event`]. It finishes with exactly one
+//! [`Event::Done`] (or [`Event::Error`]).
+
+use crate::metrics::Metrics;
+use crate::output::TextOutput;
+use crate::request::{Done, Event, FinishReason, Request, TokenInfo};
+use rill_model::{BatchItem, Outputs, SequenceState};
+use rill_sampler::Sampler;
+use rill_tokenizer::Tokenizer;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// A request as the worker holds it: where its events go, and whether its
+/// client still wants it.
+pub(crate) struct Submitted {
+    pub req: Request,
+    pub events: UnboundedSender<Event>,
+    pub cancel: Arc<AtomicBool>,
+    pub at: Instant,
+}
+
+impl Submitted {
+    /// The client cancelled or went away.
+    pub fn is_gone(&self) -> bool {
+        self.cancel.load(Relaxed) || self.events.is_closed()
+    }
+}
+
+/// What the worker shares with every sequence when it takes a token.
+pub(crate) struct TokenContext<'a> {
+    pub tok: &'a Tokenizer,
+    pub metrics: &'a Metrics,
+}
+
+/// A running sequence.
+pub(crate) struct Sequence {
+    pub sub: Submitted,
+    pub state: SequenceState,
+    /// Prompt tokens already in the state.
+    fed: usize,
+    /// Of those, how many came from the prompt cache.
+    cached: usize,
+    /// The token to feed next once generating (the last sampled one).
+    next_input: Option<u32>,
+    /// Prompt and generated tokens (the penalties' window).
+    history: Vec<u32>,
+    generated: usize,
+    sampler: Sampler,
+    out: TextOutput,
+    admitted_at: Instant,
+    first_token_at: Option<Instant>,
+}
+
+impl Sequence {
+    pub fn new(sub: Submitted, state: SequenceState, cached: usize, sampler: Sampler) -> Sequence {
+        Sequence {
+            history: sub.req.prompt.clone(),
+            out: TextOutput::new(&sub.req.stop),
+            sub,
+            state,
+            fed: cached,
+            cached,
+            next_input: None,
+            generated: 0,
+            sampler,
+            admitted_at: Instant::now(),
+            first_token_at: None,
+        }
+    }
+
+    pub fn in_prefill(&self) -> bool {
+        self.fed < self.sub.req.prompt.len()
+    }
+
+    /// The prompt tokens this sequence prefills this step. Chunk boundaries
+    /// depend only on the prompt (and the cached prefix length), never on
+    /// what else runs, so a request gets the same tokens alone or in a crowd.
+    pub fn prefill_span(&self, chunk: usize) -> Range<usize> {
+        let chunk = chunk.max(1);
+        let prompt = &self.sub.req.prompt;
+        let mut end = ((self.fed / chunk + 1) * chunk).min(prompt.len());
+        // Stop at a requested snapshot point inside this chunk.
+        if let Some(&p) = self
+            .sub
+            .req
+            .cache_points
+            .iter()
+            .filter(|&&p| p > self.fed && p < end)
+            .min()
+        {
+            end = p;
+        }
+        self.fed..end
+    }
+
+    /// This sequence's part of the step: a prompt chunk (`span`) or the last
+    /// sampled token, borrowed where they are.
+    pub fn batch_item(&mut self, span: Option<&Range<usize>>) -> BatchItem<'_> {
+        let prompt = &self.sub.req.prompt;
+        let (tokens, last) = match span {
+            Some(r) => (&prompt[r.clone()], r.end == prompt.len()),
+            None => (
+                std::slice::from_ref(
+                    self.next_input
+                        .as_ref()
+                        .expect("a generating sequence has a token to feed"),
+                ),
+                true,
+            ),
+        };
+        BatchItem {
+            state: &mut self.state,
+            tokens,
+            outputs: if last {
+                Outputs::last_logits()
+            } else {
+                Outputs::NONE
+            },
+        }
+    }
+
+    /// The step fed prompt tokens up to `end`; true when the prompt is not
+    /// done yet (no token to take this step).
+    pub fn prefilled_to(&mut self, end: usize) -> bool {
+        self.fed = end;
+        self.in_prefill()
+    }
+
+    /// Prompt tokens in the state, the prompt's prefix a snapshot would hold.
+    pub fn fed_prompt(&self) -> &[u32] {
+        &self.sub.req.prompt[..self.fed]
+    }
+
+    /// Sample the next token from `row`, send its text, and say whether the
+    /// sequence is done.
+    pub fn take_token(&mut self, row: &[f32], cx: &TokenContext) -> Option<Done> {
+        let id = self.sampler.sample(row, &self.history);
+        if self.first_token_at.is_none() {
+            let now = Instant::now();
+            self.first_token_at = Some(now);
+            cx.metrics
+                .ttft_us_sum
+                .fetch_add((now - self.sub.at).as_micros() as u64, Relaxed);
+            cx.metrics.ttft_count.fetch_add(1, Relaxed);
+        }
+        let req = &self.sub.req;
+        if !req.ignore_eos && cx.tok.is_eog(id) {
+            self.send_tail();
+            return Some(self.done(FinishReason::Stop));
+        }
+        self.generated += 1;
+        self.history.push(id);
+        cx.metrics.generated_tokens_total.fetch_add(1, Relaxed);
+        let info = match req.logprobs {
+            None => TokenInfo {
+                id,
+                logprob: None,
+                top: Vec::new(),
+            },
+            Some(k) => {
+                let lp = rill_sampler::logprobs(row, id, k);
+                TokenInfo {
+                    id,
+                    logprob: Some(lp.chosen),
+                    top: lp.top,
+                }
+            }
+        };
+        let fed = match self.out.push(cx.tok, id) {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = self.sub.events.send(Event::Error(e.to_string()));
+                return Some(self.done(FinishReason::Stop));
+            }
+        };
+        let _ = self.sub.events.send(Event::Text {
+            text: fed.emit,
+            tokens: vec![info],
+        });
+        if fed.stopped {
+            return Some(self.done(FinishReason::Stop));
+        }
+        // The context holds the prompt and every generated token; the last
+        // one sampled is not fed yet.
+        let out_of_room = self.state.position() + 1 >= self.state.capacity();
+        if self.generated >= self.sub.req.max_tokens || out_of_room {
+            let finish = if self.send_tail() {
+                FinishReason::Stop
+            } else {
+                FinishReason::Length
+            };
+            return Some(self.done(finish));
+        }
+        self.next_input = Some(id);
+        None
+    }
+
+    /// The final figures, for a sequence ending now.
+    pub fn done(&self, finish: FinishReason) -> Done {
+        let now = Instant::now();
+        let ms = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64() * 1e3;
+        let first = self.first_token_at.unwrap_or(now);
+        Done {
+            finish,
+            prompt_tokens: self.sub.req.prompt.len(),
+            cached_tokens: self.cached,
+            completion_tokens: self.generated,
+            ttft_ms: self.first_token_at.map_or(0.0, |t| ms(self.sub.at, t)),
+            total_ms: ms(self.sub.at, now),
+            queue_ms: ms(self.sub.at, self.admitted_at),
+            prefill_ms: ms(self.admitted_at, first),
+            decode_ms: ms(first, now),
+        }
+    }
+
+    /// Release the text still held back; true when it completed a stop string.
+    fn send_tail(&mut self) -> bool {
+        let tail = self.out.finish();
+        if !tail.emit.is_empty() {
+            let _ = self.sub.events.send(Event::Text {
+                text: tail.emit,
+                tokens: vec![],
+            });
+        }
+        tail.stopped
+    }
+
+    /// Cancelled: the text held back still goes out before `Done`.
+    pub fn cancelled(mut self) -> Done {
+        self.send_tail();
+        self.done(FinishReason::Cancelled)
+    }
+}

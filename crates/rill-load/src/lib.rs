@@ -1,0 +1,198 @@
+//! One call from a model source to everything a front end needs.
+//!
+//! [`load`] opens a [`ModelSource`] once and returns a [`Loaded`]: the bound
+//! [`Model`], its [`Tokenizer`], its [`ChatTemplate`] and a [`ModelInfo`]
+//! describing it. Front ends (the CLI, the server) never touch the file
+//! format: a new format is a new [`ModelSource`] variant and a
+//! [`rill_model::WeightSource`] implementation, and nothing above changes.
+
+mod info;
+
+pub use info::{human_count, ModelInfo, TensorSummary};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use rill_chat::ChatTemplate;
+use rill_gguf::{GgufFile, MetaValue};
+use rill_model::{GgufSource, Model, ModelError};
+use rill_tokenizer::{Tokenizer, TokenizerError};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Where a model comes from.
+#[derive(Clone, Debug)]
+pub enum ModelSource {
+    /// A GGUF file on disk (any file of a split set), memory-mapped.
+    File(PathBuf),
+    /// A GGUF file inside the program (`include_bytes!`), read in place.
+    Static {
+        /// How messages name it.
+        label: &'static str,
+        bytes: &'static [u8],
+    },
+}
+
+impl ModelSource {
+    /// How messages name the source.
+    pub fn label(&self) -> String {
+        match self {
+            ModelSource::File(p) => p.display().to_string(),
+            ModelSource::Static { label, .. } => label.to_string(),
+        }
+    }
+}
+
+/// How to load.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// Read every weight page up front with a progress bar on stderr, so
+    /// the disk reads happen now and not in the first forward pass.
+    pub prefault: bool,
+}
+
+/// Why a model could not be loaded. Every message names the source.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot open {source_label}: {error}")]
+    Open {
+        source_label: String,
+        error: rill_gguf::GgufError,
+    },
+    #[error("cannot load the model in {source_label}: {error}")]
+    Model {
+        source_label: String,
+        error: ModelError,
+    },
+    #[error("cannot load the tokenizer of {source_label}: {error}")]
+    Tokenizer {
+        source_label: String,
+        error: TokenizerError,
+    },
+}
+
+/// A loaded model and what comes with it.
+pub struct Loaded {
+    pub model: Model,
+    pub tokenizer: Tokenizer,
+    /// The model's chat template; `None` when it has none or it does not
+    /// compile (see [`ModelInfo::template_problem`]).
+    pub template: Option<ChatTemplate>,
+    pub info: ModelInfo,
+}
+
+/// Open `source`, parse it once, and bind the model, the tokenizer and the
+/// chat template.
+pub fn load(source: &ModelSource, options: &LoadOptions) -> Result<Loaded, LoadError> {
+    let label = source.label();
+    let file = match source {
+        ModelSource::File(path) => GgufFile::open(path),
+        ModelSource::Static { bytes, .. } => GgufFile::from_static(bytes),
+    }
+    .map_err(|error| LoadError::Open {
+        source_label: label.clone(),
+        error,
+    })?;
+    let file = Arc::new(file);
+    if options.prefault {
+        prefault(&file);
+    }
+    let tokenizer = Tokenizer::from_gguf(&file).map_err(|error| LoadError::Tokenizer {
+        source_label: label.clone(),
+        error,
+    })?;
+    let (template, template_problem) = match chat_template(&file, &tokenizer) {
+        Ok(t) => (t, None),
+        Err(e) => (
+            None,
+            Some(format!("the chat template does not compile: {e}")),
+        ),
+    };
+    let info = ModelInfo::of_gguf(source, &file, template_problem);
+    let gguf = GgufSource::new(file, label.clone());
+    let model = Model::from_source(Arc::new(gguf)).map_err(|error| LoadError::Model {
+        source_label: label,
+        error,
+    })?;
+    let info = info.with_model(&model);
+    Ok(Loaded {
+        model,
+        tokenizer,
+        template,
+        info,
+    })
+}
+
+/// A source described whether or not it binds (`rill inspect` shows files
+/// rill cannot run, and why): its description, and the bound model's
+/// hyperparameters or the reason it does not bind.
+pub fn inspect(source: &ModelSource) -> Result<(ModelInfo, Result<Model, LoadError>), LoadError> {
+    let label = source.label();
+    let file = match source {
+        ModelSource::File(path) => GgufFile::open(path),
+        ModelSource::Static { bytes, .. } => GgufFile::from_static(bytes),
+    }
+    .map_err(|error| LoadError::Open {
+        source_label: label.clone(),
+        error,
+    })?;
+    let file = Arc::new(file);
+    let info = ModelInfo::of_gguf(source, &file, None);
+    let model =
+        Model::from_source(Arc::new(GgufSource::new(file, label.clone()))).map_err(|error| {
+            LoadError::Model {
+                source_label: label,
+                error,
+            }
+        });
+    let info = match &model {
+        Ok(m) => info.with_model(m),
+        Err(_) => info,
+    };
+    Ok((info, model))
+}
+
+/// The file's chat template, with its BOS/EOS strings as transformers
+/// passes them. `Ok(None)` when the file has none.
+fn chat_template(
+    file: &GgufFile,
+    tok: &Tokenizer,
+) -> Result<Option<ChatTemplate>, rill_chat::TemplateError> {
+    let Some(source) = file
+        .get("tokenizer.chat_template")
+        .and_then(MetaValue::as_str)
+    else {
+        return Ok(None);
+    };
+    let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).map(str::to_string);
+    ChatTemplate::new(source, text(tok.bos_id()), text(tok.eos_id())).map(Some)
+}
+
+/// Touch every page of the weights once, with a progress bar.
+fn prefault(file: &GgufFile) {
+    let total: u64 = file
+        .tensors()
+        .iter()
+        .filter_map(|t| file.try_tensor_data(t).ok().map(|d| d.len() as u64))
+        .sum();
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "loading {bar:40} {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut sink = 0u8;
+    for t in file.tensors() {
+        let Ok(data) = file.try_tensor_data(t) else {
+            continue;
+        };
+        for chunk in data.chunks(1 << 20) {
+            for page in chunk.iter().step_by(4096) {
+                // SAFETY: reading a valid reference; volatile keeps the read.
+                sink ^= unsafe { std::ptr::read_volatile(page) };
+            }
+            bar.inc(chunk.len() as u64);
+        }
+    }
+    std::hint::black_box(sink);
+    bar.finish_and_clear();
+}
