@@ -14,11 +14,28 @@ pub fn source(model: &Option<PathBuf>) -> Result<ModelSource> {
 }
 
 /// Load the model of `-m` for a command that runs it, reading its weights
-/// in up front (with a progress bar), with `precision` for its products.
-pub fn open(model: &Option<PathBuf>, precision: Precision) -> Result<Loaded> {
+/// in up front (with a progress bar), with `precision` for its products
+/// (default: [`Precision::fastest`]). Says on stderr what runs.
+pub fn open(model: &Option<PathBuf>, precision: Option<Precision>) -> Result<Loaded> {
     let options = LoadOptions { prefault: true };
     let mut loaded = rill_load::load(&source(model)?, &options)?;
-    if precision == Precision::Q8 && !rill_kernels::q8::has_integer_kernels() {
+    let precision = precision.unwrap_or_else(Precision::fastest);
+    let integer = rill_kernels::q8::has_integer_kernels();
+    eprintln!(
+        "rill: {} ({}, {} parameters), precision {}{}",
+        loaded.info.label,
+        loaded.model.config.arch.name(),
+        rill_load::human_count(loaded.info.n_params()),
+        precision.name(),
+        match (precision, integer) {
+            (Precision::Q8, true) => format!(
+                " (integer kernels, {})",
+                rill_kernels::simd::Isa::best().name()
+            ),
+            _ => format!(" ({} kernels)", rill_kernels::simd::Isa::best().name()),
+        }
+    );
+    if precision == Precision::Q8 && !integer {
         eprintln!(
             "warning: no integer kernels for this CPU ({} path; they need AVX2 on x86-64 or the \
              dot-product extension on aarch64): --precision q8 runs the scalar reference and is \

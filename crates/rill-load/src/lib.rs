@@ -52,7 +52,7 @@ pub struct LoadOptions {
 /// Why a model could not be loaded. Every message names the source.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("cannot open {source_label}: {error}")]
+    #[error("{}", open_message(.source_label, .error))]
     Open {
         source_label: String,
         error: rill_gguf::GgufError,
@@ -67,6 +67,16 @@ pub enum LoadError {
         source_label: String,
         error: TokenizerError,
     },
+}
+
+/// A file's errors name the file already; say it once.
+fn open_message(label: &str, error: &rill_gguf::GgufError) -> String {
+    let text = error.to_string();
+    if text.contains(label) {
+        text
+    } else {
+        format!("cannot open {label}: {text}")
+    }
 }
 
 /// A loaded model and what comes with it.

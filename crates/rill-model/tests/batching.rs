@@ -75,3 +75,108 @@ fn a_mixed_batch_equals_each_sequence_alone() {
         }
     }
 }
+
+/// The hidden-state output is the post-final-norm state the LM head reads:
+/// the logits are exactly `W_out · hidden`, and asking for it (or for it
+/// alone) changes nothing else in the step.
+#[test]
+fn hidden_states_are_what_the_head_reads() {
+    use rill_model::StepOutputs;
+    let threads = Threads::new(2);
+    for f in fixtures("f32") {
+        let model = load(&f);
+        let (h, v) = (model.config.n_embd, model.config.n_vocab);
+        let file =
+            rill_gguf::GgufFile::open(&fixtures_dir().join(f["gguf"].as_str().unwrap())).unwrap();
+        let head = file
+            .tensor("output.weight")
+            .or_else(|| file.tensor("token_embd.weight"))
+            .unwrap();
+        let w: Vec<f32> = file
+            .tensor_data(head)
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        assert_eq!(w.len(), v * h);
+
+        let p: Vec<u32> = (0..11u32).map(|i| (i * 37 + 3) % 500).collect();
+        let q: Vec<u32> = (0..6u32).map(|i| (i * 11 + 9) % 500).collect();
+        let (mut sa, mut sb, mut sc) = (
+            SequenceState::new(&model, 32),
+            SequenceState::new(&model, 32),
+            SequenceState::new(&model, 32),
+        );
+        let mut out = StepOutputs::new();
+        let mut items = [
+            BatchItem {
+                state: &mut sa,
+                tokens: &p,
+                outputs: Outputs::logits(Rows::All).with_hidden(),
+            },
+            BatchItem {
+                state: &mut sb,
+                tokens: &q,
+                outputs: Outputs {
+                    rows: Rows::Last,
+                    logits: false,
+                    hidden: true,
+                },
+            },
+            BatchItem {
+                state: &mut sc,
+                tokens: &q,
+                outputs: Outputs::NONE,
+            },
+        ];
+        model
+            .forward_batch_into(&threads, &mut items, &mut out)
+            .unwrap();
+        let name = f["gguf"].as_str().unwrap();
+        assert_eq!(out.len(), 3);
+        assert_eq!(
+            (out.logits(0).len(), out.hidden(0).len()),
+            (p.len() * v, p.len() * h)
+        );
+        assert_eq!((out.logits(1).len(), out.hidden(1).len()), (0, h));
+        assert_eq!((out.logits(2).len(), out.hidden(2).len()), (0, 0));
+
+        // The logits asked for alone are the same bits.
+        let mut alone = SequenceState::new(&model, 32);
+        let want = model.forward(&threads, &mut alone, &p, Rows::All).unwrap();
+        assert_eq!(out.logits(0), &want[..], "{name}");
+        // ... and they are the head applied to the hidden states.
+        for (t, hid) in out.hidden(0).chunks_exact(h).enumerate() {
+            for (r, row) in w.chunks_exact(h).enumerate() {
+                let dot: f64 = row
+                    .iter()
+                    .zip(hid)
+                    .map(|(a, b)| *a as f64 * *b as f64)
+                    .sum();
+                let got = out.logits(0)[t * v + r] as f64;
+                assert!(
+                    (dot - got).abs() <= 1e-4 * (1.0 + dot.abs()),
+                    "{name}: token {t} logit {r}: head(hidden) {dot} vs {got}"
+                );
+            }
+        }
+        // A hidden-only item's last row is the one it gets with all rows.
+        let mut again = SequenceState::new(&model, 32);
+        let mut all = StepOutputs::new();
+        model
+            .forward_into(
+                &threads,
+                &mut again,
+                &q,
+                Outputs {
+                    rows: Rows::All,
+                    logits: false,
+                    hidden: true,
+                },
+                &mut all,
+            )
+            .unwrap();
+        assert_eq!(out.hidden(1), &all.hidden(0)[(q.len() - 1) * h..], "{name}");
+        assert_eq!(sb.position(), q.len());
+        assert_eq!(sc.position(), q.len());
+    }
+}

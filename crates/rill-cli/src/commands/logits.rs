@@ -24,8 +24,8 @@ pub struct Args {
     #[arg(short, long, default_value_t = 0)]
     threads: usize,
     /// Matrix-product numerics: `exact` (f32 activations, the reference
-    /// results) or `q8` (8-bit activations as llama.cpp uses: faster,
-    /// results within the activations' rounding).
+    /// results: the default here, where logits are compared with the
+    /// references) or `q8` (8-bit activations, llama.cpp's numerics).
     #[arg(long, default_value = "exact")]
     precision: Precision,
     /// Feed the tokens one at a time instead of as one batch (checks the
@@ -52,7 +52,7 @@ pub fn parse_tokens(s: &str) -> Result<Vec<u32>> {
 
 pub fn run(a: Args) -> Result<()> {
     let tokens = parse_tokens(&a.tokens)?;
-    let model = load::open(&a.model, a.precision)?.model;
+    let model = load::open(&a.model, Some(a.precision))?.model;
     let threads = Threads::new(a.threads);
     let mut state = SequenceState::new(&model, tokens.len());
     let logits = if a.one_by_one {

@@ -45,11 +45,13 @@ pub struct Args {
     /// Worker threads for the model (0 = all cores).
     #[arg(short, long, default_value_t = 0)]
     threads: usize,
-    /// Matrix-product numerics: `exact` (f32 activations, the reference
-    /// results) or `q8` (8-bit activations as llama.cpp uses: faster,
-    /// results within the activations' rounding).
-    #[arg(long, default_value = "exact")]
-    precision: Precision,
+    /// Matrix-product numerics: `q8` (8-bit activations, llama.cpp's own
+    /// numerics, integer kernels: fast) or `exact` (f32 activations, the
+    /// reference results). Default: q8 where this CPU has the integer
+    /// kernels (AVX2 on x86-64, the dot-product extension on aarch64), else
+    /// exact.
+    #[arg(long)]
+    precision: Option<Precision>,
     /// Name of the model in the API (default: the file name without
     /// extension); repeat to accept several names.
     #[arg(long)]

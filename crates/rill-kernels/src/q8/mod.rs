@@ -76,6 +76,18 @@ pub enum Precision {
 }
 
 impl Precision {
+    /// The fastest precision at least as accurate as llama.cpp on this CPU:
+    /// 8-bit activations (llama.cpp's own numerics) where the integer
+    /// kernels run, else the exact path (the q8 scalar reference would be
+    /// slower than it).
+    pub fn fastest() -> Precision {
+        if has_integer_kernels() {
+            Precision::Q8
+        } else {
+            Precision::Exact
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Precision::Exact => "exact",
