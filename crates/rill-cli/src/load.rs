@@ -15,10 +15,11 @@ pub fn source(model: &Option<PathBuf>) -> Result<ModelSource> {
 
 /// Load the model of `-m` for a command that runs it, reading its weights
 /// in up front (with a progress bar), with `precision` for its products
-/// (default: [`Precision::fastest`]). Says on stderr what runs.
-pub fn open(model: &Option<PathBuf>, precision: Option<Precision>) -> Result<Loaded> {
+/// (default: [`Precision::fastest`]), which it returns for the engine to
+/// run with. Says on stderr what runs.
+pub fn open(model: &Option<PathBuf>, precision: Option<Precision>) -> Result<(Loaded, Precision)> {
     let options = LoadOptions { prefault: true };
-    let mut loaded = rill_load::load(&source(model)?, &options)?;
+    let loaded = rill_load::load(&source(model)?, &options)?;
     let precision = precision.unwrap_or_else(Precision::fastest);
     let integer = rill_kernels::q8::has_integer_kernels();
     eprintln!(
@@ -43,8 +44,7 @@ pub fn open(model: &Option<PathBuf>, precision: Option<Precision>) -> Result<Loa
             rill_kernels::simd::Isa::best().name()
         );
     }
-    loaded.model.set_precision(precision);
-    Ok(loaded)
+    Ok((loaded, precision))
 }
 
 /// Load only what the tokenizer commands need (no weight pages read).

@@ -154,7 +154,10 @@ fn bad_input_is_a_clear_error_not_a_panic() {
     let m = m.to_str().unwrap();
     let npy = fixtures().join("qwen35.prompt_logits.npy");
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["inspect", "/nonexistent/model.gguf"], "cannot open"),
+        (
+            vec!["inspect", "/nonexistent/model.gguf"],
+            "cannot read /nonexistent/model.gguf: No such file",
+        ),
         (vec!["run", "-m", npy.to_str().unwrap(), "-p", "hi"], "GGUF"),
         (
             vec!["logits", "-m", m, "--tokens", "1,x", "--out", "/tmp/x.npy"],

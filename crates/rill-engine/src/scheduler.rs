@@ -16,8 +16,8 @@ use crate::metrics::Metrics;
 use crate::prefix_cache::PrefixCache;
 use crate::request::{Done, Event, Request, SubmitError};
 use crate::sequence::{Sequence, Submitted, TokenContext};
-use rill_kernels::Threads;
-use rill_model::{BatchItem, Model, SequenceState, StepOutputs};
+use rill_kernels::{Precision, Threads};
+use rill_model::{BatchItem, Model, Runner, SequenceState, StepOutputs};
 use rill_sampler::Sampler;
 use rill_tokenizer::Tokenizer;
 use std::collections::VecDeque;
@@ -42,7 +42,11 @@ pub struct EngineConfig {
     pub cache_bytes: usize,
     /// Also snapshot a prompt every this many tokens (a multiple of `prefill_chunk`).
     pub cache_interval: usize,
+    /// Worker threads of the forward passes (0 = all cores).
     pub threads: usize,
+    /// The matrix products' numerics: a run option of the engine, passed
+    /// down to every forward pass.
+    pub precision: Precision,
 }
 
 impl Default for EngineConfig {
@@ -55,6 +59,7 @@ impl Default for EngineConfig {
             cache_bytes: 2 << 30,
             cache_interval: 1024,
             threads: 0,
+            precision: Precision::Exact,
         }
     }
 }
@@ -113,7 +118,7 @@ impl Engine {
         let metrics = Arc::new(Metrics::default());
         let waiting = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut worker = Worker {
-            threads: Threads::new(config.threads),
+            runner: Runner::new(Threads::new(config.threads), config.precision),
             cache: PrefixCache::new(config.cache_bytes),
             model,
             tok,
@@ -216,7 +221,9 @@ impl Drop for Engine {
 struct Worker {
     model: Arc<Model>,
     tok: Arc<Tokenizer>,
-    threads: Threads,
+    /// Threads, numerics and the forward passes' workspace, kept for the
+    /// engine's life.
+    runner: Runner,
     config: EngineConfig,
     metrics: Arc<Metrics>,
     cache: PrefixCache,
@@ -344,7 +351,7 @@ impl Worker {
             .collect();
         let result = self
             .model
-            .forward_batch_into(&self.threads, &mut items, &mut self.outputs);
+            .forward_batch_into(&self.runner, &mut items, &mut self.outputs);
         drop(items);
         if let Err(e) = result {
             // Never expected (inputs are validated at submission); fail

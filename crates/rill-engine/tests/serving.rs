@@ -12,13 +12,12 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn fixture(name: &str, precision: Precision) -> (Arc<Model>, Arc<Tokenizer>) {
+fn fixture(name: &str) -> (Arc<Model>, Arc<Tokenizer>) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../fixtures/models")
         .join(name);
-    let mut l =
+    let l =
         rill_load::load(&ModelSource::File(path), &LoadOptions::default()).expect("fixture model");
-    l.model.set_precision(precision);
     (Arc::new(l.model), Arc::new(l.tokenizer))
 }
 
@@ -27,8 +26,16 @@ fn engine(cfg: EngineConfig) -> Engine {
 }
 
 fn engine_on(name: &str, precision: Precision, cfg: EngineConfig) -> Engine {
-    let (m, t) = fixture(name, precision);
-    Engine::start(m, t, EngineConfig { threads: 2, ..cfg })
+    let (m, t) = fixture(name);
+    Engine::start(
+        m,
+        t,
+        EngineConfig {
+            threads: 2,
+            precision,
+            ..cfg
+        },
+    )
 }
 
 /// A deterministic prompt of `n` ids below the special tokens.

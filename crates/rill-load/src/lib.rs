@@ -93,15 +93,7 @@ pub struct Loaded {
 /// chat template.
 pub fn load(source: &ModelSource, options: &LoadOptions) -> Result<Loaded, LoadError> {
     let label = source.label();
-    let file = match source {
-        ModelSource::File(path) => GgufFile::open(path),
-        ModelSource::Static { bytes, .. } => GgufFile::from_static(bytes),
-    }
-    .map_err(|error| LoadError::Open {
-        source_label: label.clone(),
-        error,
-    })?;
-    let file = Arc::new(file);
+    let file = open_gguf(source)?;
     if options.prefault {
         prefault(&file);
     }
@@ -136,15 +128,7 @@ pub fn load(source: &ModelSource, options: &LoadOptions) -> Result<Loaded, LoadE
 /// hyperparameters or the reason it does not bind.
 pub fn inspect(source: &ModelSource) -> Result<(ModelInfo, Result<Model, LoadError>), LoadError> {
     let label = source.label();
-    let file = match source {
-        ModelSource::File(path) => GgufFile::open(path),
-        ModelSource::Static { bytes, .. } => GgufFile::from_static(bytes),
-    }
-    .map_err(|error| LoadError::Open {
-        source_label: label.clone(),
-        error,
-    })?;
-    let file = Arc::new(file);
+    let file = open_gguf(source)?;
     let info = ModelInfo::of_gguf(source, &file, None);
     let model =
         Model::from_source(Arc::new(GgufSource::new(file, label.clone()))).map_err(|error| {
@@ -158,6 +142,18 @@ pub fn inspect(source: &ModelSource) -> Result<(ModelInfo, Result<Model, LoadErr
         Err(_) => info,
     };
     Ok((info, model))
+}
+
+/// The GGUF file of a source, parsed (tensor data stays where it is).
+fn open_gguf(source: &ModelSource) -> Result<Arc<GgufFile>, LoadError> {
+    let file = match source {
+        ModelSource::File(path) => GgufFile::open(path),
+        ModelSource::Static { bytes, .. } => GgufFile::from_static(bytes),
+    };
+    file.map(Arc::new).map_err(|error| LoadError::Open {
+        source_label: source.label(),
+        error,
+    })
 }
 
 /// The file's chat template, with its BOS/EOS strings as transformers

@@ -6,7 +6,6 @@
 use crate::error::ModelError;
 use rill_gguf::{GgufFile, MetaValue};
 use rill_kernels::conv::MAX_CONV_TAPS;
-use rill_kernels::Precision;
 
 /// The architectures of the family rill runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,10 +109,6 @@ pub struct ModelConfig {
     // Mixture of experts (zero experts for dense models).
     pub n_expert: usize,
     pub n_expert_used: usize,
-    /// How the matrix products treat activations: a run option, not read
-    /// from the file (exact unless the user asks for 8-bit activations;
-    /// see [`Model::set_precision`](crate::Model::set_precision)).
-    pub precision: Precision,
 }
 
 impl ModelConfig {
@@ -189,7 +184,6 @@ impl ModelConfig {
             ssm_n_v_heads: m.usize("ssm.time_step_rank")?,
             n_expert: m.opt_usize("expert_count")?.unwrap_or(0),
             n_expert_used: m.opt_usize("expert_used_count")?.unwrap_or(0),
-            precision: Precision::Exact,
         };
         cfg.validate(&m)?;
         Ok(cfg)

@@ -11,12 +11,11 @@ use crate::error::ForwardError;
 use crate::layers::attention::{self, AttnSeq};
 use crate::layers::gdn::{self, GdnSeq};
 use crate::model::{Mixer, Model};
-use crate::scratch::{Buf, Reused};
+use crate::scratch::{Buf, Reused, Runner};
 use crate::state::{LayerState, SequenceState};
 use rill_kernels::ops::rms_norm;
 use rill_kernels::threads::SharedMut;
 use rill_kernels::{matmul_in, Threads};
-use std::cell::Cell;
 use std::ops::Range;
 
 /// Which of an item's positions a step returns outputs for.
@@ -133,31 +132,26 @@ impl StepOutputs {
     }
 }
 
-thread_local! {
-    static SPANS: Cell<Vec<Range<usize>>> = const { Cell::new(Vec::new()) };
-    static ROWS: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
-    static LOGIT_ROWS: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
-}
-
 impl Model {
     /// Run `tokens` through the model, continuing `state`, and return the
     /// logits of `rows`. The state advances by `tokens.len()` positions.
+    /// `run` says how (threads, numerics) and lends the buffers.
     pub fn forward(
         &self,
-        threads: &Threads,
+        run: &Runner,
         state: &mut SequenceState,
         tokens: &[u32],
         rows: Rows,
     ) -> Result<Vec<f32>, ForwardError> {
         let mut out = StepOutputs::new();
-        self.forward_into(threads, state, tokens, Outputs::logits(rows), &mut out)?;
+        self.forward_into(run, state, tokens, Outputs::logits(rows), &mut out)?;
         Ok(out.into_logits())
     }
 
     /// One sequence's step into a kept [`StepOutputs`] (its item 0).
     pub fn forward_into(
         &self,
-        threads: &Threads,
+        run: &Runner,
         state: &mut SequenceState,
         tokens: &[u32],
         outputs: Outputs,
@@ -168,7 +162,7 @@ impl Model {
             tokens,
             outputs,
         }];
-        self.forward_batch_into(threads, &mut items, out)
+        self.forward_batch_into(run, &mut items, out)
     }
 
     fn check(&self, item: &BatchItem) -> Result<(), ForwardError> {
@@ -197,44 +191,46 @@ impl Model {
     /// refused step leaves all states as they were.
     pub fn forward_batch(
         &self,
-        threads: &Threads,
+        run: &Runner,
         items: &mut [BatchItem],
     ) -> Result<Vec<Vec<f32>>, ForwardError> {
         let mut out = StepOutputs::new();
-        self.forward_batch_into(threads, items, &mut out)?;
+        self.forward_batch_into(run, items, &mut out)?;
         Ok(out.iter_logits().map(<[f32]>::to_vec).collect())
     }
 
     /// [`forward_batch`](Self::forward_batch) into a kept [`StepOutputs`]:
     /// the serving loop's form. Once a step of the same shape has run (one
     /// decode token per sequence), a step makes no heap allocation: its
-    /// temporaries come from per-thread buffers (`crate::scratch`) and the
+    /// temporaries come from `run`'s workspace (`crate::scratch`) and the
     /// KV caches are reserved for the sequences' capacities.
     pub fn forward_batch_into(
         &self,
-        threads: &Threads,
+        run: &Runner,
         items: &mut [BatchItem],
         out: &mut StepOutputs,
     ) -> Result<(), ForwardError> {
+        let ex = run.exec();
+        let threads = ex.threads;
         for item in items.iter() {
             self.check(item)?;
         }
         let c = &self.config;
         let h = c.n_embd;
         // Row ranges of each item in the step's activation matrix.
-        let mut spans = Reused::take(&SPANS);
+        let mut spans = Reused::take(ex.ws);
         let mut n = 0;
         for item in items.iter() {
             spans.push(n..n + item.tokens.len());
             n += item.tokens.len();
         }
-        let mut x = Buf::for_output(n * h);
+        let mut x = Buf::for_output(ex.ws, n * h);
         let embd = self.token_embd.view();
         for (t, &id) in items.iter().flat_map(|i| i.tokens).enumerate() {
             embd.dequantize_row(id as usize, &mut x[t * h..(t + 1) * h]);
         }
 
-        let mut xn = Buf::for_output(n * h);
+        let mut xn = Buf::for_output(ex.ws, n * h);
         // The last layer's FFN output, added to the residual stream with the
         // next norm (or after the loop).
         let mut pending: Option<Buf> = None;
@@ -266,7 +262,7 @@ impl Model {
                             _ => unreachable!("state layout is built from the same layer kinds"),
                         }
                     });
-                    attention::forward(w, c, &self.rope_inv_freq, threads, &xn, n, seqs)
+                    attention::forward(w, c, &self.rope_inv_freq, ex, &xn, n, seqs)
                 }
                 Mixer::Recurrent(w) => {
                     let seqs =
@@ -282,12 +278,12 @@ impl Model {
                                 }
                             }
                         });
-                    gdn::forward(w, c, threads, &xn, n, seqs)
+                    gdn::forward(w, c, ex, &xn, n, seqs)
                 }
             };
             let post = &layer.post_attention_norm;
             add_then_norm(threads, h, &mut x, Some(&mixed), post, c.rms_eps, &mut xn);
-            pending = Some(layer.ffn.forward(c, threads, &xn, n));
+            pending = Some(layer.ffn.forward(c, ex, &xn, n));
         }
         if let Some(f) = pending {
             for (xi, fi) in x.iter_mut().zip(f.iter()) {
@@ -301,7 +297,7 @@ impl Model {
         // The final norm and the output head, on the rows someone asked
         // for, all at once, straight into the caller's buffers.
         let v = c.n_vocab;
-        let mut rows = Reused::take(&ROWS);
+        let mut rows = Reused::take(ex.ws);
         for (item, span) in items.iter().zip(spans.iter()) {
             if !item.outputs.wants_rows() {
                 continue;
@@ -312,7 +308,7 @@ impl Model {
                 Rows::None => {}
             }
         }
-        let mut normed = Buf::for_output(rows.len() * h);
+        let mut normed = Buf::for_output(ex.ws, rows.len() * h);
         for (i, &t) in rows.iter().enumerate() {
             rms_norm(
                 &x[t * h..(t + 1) * h],
@@ -323,7 +319,7 @@ impl Model {
         }
         // Which of the normed rows go through the LM head, and where each
         // item's outputs land.
-        let mut logit_rows = Reused::take(&LOGIT_ROWS);
+        let mut logit_rows = Reused::take(ex.ws);
         out.logit_spans.clear();
         out.hidden_spans.clear();
         out.hidden.clear();
@@ -356,7 +352,7 @@ impl Model {
             let input: &[f32] = if logit_rows.len() == rows.len() {
                 &normed
             } else {
-                let mut p = Buf::for_output(logit_rows.len() * h);
+                let mut p = Buf::for_output(ex.ws, logit_rows.len() * h);
                 for (i, &r) in logit_rows.iter().enumerate() {
                     p[i * h..(i + 1) * h].copy_from_slice(&normed[r * h..(r + 1) * h]);
                 }
@@ -364,7 +360,7 @@ impl Model {
                 &packed
             };
             matmul_in(
-                c.precision,
+                ex.precision,
                 threads,
                 self.output_matrix().view(),
                 input,

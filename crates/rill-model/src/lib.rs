@@ -20,5 +20,6 @@ pub use config::{Arch, LayerKind, ModelConfig};
 pub use error::{ForwardError, ModelError};
 pub use forward::{BatchItem, Outputs, Rows, StepOutputs};
 pub use model::Model;
+pub use scratch::Runner;
 pub use source::{GgufSource, TensorRef, WeightSource};
 pub use state::SequenceState;

@@ -116,13 +116,6 @@ impl Model {
         })
     }
 
-    /// Run the matrix products with `precision` from now on (exact by
-    /// default; [`Precision::Q8`] quantizes activations to 8 bits, as
-    /// llama.cpp does, for speed).
-    pub fn set_precision(&mut self, precision: rill_kernels::Precision) {
-        self.config.precision = precision;
-    }
-
     /// Where the weights come from.
     pub fn source(&self) -> &dyn WeightSource {
         &*self.source

@@ -1,12 +1,17 @@
-//! Per-thread reusable buffers, so that a decode step allocates nothing.
+//! The run state of forward passes: the worker threads, the numerics, and
+//! a workspace of reusable buffers, so that a decode step allocates nothing.
 //!
 //! A step needs the same temporaries every time (activations, projections,
 //! gathered expert inputs, job lists, routing tables). They come from the
-//! calling thread instead of the allocator and go back to it when dropped:
+//! [`Workspace`] of the [`Runner`] the caller passes (the engine's worker
+//! owns one for its whole life) instead of the allocator, and go back to it
+//! when dropped:
 //!
-//! - [`Buf`]: an `f32` buffer from a per-thread free list (the smallest free
-//!   buffer that is big enough);
-//! - [`Reused`]: a `Vec` kept in a per-thread slot of its own, one per use;
+//! - [`Buf`]: an `f32` buffer from the workspace's free list (the smallest
+//!   free buffer that is big enough);
+//! - [`Reused`]: a `Vec` of one of a few element types from the workspace's
+//!   pool of that type (taken and given back in the same order every step,
+//!   so each use finds the vector it had);
 //! - [`JobList`]: the same for `matmul_many` job lists, whose elements borrow.
 //!
 //! Nothing is ever shrunk, so once a step has run, the same step again (one
@@ -16,17 +21,65 @@
 //! caller's buffers (`Threads::for_ranges_on`), so what is allocated does not
 //! depend on which worker happens to run what.
 
-use rill_kernels::MatJob;
-use std::cell::{Cell, RefCell};
-use std::ops::{Deref, DerefMut};
-use std::thread::LocalKey;
+use rill_kernels::{MatJob, Precision, Threads};
+use std::ops::{Deref, DerefMut, Range};
+use std::sync::Mutex;
 
-thread_local! {
-    /// The free `f32` buffers of this thread.
-    static FREE: RefCell<Vec<Vec<f32>>> = const { RefCell::new(Vec::new()) };
+/// How forward passes run — a run option of the caller, not a property of
+/// the model — and the buffers they reuse. One per driver (the engine's
+/// worker, a test, `rill logits`), allocated once.
+pub struct Runner {
+    pub threads: Threads,
+    /// The activations' numerics for the matrix products.
+    pub precision: Precision,
+    workspace: Workspace,
 }
 
-/// An `f32` buffer taken from this thread's free list and given back to it
+impl Runner {
+    pub fn new(threads: Threads, precision: Precision) -> Runner {
+        Runner {
+            threads,
+            precision,
+            workspace: Workspace::default(),
+        }
+    }
+
+    /// The exact numerics on `threads` (0 = all cores).
+    pub fn exact(threads: usize) -> Runner {
+        Runner::new(Threads::new(threads), Precision::Exact)
+    }
+
+    pub(crate) fn exec(&self) -> Exec<'_> {
+        Exec {
+            threads: &self.threads,
+            precision: self.precision,
+            ws: &self.workspace,
+        }
+    }
+}
+
+/// What every layer of a step is handed.
+#[derive(Clone, Copy)]
+pub(crate) struct Exec<'a> {
+    pub threads: &'a Threads,
+    pub precision: Precision,
+    pub ws: &'a Workspace,
+}
+
+/// The reusable buffers of a [`Runner`]. The locks are only ever taken by
+/// the thread that runs the step (uncontended), and make the workspace
+/// shareable with the step's parallel tasks, which read the buffers.
+#[derive(Default)]
+pub(crate) struct Workspace {
+    free: Mutex<Vec<Vec<f32>>>,
+    usizes: Mutex<Vec<Vec<usize>>>,
+    f32s: Mutex<Vec<Vec<f32>>>,
+    picks: Mutex<Vec<Vec<(usize, f32)>>>,
+    ranges: Mutex<Vec<Vec<Range<usize>>>>,
+    jobs: Mutex<Vec<MatJob<'static>>>,
+}
+
+/// An `f32` buffer taken from a workspace's free list and given back to it
 /// when dropped. Dereferences to `len` values that start on a 64-byte line:
 /// the products copy activations that do not (their 16-lane loads would
 /// split lines), and parts of a buffer at multiples of 16 values (an
@@ -36,26 +89,27 @@ thread_local! {
 /// only grows (zeros, once), so a buffer that goes round the free list is
 /// not zeroed again by each use that does not need zeros
 /// ([`Buf::for_output`], [`Buf::scratch`]).
-pub(crate) struct Buf {
+pub(crate) struct Buf<'w> {
     v: Vec<f32>,
     /// Where the 64-byte aligned values start in `v`.
     off: usize,
     len: usize,
+    ws: &'w Workspace,
 }
 
-impl Buf {
+impl<'w> Buf<'w> {
     /// `len` zeros (the tests' way to see that reuse hands out zeros).
     #[cfg(test)]
-    pub fn zeroed(len: usize) -> Buf {
-        let mut b = Buf::scratch(len, len);
+    pub fn zeroed(ws: &'w Workspace, len: usize) -> Buf<'w> {
+        let mut b = Buf::scratch(ws, len, len);
         b.fill(0.0);
         b
     }
 
     /// `len` values to be overwritten entirely (the output of a matrix
     /// product, which writes every element): not zeroed first.
-    pub fn for_output(len: usize) -> Buf {
-        Buf::scratch(len, len)
+    pub fn for_output(ws: &'w Workspace, len: usize) -> Buf<'w> {
+        Buf::scratch(ws, len, len)
     }
 
     /// `len` values left from earlier use (zeros where never written), in a
@@ -63,23 +117,23 @@ impl Buf {
     /// before reading it and whose sizes grow with the context, so it asks
     /// once for the most it will need instead of growing the buffer (an
     /// allocation) step after step.
-    pub fn scratch(len: usize, capacity: usize) -> Buf {
+    pub fn scratch(ws: &'w Workspace, len: usize, capacity: usize) -> Buf<'w> {
         // + 16: room to align the start.
-        let mut v = take_free(capacity.max(len) + 16);
+        let mut v = take_free(ws, capacity.max(len) + 16);
         let off = v.as_ptr().align_offset(64).min(16);
         if v.len() < off + len {
             v.resize(off + len, 0.0);
         }
-        Buf { v, off, len }
+        Buf { v, off, len, ws }
     }
 }
 
 /// The smallest free buffer that holds `need` values; else a new one that
 /// replaces the largest (so the list does not fill with buffers too small
 /// for anything).
-fn take_free(need: usize) -> Vec<f32> {
-    let taken = FREE.with(|f| {
-        let mut free = f.borrow_mut();
+fn take_free(ws: &Workspace, need: usize) -> Vec<f32> {
+    let taken = {
+        let mut free = lock(&ws.free);
         let fit = free
             .iter()
             .enumerate()
@@ -88,7 +142,7 @@ fn take_free(need: usize) -> Vec<f32> {
             .or_else(|| free.iter().enumerate().max_by_key(|(_, v)| v.capacity()))
             .map(|(i, _)| i);
         fit.map(|i| free.swap_remove(i))
-    });
+    };
     match taken {
         Some(v) if v.capacity() >= need => v,
         // Zeroed by the allocator (fresh pages come zeroed from the system,
@@ -97,99 +151,133 @@ fn take_free(need: usize) -> Vec<f32> {
     }
 }
 
-impl Drop for Buf {
+/// A workspace lock (a panic elsewhere leaves the pools usable).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Drop for Buf<'_> {
     fn drop(&mut self) {
         let v = std::mem::take(&mut self.v);
-        // `try_with`: nothing to keep once the thread is being torn down.
-        let _ = FREE.try_with(|f| f.borrow_mut().push(v));
+        lock(&self.ws.free).push(v);
     }
 }
 
-impl Deref for Buf {
+impl Deref for Buf<'_> {
     type Target = [f32];
     fn deref(&self) -> &[f32] {
         &self.v[self.off..self.off + self.len]
     }
 }
 
-impl DerefMut for Buf {
+impl DerefMut for Buf<'_> {
     fn deref_mut(&mut self) -> &mut [f32] {
         &mut self.v[self.off..self.off + self.len]
     }
 }
 
-/// A per-thread slot for one [`Reused`] vector.
-pub(crate) type Slot<T> = LocalKey<Cell<Vec<T>>>;
-
-/// A `Vec` taken (empty) from a per-thread slot and given back, cleared but
-/// with its capacity, when dropped. Each use declares its own slot:
-/// `thread_local! { static SPANS: Cell<Vec<Range<usize>>> = ... }`.
-pub(crate) struct Reused<T: 'static> {
-    v: Vec<T>,
-    slot: &'static Slot<T>,
+/// Element types a [`Reused`] vector can have: each has its pool.
+pub(crate) trait Pooled: Sized {
+    fn pool(ws: &Workspace) -> &Mutex<Vec<Vec<Self>>>;
 }
 
-impl<T> Reused<T> {
-    pub fn take(slot: &'static Slot<T>) -> Reused<T> {
-        let mut v = slot.with(Cell::take);
-        v.clear();
-        Reused { v, slot }
+impl Pooled for usize {
+    fn pool(ws: &Workspace) -> &Mutex<Vec<Vec<usize>>> {
+        &ws.usizes
     }
 }
 
-impl<T> Drop for Reused<T> {
+impl Pooled for f32 {
+    fn pool(ws: &Workspace) -> &Mutex<Vec<Vec<f32>>> {
+        &ws.f32s
+    }
+}
+
+impl Pooled for (usize, f32) {
+    fn pool(ws: &Workspace) -> &Mutex<Vec<Vec<(usize, f32)>>> {
+        &ws.picks
+    }
+}
+
+impl Pooled for Range<usize> {
+    fn pool(ws: &Workspace) -> &Mutex<Vec<Vec<Range<usize>>>> {
+        &ws.ranges
+    }
+}
+
+/// A `Vec` taken (empty) from a workspace's pool and given back, cleared
+/// but with its capacity, when dropped. Pools are stacks: a step takes and
+/// gives back in the same order every time, so each use gets the vector it
+/// had the step before.
+pub(crate) struct Reused<'w, T: Pooled> {
+    v: Vec<T>,
+    ws: &'w Workspace,
+}
+
+impl<'w, T: Pooled> Reused<'w, T> {
+    pub fn take(ws: &'w Workspace) -> Reused<'w, T> {
+        let mut v = lock(T::pool(ws)).pop().unwrap_or_default();
+        v.clear();
+        Reused { v, ws }
+    }
+}
+
+impl<T: Pooled> Drop for Reused<'_, T> {
     fn drop(&mut self) {
         let mut v = std::mem::take(&mut self.v);
         v.clear();
-        let _ = self.slot.try_with(|s| s.set(v));
+        lock(T::pool(self.ws)).push(v);
     }
 }
 
-impl<T> Deref for Reused<T> {
+impl<T: Pooled> Deref for Reused<'_, T> {
     type Target = Vec<T>;
     fn deref(&self) -> &Vec<T> {
         &self.v
     }
 }
 
-impl<T> DerefMut for Reused<T> {
+impl<T: Pooled> DerefMut for Reused<'_, T> {
     fn deref_mut(&mut self) -> &mut Vec<T> {
         &mut self.v
     }
 }
 
-thread_local! {
-    static JOBS: Cell<Vec<MatJob<'static>>> = const { Cell::new(Vec::new()) };
+/// A job list for `matmul_many` whose allocation is kept in the workspace.
+/// The jobs borrow the step's buffers, so the kept (empty) vector is
+/// relabelled from one lifetime to the other.
+pub(crate) struct JobList<'a, 'w> {
+    jobs: Vec<MatJob<'a>>,
+    ws: &'w Workspace,
 }
 
-/// A job list for `matmul_many` whose allocation is kept per thread. The
-/// jobs borrow the step's buffers, so the kept (empty) vector is relabelled
-/// from one lifetime to the other.
-pub(crate) struct JobList<'a>(Vec<MatJob<'a>>);
-
-impl<'a> JobList<'a> {
-    pub fn take() -> JobList<'a> {
-        JobList(relabel(JOBS.with(Cell::take)))
+impl<'a, 'w> JobList<'a, 'w> {
+    pub fn take(ws: &'w Workspace) -> JobList<'a, 'w> {
+        let kept = std::mem::take(&mut *lock(&ws.jobs));
+        JobList {
+            jobs: relabel(kept),
+            ws,
+        }
     }
 }
 
-impl Drop for JobList<'_> {
+impl Drop for JobList<'_, '_> {
     fn drop(&mut self) {
-        let v = relabel(std::mem::take(&mut self.0));
-        let _ = JOBS.try_with(|s| s.set(v));
+        let v = relabel(std::mem::take(&mut self.jobs));
+        *lock(&self.ws.jobs) = v;
     }
 }
 
-impl<'a> Deref for JobList<'a> {
+impl<'a> Deref for JobList<'a, '_> {
     type Target = Vec<MatJob<'a>>;
     fn deref(&self) -> &Vec<MatJob<'a>> {
-        &self.0
+        &self.jobs
     }
 }
 
-impl<'a> DerefMut for JobList<'a> {
+impl<'a> DerefMut for JobList<'a, '_> {
     fn deref_mut(&mut self) -> &mut Vec<MatJob<'a>> {
-        &mut self.0
+        &mut self.jobs
     }
 }
 
@@ -209,8 +297,9 @@ mod tests {
 
     #[test]
     fn buffers_are_reused_smallest_fit_first() {
-        let big = Buf::zeroed(1000);
-        let small = Buf::zeroed(10);
+        let ws = Workspace::default();
+        let big = Buf::zeroed(&ws, 1000);
+        let small = Buf::zeroed(&ws, 10);
         let (pb, ps) = (big.as_ptr(), small.as_ptr());
         assert!(
             (pb as usize).is_multiple_of(64) && (ps as usize).is_multiple_of(64),
@@ -218,14 +307,14 @@ mod tests {
         );
         drop(big);
         drop(small);
-        let a = Buf::zeroed(5);
+        let a = Buf::zeroed(&ws, 5);
         assert_eq!(a.as_ptr(), ps, "the smallest that fits");
-        let mut b = Buf::zeroed(800);
+        let mut b = Buf::zeroed(&ws, 800);
         assert_eq!(b.as_ptr(), pb);
         assert!(b.iter().all(|&v| v == 0.0));
         b[3] = 7.0;
         drop(b);
-        let c = Buf::scratch(4, 900);
+        let c = Buf::scratch(&ws, 4, 900);
         assert_eq!(
             (c.as_ptr(), c.len(), c[3]),
             (pb, 4, 7.0),
@@ -234,12 +323,25 @@ mod tests {
     }
 
     #[test]
+    fn reused_vectors_come_back_to_their_use() {
+        let ws = Workspace::default();
+        let mut a: Reused<usize> = Reused::take(&ws);
+        a.extend(0..100);
+        let p = a.as_ptr();
+        drop(a);
+        let b: Reused<usize> = Reused::take(&ws);
+        assert!(b.is_empty() && b.capacity() >= 100);
+        assert_eq!(b.as_ptr(), p);
+    }
+
+    #[test]
     fn job_lists_keep_their_allocation() {
         let x = vec![1f32; 4];
         let mut out = vec![0f32; 1];
         let w = [0u8; 16];
         let m = rill_kernels::MatRef::new(rill_dtype::DType::F32, 1, 4, &w);
-        let mut jobs = JobList::take();
+        let ws = Workspace::default();
+        let mut jobs = JobList::take(&ws);
         jobs.push(MatJob {
             w: m,
             x: &x,
@@ -249,7 +351,7 @@ mod tests {
         });
         let p = jobs.as_ptr() as usize;
         drop(jobs);
-        let again = JobList::take();
+        let again = JobList::take(&ws);
         assert!(again.is_empty());
         assert_eq!(again.as_ptr() as usize, p);
     }

@@ -6,8 +6,8 @@ mod common;
 use common::*;
 use rill_gguf::writer::GgufWriter;
 use rill_gguf::{GgufFile, MetaValue};
-use rill_kernels::Threads;
-use rill_model::{ForwardError, Model, ModelError, Rows, SequenceState};
+
+use rill_model::{ForwardError, Model, ModelError, Rows, Runner, SequenceState};
 use std::sync::Arc;
 
 /// Re-write the first F32 fixture with `edit` applied to each tensor
@@ -144,23 +144,23 @@ fn foreign_architecture_and_bad_hyperparameters_are_refused() {
 fn forward_refuses_bad_tokens_and_overflow() {
     let f = &fixtures("f32")[0];
     let model = load(f);
-    let threads = Threads::new(1);
+    let run = Runner::exact(1);
     let mut st = SequenceState::new(&model, 4);
     let bad = model.config.n_vocab as u32;
     assert!(matches!(
-        model.forward(&threads, &mut st, &[1, bad], Rows::Last),
+        model.forward(&run, &mut st, &[1, bad], Rows::Last),
         Err(ForwardError::TokenOutOfRange { .. })
     ));
     assert_eq!(st.position(), 0, "a refused batch leaves the state alone");
     assert!(matches!(
-        model.forward(&threads, &mut st, &[1, 2, 3, 4, 5], Rows::Last),
+        model.forward(&run, &mut st, &[1, 2, 3, 4, 5], Rows::Last),
         Err(ForwardError::ContextFull { .. })
     ));
     assert!(matches!(
-        model.forward(&threads, &mut st, &[], Rows::Last),
+        model.forward(&run, &mut st, &[], Rows::Last),
         Err(ForwardError::Empty)
     ));
     assert!(model
-        .forward(&threads, &mut st, &[1, 2, 3, 4], Rows::Last)
+        .forward(&run, &mut st, &[1, 2, 3, 4], Rows::Last)
         .is_ok());
 }

@@ -4,12 +4,12 @@
 mod common;
 
 use common::*;
-use rill_kernels::{Precision, Threads};
-use rill_model::{BatchItem, Outputs, Rows, SequenceState};
+use rill_kernels::Precision;
+use rill_model::{BatchItem, Outputs, Rows, Runner, SequenceState};
 
 #[test]
 fn a_mixed_batch_equals_each_sequence_alone() {
-    let threads = Threads::new(2);
+    let mut run = Runner::exact(2);
     // Quantized files too: alone, a decode step takes the in-register
     // kernels (few tokens); in the batch the blocked ones. Same bits, with
     // exact and with 8-bit activations.
@@ -22,8 +22,8 @@ fn a_mixed_batch_equals_each_sequence_alone() {
                 .flat_map(|f| [(f.clone(), Precision::Exact), (f, Precision::Q8)]),
         );
     for (f, precision) in cases {
-        let mut model = load(&f);
-        model.set_precision(precision);
+        let model = load(&f);
+        run.precision = precision;
         let prompts: Vec<Vec<u32>> = (0..3u32)
             .map(|s| (0..(5 + 9 * s)).map(|i| (i * 31 + s * 7) % 500).collect())
             .collect();
@@ -31,9 +31,9 @@ fn a_mixed_batch_equals_each_sequence_alone() {
         let mut alone = Vec::new();
         for p in &prompts {
             let mut st = SequenceState::new(&model, 64);
-            let mut rows = model.forward(&threads, &mut st, p, Rows::All).unwrap();
-            rows.extend(model.forward(&threads, &mut st, &[7], Rows::Last).unwrap());
-            rows.extend(model.forward(&threads, &mut st, &[8], Rows::Last).unwrap());
+            let mut rows = model.forward(&run, &mut st, p, Rows::All).unwrap();
+            rows.extend(model.forward(&run, &mut st, &[7], Rows::Last).unwrap());
+            rows.extend(model.forward(&run, &mut st, &[8], Rows::Last).unwrap());
             alone.push(rows);
         }
         // Together: sequence 0 prefills while 1 and 2 are at other stages.
@@ -60,7 +60,7 @@ fn a_mixed_batch_equals_each_sequence_alone() {
                     who.push(i);
                 }
             }
-            let out = model.forward_batch(&threads, &mut items).unwrap();
+            let out = model.forward_batch(&run, &mut items).unwrap();
             for (i, rows) in who.into_iter().zip(out) {
                 got[i].extend(rows);
             }
@@ -82,7 +82,7 @@ fn a_mixed_batch_equals_each_sequence_alone() {
 #[test]
 fn hidden_states_are_what_the_head_reads() {
     use rill_model::StepOutputs;
-    let threads = Threads::new(2);
+    let run = Runner::exact(2);
     for f in fixtures("f32") {
         let model = load(&f);
         let (h, v) = (model.config.n_embd, model.config.n_vocab);
@@ -129,7 +129,7 @@ fn hidden_states_are_what_the_head_reads() {
             },
         ];
         model
-            .forward_batch_into(&threads, &mut items, &mut out)
+            .forward_batch_into(&run, &mut items, &mut out)
             .unwrap();
         let name = f["gguf"].as_str().unwrap();
         assert_eq!(out.len(), 3);
@@ -142,7 +142,7 @@ fn hidden_states_are_what_the_head_reads() {
 
         // The logits asked for alone are the same bits.
         let mut alone = SequenceState::new(&model, 32);
-        let want = model.forward(&threads, &mut alone, &p, Rows::All).unwrap();
+        let want = model.forward(&run, &mut alone, &p, Rows::All).unwrap();
         assert_eq!(out.logits(0), &want[..], "{name}");
         // ... and they are the head applied to the hidden states.
         for (t, hid) in out.hidden(0).chunks_exact(h).enumerate() {
@@ -164,7 +164,7 @@ fn hidden_states_are_what_the_head_reads() {
         let mut all = StepOutputs::new();
         model
             .forward_into(
-                &threads,
+                &run,
                 &mut again,
                 &q,
                 Outputs {

@@ -9,8 +9,8 @@
 mod common;
 
 use common::*;
-use rill_kernels::{Precision, Threads};
-use rill_model::{BatchItem, Model, Outputs, Rows, SequenceState, StepOutputs};
+use rill_kernels::Precision;
+use rill_model::{BatchItem, Model, Outputs, Rows, Runner, SequenceState, StepOutputs};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
@@ -56,7 +56,7 @@ fn allocations_in(f: impl FnOnce()) -> usize {
 /// not allocate either.
 fn decode_step<const N: usize>(
     model: &Model,
-    threads: &Threads,
+    run: &Runner,
     states: &mut [SequenceState; N],
     tokens: &[[u32; 1]; N],
     out: &mut StepOutputs,
@@ -67,7 +67,7 @@ fn decode_step<const N: usize>(
         tokens: next.next().expect("one token each"),
         outputs: Outputs::last_logits(),
     });
-    model.forward_batch_into(threads, &mut items, out).unwrap();
+    model.forward_batch_into(run, &mut items, out).unwrap();
 }
 
 /// Steps before the counted ones: the first decode step after a prefill
@@ -81,7 +81,7 @@ fn decode_steps_make_no_heap_allocation() {
         "the allocator counts"
     );
     // Workers of its own, which the count covers.
-    let threads = Threads::new(3);
+    let mut run = Runner::exact(3);
     let mut all: Vec<_> = fixtures("f32")
         .into_iter()
         .map(|f| (f, Precision::Exact))
@@ -91,8 +91,8 @@ fn decode_steps_make_no_heap_allocation() {
         all.push((f, Precision::Q8));
     }
     for (f, precision) in &all {
-        let mut model = load(f);
-        model.set_precision(*precision);
+        let model = load(f);
+        run.precision = *precision;
         let name = format!("{} ({})", f["gguf"].as_str().unwrap(), precision.name());
         let vocab = model.config.n_vocab as u32;
         let mut out = StepOutputs::new();
@@ -101,18 +101,12 @@ fn decode_steps_make_no_heap_allocation() {
         let mut one = [SequenceState::new(&model, 64)];
         let prompt: Vec<u32> = (0..9).map(|i| (i * 37 + 5) % vocab).collect();
         model
-            .forward_into(
-                &threads,
-                &mut one[0],
-                &prompt,
-                Outputs::last_logits(),
-                &mut out,
-            )
+            .forward_into(&run, &mut one[0], &prompt, Outputs::last_logits(), &mut out)
             .unwrap();
         for step in 0..WARM_UP + 4 {
             let tok = [[(step * 13 + 1) % vocab]];
             let before = one[0].clone();
-            let n = allocations_in(|| decode_step(&model, &threads, &mut one, &tok, &mut out));
+            let n = allocations_in(|| decode_step(&model, &run, &mut one, &tok, &mut out));
             assert!(
                 step < WARM_UP || n == 0,
                 "{name}: decode step {step} of one sequence: {n} allocations"
@@ -120,7 +114,7 @@ fn decode_steps_make_no_heap_allocation() {
             // The kept buffers change nothing: the same step as a fresh call.
             let mut again = before;
             let want = model
-                .forward(&threads, &mut again, &tok[0], Rows::Last)
+                .forward(&run, &mut again, &tok[0], Rows::Last)
                 .unwrap();
             assert_eq!(out.logits(0), &want[..], "{name}: step {step}");
         }
@@ -132,12 +126,12 @@ fn decode_steps_make_no_heap_allocation() {
                 .map(|j| (j * 29 + 3) % vocab)
                 .collect();
             model
-                .forward_into(&threads, st, &prompt, Outputs::last_logits(), &mut out)
+                .forward_into(&run, st, &prompt, Outputs::last_logits(), &mut out)
                 .unwrap();
         }
         for step in 0..WARM_UP + 4 {
             let toks = [0u32, 1, 2].map(|i| [(step * 11 + i * 5 + 2) % vocab]);
-            let n = allocations_in(|| decode_step(&model, &threads, &mut three, &toks, &mut out));
+            let n = allocations_in(|| decode_step(&model, &run, &mut three, &toks, &mut out));
             assert!(
                 step < WARM_UP || n == 0,
                 "{name}: decode step {step} of a batch of 3: {n} allocations"

@@ -7,12 +7,12 @@ mod common;
 use common::*;
 use rill_dtype::DType;
 use rill_kernels::q8::ActFormat;
-use rill_kernels::{Precision, Threads};
-use rill_model::{Rows, SequenceState};
+use rill_kernels::Precision;
+use rill_model::{Rows, Runner, SequenceState};
 
 #[test]
 fn f32_prompt_logits_match_transformers() {
-    let threads = Threads::new(2);
+    let run = Runner::exact(2);
     for f in fixtures("f32") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);
@@ -20,7 +20,7 @@ fn f32_prompt_logits_match_transformers() {
         assert!(ids.len() >= 200, "{name}: prompt of {} tokens", ids.len());
         let (shape, want) = read_npy(f["prompt"]["logits"].as_str().unwrap());
         assert_eq!(shape, vec![ids.len(), model.config.n_vocab], "{name}");
-        let got = batch_logits(&model, &threads, &ids);
+        let got = batch_logits(&model, &run, &ids);
         let (max, mean) = diff(&got, &want);
         eprintln!(
             "{name}: max |Δ| {max:.2e}, mean {mean:.2e} over {} positions",
@@ -33,21 +33,21 @@ fn f32_prompt_logits_match_transformers() {
 
 #[test]
 fn decoding_token_by_token_equals_the_batch() {
-    let threads = Threads::new(2);
+    let run = Runner::exact(2);
     for f in fixtures("f32") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);
         let ids = ids(&f["prompt"]["ids"]);
-        let batch = batch_logits(&model, &threads, &ids);
+        let batch = batch_logits(&model, &run, &ids);
         // Half as a prompt batch, then one token at a time.
         let split = ids.len() / 2;
         let v = model.config.n_vocab;
         let mut st = SequenceState::new(&model, ids.len());
         let mut got = model
-            .forward(&threads, &mut st, &ids[..split], Rows::All)
+            .forward(&run, &mut st, &ids[..split], Rows::All)
             .unwrap();
         for &t in &ids[split..] {
-            got.extend(model.forward(&threads, &mut st, &[t], Rows::Last).unwrap());
+            got.extend(model.forward(&run, &mut st, &[t], Rows::Last).unwrap());
         }
         assert_eq!(st.position(), ids.len());
         let (max, _) = diff(&got, &batch);
@@ -59,7 +59,7 @@ fn decoding_token_by_token_equals_the_batch() {
 
 #[test]
 fn greedy_generation_matches_transformers() {
-    let threads = Threads::new(2);
+    let run = Runner::exact(2);
     for f in fixtures("f32") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);
@@ -69,9 +69,7 @@ fn greedy_generation_matches_transformers() {
         let (_, want_logits) = read_npy(g["logits"].as_str().unwrap());
         let v = model.config.n_vocab;
         let mut st = SequenceState::new(&model, prompt.len() + want_ids.len());
-        let mut row = model
-            .forward(&threads, &mut st, &prompt, Rows::Last)
-            .unwrap();
+        let mut row = model.forward(&run, &mut st, &prompt, Rows::Last).unwrap();
         let mut got = Vec::new();
         for (step, &want) in want_ids.iter().enumerate() {
             let (max, _) = diff(&row, &want_logits[step * v..(step + 1) * v]);
@@ -81,9 +79,7 @@ fn greedy_generation_matches_transformers() {
             if next != want {
                 break;
             }
-            row = model
-                .forward(&threads, &mut st, &[next], Rows::Last)
-                .unwrap();
+            row = model.forward(&run, &mut st, &[next], Rows::Last).unwrap();
         }
         assert_eq!(got, want_ids, "{name}: greedy tokens");
     }
@@ -91,13 +87,13 @@ fn greedy_generation_matches_transformers() {
 
 #[test]
 fn quantized_files_are_at_least_as_accurate_as_llama_cpp() {
-    let threads = Threads::new(2);
+    let run = Runner::exact(2);
     for f in fixtures("quant") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);
         let ids = ids(&f["prompt"]["ids"]);
         let (_, want) = read_npy(f["prompt"]["logits"].as_str().unwrap());
-        let got = batch_logits(&model, &threads, &ids);
+        let got = batch_logits(&model, &run, &ids);
         let (max, mean) = diff(&got, &want);
         let bar_max = f["tolerance"]["max_abs"].as_f64().unwrap() as f32;
         let bar_mean = f["tolerance"]["mean_abs"].as_f64().unwrap() as f32;
@@ -122,15 +118,16 @@ fn quantized_files_are_at_least_as_accurate_as_llama_cpp() {
 /// path's wherever integer kernels ran.
 #[test]
 fn q8_activations_reproduce_llama_cpp_error() {
-    let threads = Threads::new(2);
+    let mut run = Runner::exact(2);
     for f in fixtures("quant") {
         let name = f["name"].as_str().unwrap();
-        let mut model = load(&f);
+        let model = load(&f);
         let ids = ids(&f["prompt"]["ids"]);
         let (_, want) = read_npy(f["prompt"]["logits"].as_str().unwrap());
-        let exact = batch_logits(&model, &threads, &ids);
-        model.set_precision(Precision::Q8);
-        let got = batch_logits(&model, &threads, &ids);
+        run.precision = Precision::Exact;
+        let exact = batch_logits(&model, &run, &ids);
+        run.precision = Precision::Q8;
+        let got = batch_logits(&model, &run, &ids);
         let (max, mean) = diff(&got, &want);
         let bar_max = f["tolerance"]["max_abs"].as_f64().unwrap() as f32;
         let bar_mean = f["tolerance"]["mean_abs"].as_f64().unwrap() as f32;

@@ -124,13 +124,15 @@ fn run_all(engine: &Engine, reqs: Vec<Request>) -> Result<Vec<Done>> {
 pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.reps > 0, "-r must be at least 1");
     let t0 = Instant::now();
-    let loaded = load::open(&a.model, a.precision)?;
+    let (loaded, precision) = load::open(&a.model, a.precision)?;
     let load_s = t0.elapsed().as_secs_f64();
     let info = loaded.info;
     let (n_vocab, arch) = (loaded.model.config.n_vocab, loaded.model.config.arch);
-    let precision = loaded.model.config.precision;
     let par = a.parallel.max(1);
-    let threads = Threads::new(a.threads);
+    let n_threads = match a.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
     let engine = Engine::start(
         Arc::new(loaded.model),
         Arc::new(loaded.tokenizer),
@@ -141,6 +143,7 @@ pub fn run(a: Args) -> Result<()> {
             prefill_chunk: a.n_prompt.max(1),
             cache_bytes: 0,
             threads: a.threads,
+            precision,
             ..EngineConfig::default()
         },
     );
@@ -186,7 +189,9 @@ pub fn run(a: Args) -> Result<()> {
     let active = info.decode_weight_bytes as f64;
     // Before the bandwidth probe, whose buffer would dominate it.
     let rss = peak_rss();
-    let bw = a.bandwidth.then(|| read_bandwidth(&threads));
+    let bw = a
+        .bandwidth
+        .then(|| read_bandwidth(&Threads::new(n_threads)));
     let (pp_m, pp_sd) = if pp.is_empty() {
         (0.0, 0.0)
     } else {
@@ -202,7 +207,7 @@ pub fn run(a: Args) -> Result<()> {
     if a.json {
         let obj = serde_json::json!({
             "model": info.label,
-            "threads": threads.count(),
+            "threads": n_threads,
             "kernels": Isa::best().name(),
             "precision": precision.name(),
             "load_s": load_s,
@@ -220,7 +225,7 @@ pub fn run(a: Args) -> Result<()> {
         "model: {} ({}, {} threads, {} kernels, {} precision), loaded in {load_s:.2} s",
         info.label,
         arch.name(),
-        threads.count(),
+        n_threads,
         Isa::best().name(),
         precision.name()
     );
@@ -247,7 +252,7 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(b) = bw {
         println!(
             "machine read bandwidth ({} threads): {:.2} GB/s; decode at {:.0}% of it",
-            threads.count(),
+            n_threads,
             b / 1e9,
             100.0 * decode_bw / b
         );

@@ -59,7 +59,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let loaded = load::open(&a.model, a.precision)?;
+    let (loaded, precision) = load::open(&a.model, a.precision)?;
     let tmpl = template(&loaded.template, &loaded.info)?;
     let tok = Arc::new(loaded.tokenizer);
     let sampler = a.sampling.config();
@@ -73,6 +73,7 @@ pub fn run(a: Args) -> Result<()> {
             ctx_size: a.ctx_size,
             cache_bytes: a.cache_ram << 20,
             threads: a.threads,
+            precision,
             ..EngineConfig::default()
         },
     );

@@ -4,7 +4,7 @@ use crate::{load, npy};
 use anyhow::{bail, Context, Result};
 use rill_kernels::Precision;
 use rill_kernels::Threads;
-use rill_model::{Rows, SequenceState};
+use rill_model::{Rows, Runner, SequenceState};
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::PathBuf;
@@ -52,17 +52,18 @@ pub fn parse_tokens(s: &str) -> Result<Vec<u32>> {
 
 pub fn run(a: Args) -> Result<()> {
     let tokens = parse_tokens(&a.tokens)?;
-    let model = load::open(&a.model, Some(a.precision))?.model;
-    let threads = Threads::new(a.threads);
+    let (loaded, precision) = load::open(&a.model, Some(a.precision))?;
+    let model = loaded.model;
+    let run = Runner::new(Threads::new(a.threads), precision);
     let mut state = SequenceState::new(&model, tokens.len());
     let logits = if a.one_by_one {
         let mut all = Vec::with_capacity(tokens.len() * model.config.n_vocab);
         for &t in &tokens {
-            all.extend(model.forward(&threads, &mut state, &[t], Rows::Last)?);
+            all.extend(model.forward(&run, &mut state, &[t], Rows::Last)?);
         }
         all
     } else {
-        model.forward(&threads, &mut state, &tokens, Rows::All)?
+        model.forward(&run, &mut state, &tokens, Rows::All)?
     };
     let f = File::create(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
     npy::write_f32(

@@ -112,7 +112,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let loaded = load::open(&a.model, a.precision)?;
+    let (loaded, precision) = load::open(&a.model, a.precision)?;
     let tok = Arc::new(loaded.tokenizer);
     let prompt = if a.chat {
         let tmpl = crate::chat_prompt::template(&loaded.template, &loaded.info)?;
@@ -144,6 +144,7 @@ pub fn run(a: Args) -> Result<()> {
             ctx_size: ctx,
             cache_bytes: 0,
             threads: a.threads,
+            precision,
             ..EngineConfig::default()
         },
     );

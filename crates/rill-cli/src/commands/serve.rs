@@ -67,7 +67,7 @@ pub fn run(a: Args) -> Result<()> {
         .init();
     anyhow::ensure!(a.parallel >= 1, "--parallel must be at least 1");
     anyhow::ensure!(a.ctx_size >= 2, "--ctx-size must be at least 2");
-    let loaded = load::open(&a.model, a.precision)?;
+    let (loaded, precision) = load::open(&a.model, a.precision)?;
     if loaded.template.is_none() {
         match &loaded.info.template_problem {
             Some(p) => tracing::warn!("{p}: /v1/chat/completions is off"),
@@ -85,6 +85,7 @@ pub fn run(a: Args) -> Result<()> {
         cache_bytes: a.cache_ram << 20,
         cache_interval: prefill_chunk * 4,
         threads: a.threads,
+        precision,
     };
     let engine = Arc::new(Engine::start(model, tok.clone(), engine_config));
     let mut aliases = a.alias.clone();

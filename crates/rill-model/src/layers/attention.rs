@@ -3,12 +3,12 @@
 
 use crate::config::ModelConfig;
 use crate::error::ModelError;
-use crate::scratch::Buf;
+use crate::scratch::{Buf, Exec};
 use crate::weights::{Binder, Matrix};
 use rill_kernels::attention::{attend_causal, AttnShape};
 use rill_kernels::ops::{mul_sigmoid_inplace, rms_norm_inplace};
 use rill_kernels::threads::SharedMut;
-use rill_kernels::{matmul_in, matmul_many_in, MatJob, Threads};
+use rill_kernels::{matmul_in, matmul_many_in, MatJob};
 
 pub(crate) struct AttentionWeights {
     /// `[2·n_head·head_dim × n_embd]`: per head, Q then the gate.
@@ -114,21 +114,22 @@ pub(crate) struct AttnSeq<'a> {
 /// Attention for a step of `n` rows (`x` normed) spread over `seqs`: the
 /// projections run once over all rows, the attention itself per sequence
 /// over its own KV cache (to which the new keys and values are appended).
-pub(crate) fn forward<'s>(
+pub(crate) fn forward<'s, 'w>(
     w: &AttentionWeights,
     c: &ModelConfig,
     inv_freq: &[f32],
-    threads: &Threads,
+    ex: Exec<'w>,
     x: &[f32],
     n: usize,
     seqs: impl IntoIterator<Item = AttnSeq<'s>>,
-) -> Buf {
+) -> Buf<'w> {
+    let threads = ex.threads;
     let (nh, nkv, hd) = (c.n_head, c.n_head_kv, c.head_dim);
-    let mut qg = Buf::for_output(n * 2 * nh * hd);
-    let mut k = Buf::for_output(n * nkv * hd);
-    let mut v = Buf::for_output(n * nkv * hd);
+    let mut qg = Buf::for_output(ex.ws, n * 2 * nh * hd);
+    let mut k = Buf::for_output(ex.ws, n * nkv * hd);
+    let mut v = Buf::for_output(ex.ws, n * nkv * hd);
     matmul_many_in(
-        c.precision,
+        ex.precision,
         threads,
         &mut [
             MatJob {
@@ -155,9 +156,9 @@ pub(crate) fn forward<'s>(
         ],
     );
 
-    let mut q = Buf::for_output(n * nh * hd);
-    let mut gate = Buf::for_output(n * nh * hd);
-    let mut attn = Buf::for_output(n * nh * hd);
+    let mut q = Buf::for_output(ex.ws, n * nh * hd);
+    let mut gate = Buf::for_output(ex.ws, n * nh * hd);
+    let mut attn = Buf::for_output(ex.ws, n * nh * hd);
     for s in seqs {
         // Split Q from its gate, norm and rotate Q and K at each row's
         // position: rows in parallel, each row's rotation computed once for
@@ -203,7 +204,7 @@ pub(crate) fn forward<'s>(
         append(s.v_cache, &v[a * nkv * hd..b * nkv * hd], full);
         attend(
             c,
-            threads,
+            ex,
             &q[a * nh * hd..b * nh * hd],
             b - a,
             s.pos,
@@ -219,8 +220,8 @@ pub(crate) fn forward<'s>(
         let a = unsafe { std::slice::from_raw_parts_mut(attn_ptr.at(t0 * w), (t1 - t0) * w) };
         mul_sigmoid_inplace(a, &gate[t0 * w..t1 * w]);
     });
-    let mut out = Buf::for_output(n * c.n_embd);
-    matmul_in(c.precision, threads, w.o.view(), &attn, n, &mut out);
+    let mut out = Buf::for_output(ex.ws, n * c.n_embd);
+    matmul_in(ex.precision, threads, w.o.view(), &attn, n, &mut out);
     out
 }
 
@@ -250,7 +251,7 @@ fn append(cache: &mut Vec<f32>, new: &[f32], full: usize) {
 #[allow(clippy::too_many_arguments)]
 fn attend(
     c: &ModelConfig,
-    threads: &Threads,
+    ex: Exec<'_>,
     q: &[f32],
     m: usize,
     pos0: usize,
@@ -258,12 +259,13 @@ fn attend(
     v_cache: &[f32],
     attn: &mut [f32],
 ) {
+    let threads = ex.threads;
     let shape = AttnShape {
         n_head: c.n_head,
         n_head_kv: c.n_head_kv,
         head_dim: c.head_dim,
     };
-    let mut scratch = Buf::for_output(threads.count() * shape.scratch_per_thread());
+    let mut scratch = Buf::for_output(ex.ws, threads.count() * shape.scratch_per_thread());
     attend_causal(
         threads,
         shape,

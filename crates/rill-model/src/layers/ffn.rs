@@ -3,12 +3,11 @@
 
 use crate::config::ModelConfig;
 use crate::error::ModelError;
-use crate::scratch::{Buf, JobList, Reused};
+use crate::scratch::{Buf, Exec, JobList, Reused};
 use crate::weights::{Binder, Experts, Matrix};
 use rill_kernels::ops::{axpy, dot_f32, sigmoid, softmax_inplace, swiglu_inplace};
 use rill_kernels::threads::SharedMut;
-use rill_kernels::{matmul, matmul_in, matmul_many_in, MatJob, MatRef, Precision, Threads};
-use std::cell::Cell;
+use rill_kernels::{matmul, matmul_in, matmul_many_in, MatJob, MatRef, Threads};
 
 pub(crate) enum Ffn {
     Moe(Box<MoeWeights>),
@@ -75,31 +74,23 @@ impl DenseWeights {
     }
 
     /// SwiGLU for `n` tokens: `down(silu(gate x) ⊙ up x)`.
-    fn forward(&self, precision: Precision, threads: &Threads, x: &[f32], n: usize) -> Buf {
-        swiglu(
-            precision,
-            threads,
-            self.gate.view(),
-            self.up.view(),
-            self.down.view(),
-            x,
-            n,
-        )
+    fn forward<'w>(&self, ex: Exec<'w>, x: &[f32], n: usize) -> Buf<'w> {
+        swiglu(ex, self.gate.view(), self.up.view(), self.down.view(), x, n)
     }
 }
 
-fn swiglu(
-    precision: Precision,
-    threads: &Threads,
+fn swiglu<'w>(
+    ex: Exec<'w>,
     gate: MatRef,
     up: MatRef,
     down: MatRef,
     x: &[f32],
     n: usize,
-) -> Buf {
+) -> Buf<'w> {
+    let (threads, precision) = (ex.threads, ex.precision);
     let ff = gate.rows;
-    let mut g = Buf::for_output(n * ff);
-    let mut u = Buf::for_output(n * ff);
+    let mut g = Buf::for_output(ex.ws, n * ff);
+    let mut u = Buf::for_output(ex.ws, n * ff);
     matmul_many_in(
         precision,
         threads,
@@ -121,7 +112,7 @@ fn swiglu(
         ],
     );
     swiglu_rows(threads, &mut g, &u, ff);
-    let mut out = Buf::for_output(n * down.rows);
+    let mut out = Buf::for_output(ex.ws, n * down.rows);
     matmul_in(precision, threads, down, &g, n, &mut out);
     out
 }
@@ -184,10 +175,11 @@ impl MoeWeights {
     /// are grouped by expert so each expert's weights are read once per
     /// batch; all gate/up products run in one parallel region, all down
     /// products in a second.
-    fn forward(&self, c: &ModelConfig, threads: &Threads, x: &[f32], n: usize) -> Buf {
+    fn forward<'w>(&self, c: &ModelConfig, ex: Exec<'w>, x: &[f32], n: usize) -> Buf<'w> {
+        let threads = ex.threads;
         let h = c.n_embd;
         let ff = self.n_ff;
-        let routes = route(self, c, threads, x, n);
+        let routes = route(self, c, ex, x, n);
         // Every expert's tokens, expert after expert (as `routes.tokens`):
         // the gate and up products pick them out of `x` (so its 8-bit form
         // is made once, not once per expert), then the down outputs.
@@ -195,11 +187,14 @@ impl MoeWeights {
         let sh_ff = self.shared.as_ref().map_or(0, |s| s.mlp.gate.rows);
 
         // gate and up of every active expert (and the shared expert).
-        let mut gates = Buf::for_output(m_all * ff);
-        let mut ups = Buf::for_output(m_all * ff);
-        let (mut sh_g, mut sh_u) = (Buf::for_output(n * sh_ff), Buf::for_output(n * sh_ff));
+        let mut gates = Buf::for_output(ex.ws, m_all * ff);
+        let mut ups = Buf::for_output(ex.ws, m_all * ff);
+        let (mut sh_g, mut sh_u) = (
+            Buf::for_output(ex.ws, n * sh_ff),
+            Buf::for_output(ex.ws, n * sh_ff),
+        );
         {
-            let mut jobs = JobList::take();
+            let mut jobs = JobList::take(ex.ws);
             let (mut gr, mut ur) = (&mut gates[..], &mut ups[..]);
             for e in routes.active() {
                 let pick = routes.tokens(e);
@@ -240,16 +235,16 @@ impl MoeWeights {
                     pick: None,
                 });
             }
-            matmul_many_in(c.precision, threads, &mut jobs);
+            matmul_many_in(ex.precision, threads, &mut jobs);
         }
         for (g, u, width) in [(&mut gates, &ups, ff), (&mut sh_g, &sh_u, sh_ff)] {
             swiglu_rows(threads, g, u, width);
         }
         // down of every active expert (and the shared expert).
-        let mut downs = Buf::for_output(m_all * h);
-        let mut sh_y = Buf::for_output(n * h);
+        let mut downs = Buf::for_output(ex.ws, m_all * h);
+        let mut sh_y = Buf::for_output(ex.ws, n * h);
         {
-            let mut jobs = JobList::take();
+            let mut jobs = JobList::take(ex.ws);
             let (mut gr, mut yr) = (&gates[..], &mut downs[..]);
             for e in routes.active() {
                 let m = routes.tokens(e).len();
@@ -274,7 +269,7 @@ impl MoeWeights {
                     pick: None,
                 });
             }
-            matmul_many_in(c.precision, threads, &mut jobs);
+            matmul_many_in(ex.precision, threads, &mut jobs);
         }
 
         // Weighted sum, in expert order for every token (batch invariant),
@@ -282,15 +277,15 @@ impl MoeWeights {
         // is the entry of token t's i-th expert (entries are expert-major,
         // so each token's come in expert order).
         let k = c.n_expert_used;
-        let mut slots = Reused::take(&SLOTS);
+        let mut slots = Reused::take(ex.ws);
         slots.resize(n * k, 0);
-        let mut filled = Reused::take(&FILLED);
+        let mut filled = Reused::take(ex.ws);
         filled.resize(n, 0);
         for (p, &t) in routes.tokens.iter().enumerate() {
             slots[t * k + filled[t]] = p;
             filled[t] += 1;
         }
-        let mut out = Buf::for_output(n * h);
+        let mut out = Buf::for_output(ex.ws, n * h);
         let out_ptr = SharedMut::new(&mut out);
         let (downs, slots, filled) = (&downs, &slots, &filled);
         threads.for_ranges(n, 16, |t0, t1| {
@@ -313,14 +308,14 @@ impl MoeWeights {
 
 /// Where a step's tokens go: for each expert the tokens routed to it, in
 /// order, and their weights, experts one after another in one list.
-struct Routes {
+struct Routes<'w> {
     /// Expert `e`'s entries are `start[e]..start[e + 1]`.
-    start: Reused<usize>,
-    tokens: Reused<usize>,
-    weights: Reused<f32>,
+    start: Reused<'w, usize>,
+    tokens: Reused<'w, usize>,
+    weights: Reused<'w, f32>,
 }
 
-impl Routes {
+impl Routes<'_> {
     fn tokens(&self, e: usize) -> &[usize] {
         &self.tokens[self.start[e]..self.start[e + 1]]
     }
@@ -331,28 +326,18 @@ impl Routes {
     }
 }
 
-thread_local! {
-    static ORDER: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
-    static PICKS: Cell<Vec<(usize, f32)>> = const { Cell::new(Vec::new()) };
-    static START: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
-    static NEXT: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
-    static SLOTS: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
-    static FILLED: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
-    static TOKENS: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
-    static WEIGHTS: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
-}
-
 /// Softmax over all experts, top-k (ties to the lower id), renormalised.
-fn route(w: &MoeWeights, c: &ModelConfig, threads: &Threads, x: &[f32], n: usize) -> Routes {
+fn route<'w>(w: &MoeWeights, c: &ModelConfig, ex: Exec<'w>, x: &[f32], n: usize) -> Routes<'w> {
+    let threads = ex.threads;
     let (e, k) = (c.n_expert, c.n_expert_used);
-    let mut logits = Buf::for_output(n * e);
+    let mut logits = Buf::for_output(ex.ws, n * e);
     // Exact whatever the precision: routing picks experts by these logits.
     matmul(threads, w.router.view(), x, n, &mut logits);
     // Each token's top k as (expert, weight), token after token.
-    let mut picks = Reused::take(&PICKS);
-    let mut start = Reused::take(&START);
+    let mut picks = Reused::take(ex.ws);
+    let mut start = Reused::take(ex.ws);
     start.resize(e + 1, 0);
-    let mut order = Reused::take(&ORDER);
+    let mut order = Reused::take(ex.ws);
     for t in 0..n {
         let p = &mut logits[t * e..(t + 1) * e];
         softmax_inplace(p);
@@ -377,10 +362,10 @@ fn route(w: &MoeWeights, c: &ModelConfig, threads: &Threads, x: &[f32], n: usize
     for i in 0..e {
         start[i + 1] += start[i];
     }
-    let mut next = Reused::take(&NEXT);
+    let mut next = Reused::take(ex.ws);
     next.extend_from_slice(&start[..e]);
-    let mut tokens = Reused::take(&TOKENS);
-    let mut weights = Reused::take(&WEIGHTS);
+    let mut tokens = Reused::take(ex.ws);
+    let mut weights = Reused::take(ex.ws);
     tokens.resize(picks.len(), 0);
     weights.resize(picks.len(), 0.0);
     for (j, &(i, wgt)) in picks.iter().enumerate() {
@@ -417,10 +402,10 @@ impl Ffn {
         }
     }
 
-    pub fn forward(&self, c: &ModelConfig, threads: &Threads, x: &[f32], n: usize) -> Buf {
+    pub fn forward<'w>(&self, c: &ModelConfig, ex: Exec<'w>, x: &[f32], n: usize) -> Buf<'w> {
         match self {
-            Ffn::Moe(m) => m.forward(c, threads, x, n),
-            Ffn::Dense(d) => d.forward(c.precision, threads, x, n),
+            Ffn::Moe(m) => m.forward(c, ex, x, n),
+            Ffn::Dense(d) => d.forward(ex, x, n),
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::config::{HeadOrder, ModelConfig};
 use crate::error::ModelError;
-use crate::scratch::{Buf, JobList};
+use crate::scratch::{Buf, Exec, JobList};
 use crate::weights::{Binder, Matrix};
 use rill_kernels::conv::causal_conv_silu;
 use rill_kernels::gdn::{
@@ -12,7 +12,7 @@ use rill_kernels::gdn::{
 };
 use rill_kernels::ops::{l2_norm_inplace, mul_silu_inplace, rms_norm_inplace, sigmoid, softplus};
 use rill_kernels::threads::SharedMut;
-use rill_kernels::{matmul_in, matmul_many_in, MatJob, Threads};
+use rill_kernels::{matmul_in, matmul_many_in, MatJob};
 
 /// How the input projections are stored.
 enum Projections {
@@ -114,27 +114,28 @@ fn transpose_taps(taps: &[f32], kk: usize) -> Vec<f32> {
 /// The four input projections of `x` `[n × n_embd]`, in one parallel region:
 /// the conv input `[n × conv_dim]`, the output gate z `[n × n_v·d_v]`, and
 /// per value head the decay `g` and the write strength `β` `[n × n_v]`.
-fn project(
+fn project<'w>(
     w: &GdnWeights,
     c: &ModelConfig,
-    threads: &Threads,
+    ex: Exec<'w>,
     x: &[f32],
     n: usize,
-) -> (Buf, Buf, Buf, Buf) {
+) -> (Buf<'w>, Buf<'w>, Buf<'w>, Buf<'w>) {
+    let threads = ex.threads;
     let (nk, nv, d) = (c.ssm_n_k_heads, c.ssm_n_v_heads, c.ssm_head_dim);
     let r = nv / nk;
     let conv_dim = c.conv_dim();
     let vdim = c.ssm_value_dim();
-    let mut qkv = Buf::for_output(n * conv_dim);
-    let mut z = Buf::for_output(n * vdim);
-    let mut b = Buf::for_output(n * nv);
-    let mut a = Buf::for_output(n * nv);
+    let mut qkv = Buf::for_output(ex.ws, n * conv_dim);
+    let mut z = Buf::for_output(ex.ws, n * vdim);
+    let mut b = Buf::for_output(ex.ws, n * nv);
+    let mut a = Buf::for_output(ex.ws, n * nv);
     let fused_qkvz = matches!(w.proj, Projections::FusedQkvz(_));
     let fused_ba = matches!(w.ba, BetaAlpha::Fused(_));
-    let mut mixed = Buf::for_output(if fused_qkvz { n * (conv_dim + vdim) } else { 0 });
-    let mut ba = Buf::for_output(if fused_ba { n * 2 * nv } else { 0 });
+    let mut mixed = Buf::for_output(ex.ws, if fused_qkvz { n * (conv_dim + vdim) } else { 0 });
+    let mut ba = Buf::for_output(ex.ws, if fused_ba { n * 2 * nv } else { 0 });
     {
-        let mut jobs = JobList::take();
+        let mut jobs = JobList::take(ex.ws);
         match &w.proj {
             Projections::Split { qkv: wq, gate } => {
                 jobs.push(MatJob {
@@ -185,7 +186,7 @@ fn project(
                 pick: None,
             }),
         }
-        matmul_many_in(c.precision, threads, &mut jobs);
+        matmul_many_in(ex.precision, threads, &mut jobs);
     }
     if fused_qkvz {
         // Per key head [q, k, v·r, z·r] → [q_all, k_all, v_all] and z.
@@ -231,7 +232,7 @@ fn project(
 fn delta_rule(
     w: &GdnWeights,
     c: &ModelConfig,
-    threads: &Threads,
+    ex: Exec<'_>,
     qkv: &[f32],
     g: &[f32],
     beta: &[f32],
@@ -239,6 +240,7 @@ fn delta_rule(
     ssm: &mut [f32],
     out: &mut [f32],
 ) {
+    let threads = ex.threads;
     let (nk, nv, d) = (c.ssm_n_k_heads, c.ssm_n_v_heads, c.ssm_head_dim);
     let cd = c.conv_dim();
     // q and k are L2-normalised per key head as they are gathered, and
@@ -249,7 +251,7 @@ fn delta_rule(
     // buffer of this thread.
     let chunk_len = if n > 1 { chunked_scratch_len(d, d) } else { 0 };
     let part = 4 * n * d + 2 * n + chunk_len;
-    let mut room = Buf::for_output(threads.count() * part);
+    let mut room = Buf::for_output(ex.ws, threads.count() * part);
     let room_ptr = SharedMut::new(&mut room);
     let out_ptr = SharedMut::new(out);
     let ssm_ptr = SharedMut::new(ssm);
@@ -320,17 +322,18 @@ pub(crate) struct GdnSeq<'a> {
 /// GDN mixer for a step of `n` rows (`x` normed) spread over `seqs`: the
 /// projections run once over all rows, the conv and the recurrence per
 /// sequence on its own state.
-pub(crate) fn forward<'s>(
+pub(crate) fn forward<'s, 'w>(
     w: &GdnWeights,
     c: &ModelConfig,
-    threads: &Threads,
+    ex: Exec<'w>,
     x: &[f32],
     n: usize,
     seqs: impl IntoIterator<Item = GdnSeq<'s>>,
-) -> Buf {
-    let (mut qkv, z, g, beta) = project(w, c, threads, x, n);
+) -> Buf<'w> {
+    let threads = ex.threads;
+    let (mut qkv, z, g, beta) = project(w, c, ex, x, n);
     let (cd, nv, d) = (c.conv_dim(), c.ssm_n_v_heads, c.ssm_head_dim);
-    let mut y = Buf::for_output(n * nv * d);
+    let mut y = Buf::for_output(ex.ws, n * nv * d);
     for s in seqs {
         let (a, b) = (s.rows.start, s.rows.end);
         let m = b - a;
@@ -339,7 +342,7 @@ pub(crate) fn forward<'s>(
         delta_rule(
             w,
             c,
-            threads,
+            ex,
             rows,
             &g[a * nv..b * nv],
             &beta[a * nv..b * nv],
@@ -358,7 +361,7 @@ pub(crate) fn forward<'s>(
             mul_silu_inplace(head, zh);
         }
     });
-    let mut out = Buf::for_output(n * c.n_embd);
-    matmul_in(c.precision, threads, w.out.view(), &y, n, &mut out);
+    let mut out = Buf::for_output(ex.ws, n * c.n_embd);
+    matmul_in(ex.precision, threads, w.out.view(), &y, n, &mut out);
     out
 }

@@ -1,8 +1,7 @@
 //! Shared helpers of the fixture tests: the manifest, .npy reading, comparison.
 #![allow(dead_code)]
 
-use rill_kernels::Threads;
-use rill_model::{Model, Rows, SequenceState};
+use rill_model::{Model, Rows, Runner, SequenceState};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -90,9 +89,9 @@ pub fn diff(a: &[f32], b: &[f32]) -> (f32, f32) {
 }
 
 /// Logits of every position, the whole prompt in one batch.
-pub fn batch_logits(model: &Model, threads: &Threads, ids: &[u32]) -> Vec<f32> {
+pub fn batch_logits(model: &Model, run: &Runner, ids: &[u32]) -> Vec<f32> {
     let mut st = SequenceState::new(model, ids.len());
-    model.forward(threads, &mut st, ids, Rows::All).unwrap()
+    model.forward(run, &mut st, ids, Rows::All).unwrap()
 }
 
 pub fn argmax(row: &[f32]) -> u32 {

@@ -75,6 +75,7 @@ pub async fn start(o: Opts) -> TestServer {
             cache_bytes: 16 << 20,
             cache_interval: 256,
             threads: 1,
+            ..EngineConfig::default()
         },
     ));
     let config = ServerConfig {
