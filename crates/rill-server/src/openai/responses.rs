@@ -30,18 +30,57 @@ impl Usage {
     }
 }
 
-/// Figures beyond OpenAI's (llama.cpp reports similar ones).
+/// Figures beyond OpenAI's: rill's own (`ttft_ms`, `total_ms`) and
+/// llama-server's `timings` names, which its web UI and other clients read.
+///
+/// `prompt_ms` is the time to the first token (queue wait included) and
+/// `predicted_ms` the time after it; `predicted_per_second` counts the tokens
+/// after the first over `predicted_ms`, since the first one belongs to the
+/// prompt's time. `cache_n` prompt tokens came from the prompt cache,
+/// `prompt_n` were computed.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Timings {
     pub ttft_ms: f64,
     pub total_ms: f64,
+    pub cache_n: usize,
+    pub prompt_n: usize,
+    pub prompt_ms: f64,
+    pub prompt_per_token_ms: f64,
+    pub prompt_per_second: f64,
+    pub predicted_n: usize,
+    pub predicted_ms: f64,
+    pub predicted_per_token_ms: f64,
+    pub predicted_per_second: f64,
+}
+
+/// `a / b`, or 0 when that is not a finite number.
+fn ratio(a: f64, b: f64) -> f64 {
+    let r = a / b;
+    if r.is_finite() {
+        r
+    } else {
+        0.0
+    }
 }
 
 impl Timings {
     pub fn from_done(d: &Done) -> Timings {
+        let prompt_n = d.prompt_tokens.saturating_sub(d.cached_tokens);
+        let prompt_ms = d.ttft_ms.max(0.0);
+        let predicted_ms = (d.total_ms - d.ttft_ms).max(0.0);
+        let after_first = d.completion_tokens.saturating_sub(1) as f64;
         Timings {
             ttft_ms: d.ttft_ms,
             total_ms: d.total_ms,
+            cache_n: d.cached_tokens,
+            prompt_n,
+            prompt_ms,
+            prompt_per_token_ms: ratio(prompt_ms, prompt_n as f64),
+            prompt_per_second: ratio(prompt_n as f64 * 1e3, prompt_ms),
+            predicted_n: d.completion_tokens,
+            predicted_ms,
+            predicted_per_token_ms: ratio(predicted_ms, after_first),
+            predicted_per_second: ratio(after_first * 1e3, predicted_ms),
         }
     }
 }
@@ -127,6 +166,9 @@ pub struct ChatChunk {
     pub choices: Vec<ChunkChoice>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// On the last chunk of a stream (llama-server does the same).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timings: Option<Timings>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -170,4 +212,38 @@ pub fn now() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rill_engine::FinishReason;
+
+    #[test]
+    fn timings_in_llama_server_terms() {
+        let t = Timings::from_done(&Done {
+            finish: FinishReason::Stop,
+            prompt_tokens: 110,
+            cached_tokens: 10,
+            completion_tokens: 21,
+            ttft_ms: 50.0,
+            total_ms: 250.0,
+        });
+        assert_eq!((t.cache_n, t.prompt_n, t.predicted_n), (10, 100, 21));
+        assert_eq!((t.prompt_ms, t.predicted_ms), (50.0, 200.0));
+        assert_eq!(t.prompt_per_second, 2000.0);
+        assert_eq!(t.predicted_per_second, 100.0);
+        assert_eq!(t.predicted_per_token_ms, 10.0);
+        // One token, everything cached: no division by zero.
+        let t = Timings::from_done(&Done {
+            finish: FinishReason::Length,
+            prompt_tokens: 5,
+            cached_tokens: 5,
+            completion_tokens: 1,
+            ttft_ms: 3.0,
+            total_ms: 3.0,
+        });
+        assert_eq!((t.prompt_per_second, t.predicted_per_second), (0.0, 0.0));
+        assert_eq!(t.prompt_per_token_ms, 0.0);
+    }
 }

@@ -295,11 +295,16 @@ struct ChatStream {
 
 impl ChatStream {
     fn chunk(&mut self, delta: Delta, finish: Option<&'static str>) -> String {
+        let c = self.chunk_value(delta, finish);
+        serde_json::to_string(&c).unwrap_or_default()
+    }
+
+    fn chunk_value(&mut self, delta: Delta, finish: Option<&'static str>) -> ChatChunk {
         // Log-probabilities ride on the next chunk sent.
         let logprobs = (self.logprobs && !self.pending_logprobs.is_empty()).then(|| ChatLogprobs {
             content: std::mem::take(&mut self.pending_logprobs),
         });
-        let c = ChatChunk {
+        ChatChunk {
             id: self.id.clone(),
             object: "chat.completion.chunk",
             created: self.created,
@@ -311,8 +316,8 @@ impl ChatStream {
                 finish_reason: finish,
             }],
             usage: None,
-        };
-        serde_json::to_string(&c).unwrap_or_default()
+            timings: None,
+        }
     }
 
     fn parts(&mut self, parts: Vec<Part>) -> Vec<String> {
@@ -369,18 +374,15 @@ impl ChunkBuilder for ChatStream {
         let parts = self.output.finish();
         let mut out = self.parts(parts);
         let finish = finish_reason(&done, self.n_calls > 0);
-        out.push(self.chunk(Delta::default(), Some(finish)));
+        // The last chunk carries the timings (llama-server's shape).
+        let mut last = self.chunk_value(Delta::default(), Some(finish));
         if self.include_usage {
-            let c = ChatChunk {
-                id: self.id.clone(),
-                object: "chat.completion.chunk",
-                created: self.created,
-                model: self.model.clone(),
-                choices: Vec::new(),
-                usage: Some(Usage::from_done(&done)),
-            };
-            out.push(serde_json::to_string(&c).unwrap_or_default());
+            out.push(serde_json::to_string(&last).unwrap_or_default());
+            last.choices.clear();
+            last.usage = Some(Usage::from_done(&done));
         }
+        last.timings = Some(Timings::from_done(&done));
+        out.push(serde_json::to_string(&last).unwrap_or_default());
         out
     }
 }
@@ -478,6 +480,13 @@ mod tests {
         let usage = chunks.last().unwrap();
         assert_eq!(usage["choices"], serde_json::json!([]));
         assert_eq!(usage["usage"]["total_tokens"], 30);
+        assert_eq!(usage["timings"]["predicted_n"], 20);
+        assert_eq!(usage["timings"]["cache_n"], 0);
+        assert_eq!(usage["timings"]["prompt_n"], 10);
+        assert!(
+            fin.get("timings").is_none(),
+            "timings ride on the last chunk only"
+        );
     }
 
     #[test]
