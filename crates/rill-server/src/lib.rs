@@ -11,6 +11,7 @@
 //!   thinking, content and tool calls as it streams.
 //! - [`sse`]: streaming, with cancellation when the client leaves.
 //! - [`errors`]: every failure as an OpenAI-style JSON error.
+//! - [`webui`]: the chat page at `/`.
 
 pub mod auth;
 pub mod chat_output;
@@ -23,6 +24,8 @@ pub mod routes;
 pub mod sse;
 pub mod state;
 pub mod tool_calls;
+pub mod urls;
+pub mod webui;
 
 pub use errors::ApiError;
 pub use routes::router;

@@ -23,6 +23,9 @@ pub struct ServerConfig {
     /// Required as `Authorization: Bearer KEY` on `/v1/*` when set.
     pub api_key: Option<String>,
     pub body_limit: usize,
+    /// Serve the chat page at `/` and `/index.html` (`rill serve --no-webui`
+    /// turns it off; then `/` is a 404 like any unknown path).
+    pub webui: bool,
 }
 
 impl ServerConfig {
@@ -32,6 +35,7 @@ impl ServerConfig {
             aliases: Vec::new(),
             api_key: None,
             body_limit: DEFAULT_BODY_LIMIT,
+            webui: true,
         }
     }
 }

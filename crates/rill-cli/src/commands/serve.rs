@@ -55,6 +55,9 @@ pub struct Args {
     /// extension); repeat to accept several names.
     #[arg(long)]
     alias: Vec<String>,
+    /// Do not serve the chat page at `/`.
+    #[arg(long)]
+    no_webui: bool,
 }
 
 /// The model's API id: the file name without `.gguf` and split suffix.
@@ -127,6 +130,7 @@ pub fn run(a: Args) -> Result<()> {
         model_id: id.clone(),
         aliases,
         api_key: a.api_key.clone().filter(|k| !k.is_empty()),
+        webui: !a.no_webui,
         ..ServerConfig::new(id.clone())
     };
     let state = AppState::new(engine, tok, template, config);
@@ -151,6 +155,9 @@ pub fn run(a: Args) -> Result<()> {
             a.parallel,
             a.ctx_size
         );
+        for line in rill_server::urls::describe(local, !a.no_webui) {
+            tracing::info!("{line}");
+        }
         let shutdown = async {
             rill_server::shutdown_signal().await;
             // A second signal exits at once.

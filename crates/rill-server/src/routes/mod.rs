@@ -5,7 +5,7 @@ pub mod completions;
 pub mod misc;
 
 use crate::state::AppState;
-use crate::{auth, metrics};
+use crate::{auth, metrics, webui};
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
 use axum::routing::{get, post};
@@ -33,9 +33,13 @@ pub fn router(state: Arc<AppState>) -> Router {
             state.clone(),
             auth::require_key,
         ));
-    Router::new()
-        .merge(v1)
-        .route("/health", get(misc::health))
+    let mut app = Router::new().merge(v1);
+    if state.config.webui {
+        app = app
+            .route("/", get(webui::index))
+            .route("/index.html", get(webui::index));
+    }
+    app.route("/health", get(misc::health))
         .route("/metrics", get(misc::metrics))
         .fallback(misc::not_found)
         .method_not_allowed_fallback(misc::method_not_allowed)

@@ -37,6 +37,7 @@ pub struct Opts {
     pub ctx: usize,
     pub api_key: Option<String>,
     pub body_limit: usize,
+    pub webui: bool,
 }
 
 impl Default for Opts {
@@ -47,6 +48,7 @@ impl Default for Opts {
             ctx: 4096,
             api_key: None,
             body_limit: rill_server::state::DEFAULT_BODY_LIMIT,
+            webui: true,
         }
     }
 }
@@ -81,6 +83,7 @@ pub async fn start(o: Opts) -> TestServer {
         aliases: vec![ALIAS.to_string()],
         api_key: o.api_key,
         body_limit: o.body_limit,
+        webui: o.webui,
         ..ServerConfig::new(MODEL_ID)
     };
     let state = AppState::new(engine, tok, Some(template), config);

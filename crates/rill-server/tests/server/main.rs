@@ -6,3 +6,4 @@ mod api;
 mod common;
 mod errors;
 mod lifecycle;
+mod webui;
