@@ -26,6 +26,7 @@ pub mod state;
 pub mod tool_calls;
 pub mod urls;
 pub mod webui;
+pub mod wire;
 
 pub use errors::ApiError;
 pub use routes::router;

@@ -26,6 +26,8 @@ pub struct ServerConfig {
     /// Serve the chat page at `/` and `/index.html` (`rill serve --no-webui`
     /// turns it off; then `/` is a 404 like any unknown path).
     pub webui: bool,
+    /// Origins that may call the API from a browser (`--cors-origins`).
+    pub cors_origins: crate::wire::CorsOrigins,
 }
 
 impl ServerConfig {
@@ -36,6 +38,7 @@ impl ServerConfig {
             api_key: None,
             body_limit: DEFAULT_BODY_LIMIT,
             webui: true,
+            cors_origins: crate::wire::CorsOrigins::None,
         }
     }
 }

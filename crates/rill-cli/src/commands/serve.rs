@@ -58,6 +58,10 @@ pub struct Args {
     /// Do not serve the chat page at `/`.
     #[arg(long)]
     no_webui: bool,
+    /// Origins allowed to call the API from a browser (CORS): `*`, or a
+    /// comma-separated list such as `http://localhost:3000`. Default: none.
+    #[arg(long, default_value = "")]
+    cors_origins: String,
 }
 
 /// The model's API id: the file name without `.gguf` and split suffix.
@@ -90,6 +94,8 @@ pub fn run(a: Args) -> Result<()> {
         .init();
     anyhow::ensure!(a.parallel >= 1, "--parallel must be at least 1");
     anyhow::ensure!(a.ctx_size >= 2, "--ctx-size must be at least 2");
+    let cors_origins =
+        rill_server::wire::CorsOrigins::parse(&a.cors_origins).map_err(anyhow::Error::msg)?;
     let model = Arc::new(load::open_model(&a.model, a.precision)?);
     let tok = Arc::new(load_tokenizer(&a.model)?);
     let template = match template_from_gguf(model.file(), &tok) {
@@ -131,6 +137,7 @@ pub fn run(a: Args) -> Result<()> {
         aliases,
         api_key: a.api_key.clone().filter(|k| !k.is_empty()),
         webui: !a.no_webui,
+        cors_origins,
         ..ServerConfig::new(id.clone())
     };
     let state = AppState::new(engine, tok, template, config);

@@ -2,7 +2,8 @@
 
 use super::logprobs::{ChatLogprobs, CompletionLogprobs};
 use rill_engine::Done;
-use serde::Serialize;
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct PromptTokensDetails {
@@ -107,14 +108,30 @@ pub struct ToolCallDelta {
     pub call: ToolCallOut,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+/// The reply. The thinking goes out under both names clients read:
+/// `reasoning_content` (llama.cpp, most SDKs) and `reasoning` (vLLM).
+#[derive(Debug, Clone, PartialEq)]
 pub struct AssistantMessage {
     pub role: &'static str,
     pub content: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCallOut>,
+}
+
+impl Serialize for AssistantMessage {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("role", self.role)?;
+        m.serialize_entry("content", &self.content)?;
+        if let Some(r) = &self.reasoning_content {
+            m.serialize_entry("reasoning_content", r)?;
+            m.serialize_entry("reasoning", r)?;
+        }
+        if !self.tool_calls.is_empty() {
+            m.serialize_entry("tool_calls", &self.tool_calls)?;
+        }
+        m.end()
+    }
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -136,17 +153,34 @@ pub struct ChatCompletion {
     pub timings: Timings,
 }
 
-/// `choices[].delta` of a chunk.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+/// `choices[].delta` of a chunk (thinking under both names, as in
+/// [`AssistantMessage`]).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Delta {
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCallDelta>,
+}
+
+impl Serialize for Delta {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        if let Some(r) = self.role {
+            m.serialize_entry("role", r)?;
+        }
+        if let Some(c) = &self.content {
+            m.serialize_entry("content", c)?;
+        }
+        if let Some(r) = &self.reasoning_content {
+            m.serialize_entry("reasoning_content", r)?;
+            m.serialize_entry("reasoning", r)?;
+        }
+        if !self.tool_calls.is_empty() {
+            m.serialize_entry("tool_calls", &self.tool_calls)?;
+        }
+        m.end()
+    }
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -218,6 +252,41 @@ pub fn now() -> u64 {
 mod tests {
     use super::*;
     use rill_engine::FinishReason;
+
+    #[test]
+    fn thinking_under_both_names() {
+        let m = AssistantMessage {
+            role: "assistant",
+            content: Some("hi".into()),
+            reasoning_content: Some("hmm".into()),
+            tool_calls: Vec::new(),
+        };
+        assert_eq!(
+            serde_json::to_value(&m).unwrap(),
+            serde_json::json!({"role": "assistant", "content": "hi", "reasoning_content": "hmm", "reasoning": "hmm"})
+        );
+        let m = AssistantMessage {
+            content: None,
+            reasoning_content: None,
+            ..m
+        };
+        assert_eq!(
+            serde_json::to_value(&m).unwrap(),
+            serde_json::json!({"role": "assistant", "content": null})
+        );
+        let d = Delta {
+            reasoning_content: Some("x".into()),
+            ..Delta::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&d).unwrap(),
+            serde_json::json!({"reasoning_content": "x", "reasoning": "x"})
+        );
+        assert_eq!(
+            serde_json::to_value(Delta::default()).unwrap(),
+            serde_json::json!({})
+        );
+    }
 
     #[test]
     fn timings_in_llama_server_terms() {

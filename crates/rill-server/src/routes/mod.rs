@@ -5,7 +5,7 @@ pub mod completions;
 pub mod misc;
 
 use crate::state::AppState;
-use crate::{auth, metrics, webui};
+use crate::{auth, metrics, webui, wire};
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
 use axum::routing::{get, post};
@@ -48,5 +48,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             state.clone(),
             metrics::track,
         ))
+        .layer(middleware::from_fn_with_state(state.clone(), wire::cors))
+        .layer(middleware::from_fn(wire::request_id))
         .with_state(state)
 }

@@ -38,6 +38,7 @@ pub struct Opts {
     pub api_key: Option<String>,
     pub body_limit: usize,
     pub webui: bool,
+    pub cors: rill_server::wire::CorsOrigins,
 }
 
 impl Default for Opts {
@@ -49,6 +50,7 @@ impl Default for Opts {
             api_key: None,
             body_limit: rill_server::state::DEFAULT_BODY_LIMIT,
             webui: true,
+            cors: rill_server::wire::CorsOrigins::None,
         }
     }
 }
@@ -84,6 +86,7 @@ pub async fn start(o: Opts) -> TestServer {
         api_key: o.api_key,
         body_limit: o.body_limit,
         webui: o.webui,
+        cors_origins: o.cors,
         ..ServerConfig::new(MODEL_ID)
     };
     let state = AppState::new(engine, tok, Some(template), config);

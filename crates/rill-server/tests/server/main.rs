@@ -7,3 +7,4 @@ mod common;
 mod errors;
 mod lifecycle;
 mod webui;
+mod wire;
