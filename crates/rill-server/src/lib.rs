@@ -30,7 +30,7 @@ pub mod wire;
 
 pub use errors::ApiError;
 pub use routes::router;
-pub use state::{template_from_gguf, AppState, ServerConfig};
+pub use state::{template_from_gguf, template_source, AppState, ServerConfig};
 
 use std::future::Future;
 use std::sync::atomic::Ordering::Relaxed;

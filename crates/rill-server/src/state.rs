@@ -28,6 +28,9 @@ pub struct ServerConfig {
     pub webui: bool,
     /// Origins that may call the API from a browser (`--cors-origins`).
     pub cors_origins: crate::wire::CorsOrigins,
+    /// Reported by `/props`: the model file, and its chat template source.
+    pub model_path: Option<String>,
+    pub chat_template: Option<String>,
 }
 
 impl ServerConfig {
@@ -39,6 +42,8 @@ impl ServerConfig {
             body_limit: DEFAULT_BODY_LIMIT,
             webui: true,
             cors_origins: crate::wire::CorsOrigins::None,
+            model_path: None,
+            chat_template: None,
         }
     }
 }
@@ -102,6 +107,13 @@ impl AppState {
         ids.extend(self.tok.encode(text, true));
         ids
     }
+}
+
+/// The source of the model file's chat template, if it has one.
+pub fn template_source(file: &GgufFile) -> Option<String> {
+    file.get("tokenizer.chat_template")
+        .and_then(MetaValue::as_str)
+        .map(str::to_string)
 }
 
 /// The model file's chat template, with its BOS/EOS strings as transformers

@@ -111,6 +111,7 @@ pub fn run(a: Args) -> Result<()> {
             None
         }
     };
+    let template_text = rill_server::template_source(model.file());
     let prefill_chunk = a.prefill_chunk.max(1);
     let engine_config = EngineConfig {
         max_parallel: a.parallel,
@@ -138,6 +139,8 @@ pub fn run(a: Args) -> Result<()> {
         api_key: a.api_key.clone().filter(|k| !k.is_empty()),
         webui: !a.no_webui,
         cors_origins,
+        model_path: Some(a.model.display().to_string()),
+        chat_template: template_text,
         ..ServerConfig::new(id.clone())
     };
     let state = AppState::new(engine, tok, template, config);

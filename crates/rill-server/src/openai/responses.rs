@@ -232,6 +232,8 @@ pub struct ModelCard {
     pub object: &'static str,
     pub created: u64,
     pub owned_by: &'static str,
+    /// Positions per sequence (vLLM's name; routers read it).
+    pub max_model_len: usize,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]

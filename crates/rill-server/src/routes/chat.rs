@@ -24,12 +24,12 @@ use serde_json::Value as Json;
 use std::sync::Arc;
 
 /// A checked request, ready for the engine.
-struct Prepared {
-    request: Request,
-    prompt_text: String,
-    parse_tools: bool,
-    stream: bool,
-    include_usage: bool,
+pub(crate) struct Prepared {
+    pub(crate) request: Request,
+    pub(crate) prompt_text: String,
+    pub(crate) parse_tools: bool,
+    pub(crate) stream: bool,
+    pub(crate) include_usage: bool,
 }
 
 pub async fn chat_completions(
@@ -63,7 +63,10 @@ pub async fn chat_completions(
 }
 
 /// Check the request, render the prompt, tokenize it.
-async fn prepare(state: &Arc<AppState>, req: ChatCompletionRequest) -> Result<Prepared, ApiError> {
+pub(crate) async fn prepare(
+    state: &Arc<AppState>,
+    req: ChatCompletionRequest,
+) -> Result<Prepared, ApiError> {
     state.check_model(req.model.as_deref())?;
     let Some(template) = state.template.clone() else {
         return Err(ApiError::invalid(

@@ -24,6 +24,7 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Json<ModelList> {
         object: "model",
         created: started(),
         owned_by: "rill",
+        max_model_len: state.ctx_size(),
     };
     let mut data = vec![card(&state.config.model_id)];
     data.extend(

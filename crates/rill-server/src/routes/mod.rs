@@ -3,6 +3,7 @@
 pub mod chat;
 pub mod completions;
 pub mod misc;
+pub mod utility;
 
 use crate::state::AppState;
 use crate::{auth, metrics, webui, wire};
@@ -22,13 +23,18 @@ pub fn finish_reason(done: &Done, called_tools: bool) -> &'static str {
     }
 }
 
-/// Every route, with the API-key check on `/v1/*`, the body limit, and the
-/// request counters.
+/// Every route, with the API-key check on `/v1/*` and the utility endpoints,
+/// the body limit, and the request counters.
 pub fn router(state: Arc<AppState>) -> Router {
     let v1 = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/models", get(misc::models))
+        .route("/tokenize", post(utility::tokenize))
+        .route("/detokenize", post(utility::detokenize))
+        .route("/apply-template", post(utility::apply_template))
+        .route("/props", get(utility::props))
+        .route("/slots", get(utility::slots))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_key,

@@ -65,6 +65,7 @@ pub struct TestServer {
 
 pub async fn start(o: Opts) -> TestServer {
     let (model, tok) = loaded();
+    let template_text = rill_server::template_source(model.file());
     let template = template_from_gguf(model.file(), &tok)
         .expect("template compiles")
         .expect("fixture has a template");
@@ -87,6 +88,7 @@ pub async fn start(o: Opts) -> TestServer {
         body_limit: o.body_limit,
         webui: o.webui,
         cors_origins: o.cors,
+        chat_template: template_text,
         ..ServerConfig::new(MODEL_ID)
     };
     let state = AppState::new(engine, tok, Some(template), config);

@@ -6,5 +6,6 @@ mod api;
 mod common;
 mod errors;
 mod lifecycle;
+mod utility;
 mod webui;
 mod wire;
