@@ -16,6 +16,7 @@
 pub mod auth;
 pub mod chat_output;
 pub mod errors;
+pub mod fleet;
 pub mod logging;
 pub mod metrics;
 pub mod openai;

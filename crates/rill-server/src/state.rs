@@ -2,6 +2,7 @@
 //! the served model's names and the server's own counters.
 
 use crate::errors::ApiError;
+use crate::fleet::FleetMetrics;
 use crate::metrics::HttpMetrics;
 use rill_chat::ChatTemplate;
 use rill_engine::Engine;
@@ -55,6 +56,8 @@ pub struct AppState {
     pub template: Option<Arc<ChatTemplate>>,
     pub config: ServerConfig,
     pub http: HttpMetrics,
+    /// The vLLM-named series (`/metrics`).
+    pub fleet: FleetMetrics,
     /// Set once shutdown begins (`/health` then answers 503).
     pub shutting_down: AtomicBool,
 }
@@ -66,14 +69,21 @@ impl AppState {
         template: Option<ChatTemplate>,
         config: ServerConfig,
     ) -> Arc<AppState> {
+        let ctx_size = engine.config().ctx_size;
         Arc::new(AppState {
             engine,
             tok,
             template: template.map(Arc::new),
             config,
             http: HttpMetrics::default(),
+            fleet: FleetMetrics::new(ctx_size),
             shutting_down: AtomicBool::new(false),
         })
+    }
+
+    /// Count a finished request in the per-request series.
+    pub fn observe_done(&self, done: &rill_engine::Done) {
+        self.fleet.observe(done);
     }
 
     /// Positions per sequence.

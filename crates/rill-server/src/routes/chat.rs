@@ -248,7 +248,10 @@ async fn collect(
                     logprobs.extend(tokens.iter().filter_map(|t| chat_token(&state.tok, t)));
                 }
             }
-            Some(Event::Done(d)) => break d,
+            Some(Event::Done(d)) => {
+                state.observe_done(&d);
+                break d;
+            }
             Some(Event::Error(e)) => return Err(ApiError::internal(e)),
             None => return Err(ApiError::internal("the engine stopped")),
         }

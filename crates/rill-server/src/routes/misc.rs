@@ -56,6 +56,7 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Response {
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let mut text = state.engine.metrics().render();
     text.push_str(&state.http.render());
+    text.push_str(&state.fleet.render(&state));
     (
         [(
             header::CONTENT_TYPE,

@@ -5,6 +5,7 @@
 mod api;
 mod common;
 mod errors;
+mod fleet;
 mod lifecycle;
 mod utility;
 mod webui;
