@@ -35,6 +35,8 @@ pub struct ModelInfo {
     pub tensors: Vec<TensorSummary>,
     /// Every metadata key with its value shortened for display.
     pub metadata: Vec<(String, String)>,
+    /// The chat template's source text, when the file has one.
+    pub chat_template: Option<String>,
     /// Why there is no chat template although the file has one.
     pub template_problem: Option<String>,
     /// The bound architecture (set once the model is bound).
@@ -79,6 +81,7 @@ impl ModelInfo {
                 .metadata()
                 .map(|(k, v)| (k.to_string(), short(v)))
                 .collect(),
+            chat_template: text("tokenizer.chat_template"),
             template_problem,
             arch: None,
             decode_weight_bytes: 0,

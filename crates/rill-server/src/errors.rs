@@ -52,6 +52,11 @@ impl ApiError {
         self
     }
 
+    pub fn with_status(mut self, status: StatusCode) -> ApiError {
+        self.status = status;
+        self
+    }
+
     pub fn with_code(mut self, code: &'static str) -> ApiError {
         self.code = Some(code);
         self

@@ -11,15 +11,20 @@
 //!   streams by `rill_chat::reply`, which `rill chat` uses too.
 //! - [`sse`]: streaming, with cancellation when the client leaves.
 //! - [`errors`]: every failure as an OpenAI-style JSON error.
+//! - [`webui`]: the chat page at `/`.
 
 pub mod auth;
 pub mod errors;
+pub mod fleet;
 pub mod logging;
 pub mod metrics;
 pub mod openai;
 pub mod routes;
 pub mod sse;
 pub mod state;
+pub mod urls;
+pub mod webui;
+pub mod wire;
 
 pub use errors::ApiError;
 pub use routes::router;

@@ -84,6 +84,7 @@ pub fn payloads<B: ChunkBuilder>(
                     p.queue.extend(p.builder.text(text, tokens));
                 }
                 Some(Event::Done(done)) => {
+                    p.guard.state.observe_done(&done);
                     p.queue.extend(p.builder.done(done));
                     p.queue.push_back("[DONE]".to_string());
                     p.handle = None;

@@ -2,6 +2,7 @@
 //! the served model's names and the server's own counters.
 
 use crate::errors::ApiError;
+use crate::fleet::FleetMetrics;
 use crate::metrics::HttpMetrics;
 use rill_chat::ChatTemplate;
 use rill_engine::Engine;
@@ -22,6 +23,14 @@ pub struct ServerConfig {
     /// Required as `Authorization: Bearer KEY` on `/v1/*` when set.
     pub api_key: Option<String>,
     pub body_limit: usize,
+    /// Serve the chat page at `/` and `/index.html` (`rill serve --no-webui`
+    /// turns it off; then `/` is a 404 like any unknown path).
+    pub webui: bool,
+    /// Origins that may call the API from a browser (`--cors-origins`).
+    pub cors_origins: crate::wire::CorsOrigins,
+    /// Reported by `/props`: the model file, and its chat template source.
+    pub model_path: Option<String>,
+    pub chat_template: Option<String>,
 }
 
 impl ServerConfig {
@@ -31,6 +40,10 @@ impl ServerConfig {
             aliases: Vec::new(),
             api_key: None,
             body_limit: DEFAULT_BODY_LIMIT,
+            webui: true,
+            cors_origins: crate::wire::CorsOrigins::None,
+            model_path: None,
+            chat_template: None,
         }
     }
 }
@@ -42,6 +55,8 @@ pub struct AppState {
     pub template: Option<Arc<ChatTemplate>>,
     pub config: ServerConfig,
     pub http: HttpMetrics,
+    /// The vLLM-named series (`/metrics`).
+    pub fleet: FleetMetrics,
     /// Set once shutdown begins (`/health` then answers 503).
     pub shutting_down: AtomicBool,
 }
@@ -53,14 +68,21 @@ impl AppState {
         template: Option<ChatTemplate>,
         config: ServerConfig,
     ) -> Arc<AppState> {
+        let ctx_size = engine.config().ctx_size;
         Arc::new(AppState {
             engine,
             tok,
             template: template.map(Arc::new),
             config,
             http: HttpMetrics::default(),
+            fleet: FleetMetrics::new(ctx_size),
             shutting_down: AtomicBool::new(false),
         })
+    }
+
+    /// Count a finished request in the per-request series.
+    pub fn observe_done(&self, done: &rill_engine::Done) {
+        self.fleet.observe(done);
     }
 
     /// Positions per sequence.

@@ -56,6 +56,13 @@ pub struct Args {
     /// extension); repeat to accept several names.
     #[arg(long)]
     alias: Vec<String>,
+    /// Do not serve the chat page at `/`.
+    #[arg(long)]
+    no_webui: bool,
+    /// Origins allowed to call the API from a browser (CORS): `*`, or a
+    /// comma-separated list such as `http://localhost:3000`. Default: none.
+    #[arg(long, default_value = "")]
+    cors_origins: String,
 }
 
 /// The model's API id: the file name without `.gguf` and split suffix.
@@ -67,6 +74,8 @@ pub fn run(a: Args) -> Result<()> {
         .init();
     anyhow::ensure!(a.parallel >= 1, "--parallel must be at least 1");
     anyhow::ensure!(a.ctx_size >= 2, "--ctx-size must be at least 2");
+    let cors_origins =
+        rill_server::wire::CorsOrigins::parse(&a.cors_origins).map_err(anyhow::Error::msg)?;
     let (loaded, precision) = load::open(&a.model, a.precision)?;
     if loaded.template.is_none() {
         match &loaded.info.template_problem {
@@ -74,9 +83,15 @@ pub fn run(a: Args) -> Result<()> {
             None => tracing::warn!("the model has no chat template: /v1/chat/completions is off"),
         }
     }
+    let template_text = loaded.info.chat_template.clone();
+    let model_label = loaded.info.label.clone();
     let (model, tok) = (Arc::new(loaded.model), Arc::new(loaded.tokenizer));
     let template = loaded.template;
     let prefill_chunk = a.prefill_chunk.max(1);
+    let threads = match a.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
     let engine_config = EngineConfig {
         max_parallel: a.parallel,
         max_queue: a.queue,
@@ -102,6 +117,10 @@ pub fn run(a: Args) -> Result<()> {
         model_id: id.clone(),
         aliases,
         api_key: a.api_key.clone().filter(|k| !k.is_empty()),
+        webui: !a.no_webui,
+        cors_origins,
+        model_path: Some(model_label),
+        chat_template: template_text,
         ..ServerConfig::new(id.clone())
     };
     let state = AppState::new(engine, tok, template, config);
@@ -122,10 +141,20 @@ pub fn run(a: Args) -> Result<()> {
             .with_context(|| format!("cannot listen on {addr}"))?;
         let local = listener.local_addr()?;
         tracing::info!(
-            "serving {id} on http://{local} (parallel {}, context {})",
+            "serving {id} on http://{local} (slots {}, context {} per slot, {} threads, precision {}{})",
             a.parallel,
-            a.ctx_size
+            a.ctx_size,
+            threads,
+            precision.name(),
+            if precision == Precision::Q8 && rill_kernels::q8::has_integer_kernels() {
+                ", integer kernels"
+            } else {
+                ""
+            }
         );
+        for line in rill_server::urls::describe(local, !a.no_webui) {
+            tracing::info!("{line}");
+        }
         let shutdown = async {
             rill_server::shutdown_signal().await;
             // A second signal exits at once.

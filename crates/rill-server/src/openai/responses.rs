@@ -2,7 +2,8 @@
 
 use super::logprobs::{ChatLogprobs, CompletionLogprobs};
 use rill_engine::Done;
-use serde::Serialize;
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct PromptTokensDetails {
@@ -30,18 +31,57 @@ impl Usage {
     }
 }
 
-/// Figures beyond OpenAI's (llama.cpp reports similar ones).
+/// Figures beyond OpenAI's: rill's own (`ttft_ms`, `total_ms`) and
+/// llama-server's `timings` names, which its web UI and other clients read.
+///
+/// `prompt_ms` is the time to the first token (queue wait included) and
+/// `predicted_ms` the time after it; `predicted_per_second` counts the tokens
+/// after the first over `predicted_ms`, since the first one belongs to the
+/// prompt's time. `cache_n` prompt tokens came from the prompt cache,
+/// `prompt_n` were computed.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Timings {
     pub ttft_ms: f64,
     pub total_ms: f64,
+    pub cache_n: usize,
+    pub prompt_n: usize,
+    pub prompt_ms: f64,
+    pub prompt_per_token_ms: f64,
+    pub prompt_per_second: f64,
+    pub predicted_n: usize,
+    pub predicted_ms: f64,
+    pub predicted_per_token_ms: f64,
+    pub predicted_per_second: f64,
+}
+
+/// `a / b`, or 0 when that is not a finite number.
+fn ratio(a: f64, b: f64) -> f64 {
+    let r = a / b;
+    if r.is_finite() {
+        r
+    } else {
+        0.0
+    }
 }
 
 impl Timings {
     pub fn from_done(d: &Done) -> Timings {
+        let prompt_n = d.prompt_tokens.saturating_sub(d.cached_tokens);
+        let prompt_ms = d.ttft_ms.max(0.0);
+        let predicted_ms = (d.total_ms - d.ttft_ms).max(0.0);
+        let after_first = d.completion_tokens.saturating_sub(1) as f64;
         Timings {
             ttft_ms: d.ttft_ms,
             total_ms: d.total_ms,
+            cache_n: d.cached_tokens,
+            prompt_n,
+            prompt_ms,
+            prompt_per_token_ms: ratio(prompt_ms, prompt_n as f64),
+            prompt_per_second: ratio(prompt_n as f64 * 1e3, prompt_ms),
+            predicted_n: d.completion_tokens,
+            predicted_ms,
+            predicted_per_token_ms: ratio(predicted_ms, after_first),
+            predicted_per_second: ratio(after_first * 1e3, predicted_ms),
         }
     }
 }
@@ -68,14 +108,30 @@ pub struct ToolCallDelta {
     pub call: ToolCallOut,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+/// The reply. The thinking goes out under both names clients read:
+/// `reasoning_content` (llama.cpp, most SDKs) and `reasoning` (vLLM).
+#[derive(Debug, Clone, PartialEq)]
 pub struct AssistantMessage {
     pub role: &'static str,
     pub content: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCallOut>,
+}
+
+impl Serialize for AssistantMessage {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("role", self.role)?;
+        m.serialize_entry("content", &self.content)?;
+        if let Some(r) = &self.reasoning_content {
+            m.serialize_entry("reasoning_content", r)?;
+            m.serialize_entry("reasoning", r)?;
+        }
+        if !self.tool_calls.is_empty() {
+            m.serialize_entry("tool_calls", &self.tool_calls)?;
+        }
+        m.end()
+    }
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -97,17 +153,34 @@ pub struct ChatCompletion {
     pub timings: Timings,
 }
 
-/// `choices[].delta` of a chunk.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+/// `choices[].delta` of a chunk (thinking under both names, as in
+/// [`AssistantMessage`]).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Delta {
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCallDelta>,
+}
+
+impl Serialize for Delta {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        if let Some(r) = self.role {
+            m.serialize_entry("role", r)?;
+        }
+        if let Some(c) = &self.content {
+            m.serialize_entry("content", c)?;
+        }
+        if let Some(r) = &self.reasoning_content {
+            m.serialize_entry("reasoning_content", r)?;
+            m.serialize_entry("reasoning", r)?;
+        }
+        if !self.tool_calls.is_empty() {
+            m.serialize_entry("tool_calls", &self.tool_calls)?;
+        }
+        m.end()
+    }
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -127,6 +200,9 @@ pub struct ChatChunk {
     pub choices: Vec<ChunkChoice>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// On the last chunk of a stream (llama-server does the same).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timings: Option<Timings>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -161,6 +237,8 @@ pub struct ModelCard {
     pub object: &'static str,
     pub created: u64,
     pub owned_by: &'static str,
+    /// Positions per sequence (vLLM's name; routers read it).
+    pub max_model_len: usize,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -175,4 +253,79 @@ pub fn now() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rill_engine::FinishReason;
+
+    #[test]
+    fn thinking_under_both_names() {
+        let m = AssistantMessage {
+            role: "assistant",
+            content: Some("hi".into()),
+            reasoning_content: Some("hmm".into()),
+            tool_calls: Vec::new(),
+        };
+        assert_eq!(
+            serde_json::to_value(&m).unwrap(),
+            serde_json::json!({"role": "assistant", "content": "hi", "reasoning_content": "hmm", "reasoning": "hmm"})
+        );
+        let m = AssistantMessage {
+            content: None,
+            reasoning_content: None,
+            ..m
+        };
+        assert_eq!(
+            serde_json::to_value(&m).unwrap(),
+            serde_json::json!({"role": "assistant", "content": null})
+        );
+        let d = Delta {
+            reasoning_content: Some("x".into()),
+            ..Delta::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&d).unwrap(),
+            serde_json::json!({"reasoning_content": "x", "reasoning": "x"})
+        );
+        assert_eq!(
+            serde_json::to_value(Delta::default()).unwrap(),
+            serde_json::json!({})
+        );
+    }
+
+    #[test]
+    fn timings_in_llama_server_terms() {
+        let t = Timings::from_done(&Done {
+            finish: FinishReason::Stop,
+            prompt_tokens: 110,
+            cached_tokens: 10,
+            completion_tokens: 21,
+            ttft_ms: 50.0,
+            total_ms: 250.0,
+            queue_ms: 0.0,
+            prefill_ms: 50.0,
+            decode_ms: 200.0,
+        });
+        assert_eq!((t.cache_n, t.prompt_n, t.predicted_n), (10, 100, 21));
+        assert_eq!((t.prompt_ms, t.predicted_ms), (50.0, 200.0));
+        assert_eq!(t.prompt_per_second, 2000.0);
+        assert_eq!(t.predicted_per_second, 100.0);
+        assert_eq!(t.predicted_per_token_ms, 10.0);
+        // One token, everything cached: no division by zero.
+        let t = Timings::from_done(&Done {
+            finish: FinishReason::Length,
+            prompt_tokens: 5,
+            cached_tokens: 5,
+            completion_tokens: 1,
+            ttft_ms: 3.0,
+            total_ms: 3.0,
+            queue_ms: 0.0,
+            prefill_ms: 3.0,
+            decode_ms: 0.0,
+        });
+        assert_eq!((t.prompt_per_second, t.predicted_per_second), (0.0, 0.0));
+        assert_eq!(t.prompt_per_token_ms, 0.0);
+    }
 }

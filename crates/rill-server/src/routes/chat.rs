@@ -24,12 +24,12 @@ use serde_json::Value as Json;
 use std::sync::Arc;
 
 /// A checked request, ready for the engine.
-struct Prepared {
-    request: Request,
-    prompt_text: String,
-    parse_tools: bool,
-    stream: bool,
-    include_usage: bool,
+pub(crate) struct Prepared {
+    pub(crate) request: Request,
+    pub(crate) prompt_text: String,
+    pub(crate) parse_tools: bool,
+    pub(crate) stream: bool,
+    pub(crate) include_usage: bool,
 }
 
 pub async fn chat_completions(
@@ -63,7 +63,10 @@ pub async fn chat_completions(
 }
 
 /// Check the request, render the prompt, tokenize it.
-async fn prepare(state: &Arc<AppState>, req: ChatCompletionRequest) -> Result<Prepared, ApiError> {
+pub(crate) async fn prepare(
+    state: &Arc<AppState>,
+    req: ChatCompletionRequest,
+) -> Result<Prepared, ApiError> {
     state.check_model(req.model.as_deref())?;
     let Some(template) = state.template.clone() else {
         return Err(ApiError::invalid(
@@ -231,7 +234,10 @@ async fn collect(
                     logprobs.extend(tokens.iter().filter_map(|t| chat_token(&state.tok, t)));
                 }
             }
-            Some(Event::Done(d)) => break d,
+            Some(Event::Done(d)) => {
+                state.observe_done(&d);
+                break d;
+            }
             Some(Event::Error(e)) => return Err(ApiError::internal(e)),
             None => return Err(ApiError::internal("the engine stopped")),
         }
@@ -281,11 +287,16 @@ struct ChatStream {
 
 impl ChatStream {
     fn chunk(&mut self, delta: Delta, finish: Option<&'static str>) -> String {
+        let c = self.chunk_value(delta, finish);
+        serde_json::to_string(&c).unwrap_or_default()
+    }
+
+    fn chunk_value(&mut self, delta: Delta, finish: Option<&'static str>) -> ChatChunk {
         // Log-probabilities ride on the next chunk sent.
         let logprobs = (self.logprobs && !self.pending_logprobs.is_empty()).then(|| ChatLogprobs {
             content: std::mem::take(&mut self.pending_logprobs),
         });
-        let c = ChatChunk {
+        ChatChunk {
             id: self.id.clone(),
             object: "chat.completion.chunk",
             created: self.created,
@@ -297,8 +308,8 @@ impl ChatStream {
                 finish_reason: finish,
             }],
             usage: None,
-        };
-        serde_json::to_string(&c).unwrap_or_default()
+            timings: None,
+        }
     }
 
     fn parts(&mut self, parts: Vec<Part>) -> Vec<String> {
@@ -355,18 +366,15 @@ impl ChunkBuilder for ChatStream {
         let parts = self.output.finish();
         let mut out = self.parts(parts);
         let finish = finish_reason(&done, self.n_calls > 0);
-        out.push(self.chunk(Delta::default(), Some(finish)));
+        // The last chunk carries the timings (llama-server's shape).
+        let mut last = self.chunk_value(Delta::default(), Some(finish));
         if self.include_usage {
-            let c = ChatChunk {
-                id: self.id.clone(),
-                object: "chat.completion.chunk",
-                created: self.created,
-                model: self.model.clone(),
-                choices: Vec::new(),
-                usage: Some(Usage::from_done(&done)),
-            };
-            out.push(serde_json::to_string(&c).unwrap_or_default());
+            out.push(serde_json::to_string(&last).unwrap_or_default());
+            last.choices.clear();
+            last.usage = Some(Usage::from_done(&done));
         }
+        last.timings = Some(Timings::from_done(&done));
+        out.push(serde_json::to_string(&last).unwrap_or_default());
         out
     }
 }
@@ -467,6 +475,13 @@ mod tests {
         let usage = chunks.last().unwrap();
         assert_eq!(usage["choices"], serde_json::json!([]));
         assert_eq!(usage["usage"]["total_tokens"], 30);
+        assert_eq!(usage["timings"]["predicted_n"], 20);
+        assert_eq!(usage["timings"]["cache_n"], 0);
+        assert_eq!(usage["timings"]["prompt_n"], 10);
+        assert!(
+            fin.get("timings").is_none(),
+            "timings ride on the last chunk only"
+        );
     }
 
     #[test]

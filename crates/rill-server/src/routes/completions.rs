@@ -77,7 +77,10 @@ pub async fn completions(
                 builder.offset += t.chars().count();
                 text.push_str(&t);
             }
-            Some(Event::Done(d)) => break d,
+            Some(Event::Done(d)) => {
+                state.observe_done(&d);
+                break d;
+            }
             Some(Event::Error(e)) => return Err(ApiError::internal(e)),
             None => return Err(ApiError::internal("the engine stopped")),
         }

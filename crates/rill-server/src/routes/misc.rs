@@ -24,6 +24,7 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Json<ModelList> {
         object: "model",
         created: started(),
         owned_by: "rill",
+        max_model_len: state.ctx_size(),
     };
     let mut data = vec![card(&state.config.model_id)];
     data.extend(
@@ -55,6 +56,7 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Response {
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let mut text = state.engine.metrics().render();
     text.push_str(&state.http.render());
+    text.push_str(&state.fleet.render(&state));
     (
         [(
             header::CONTENT_TYPE,

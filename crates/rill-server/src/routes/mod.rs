@@ -3,9 +3,10 @@
 pub mod chat;
 pub mod completions;
 pub mod misc;
+pub mod utility;
 
 use crate::state::AppState;
-use crate::{auth, metrics};
+use crate::{auth, metrics, webui, wire};
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
 use axum::routing::{get, post};
@@ -22,20 +23,29 @@ pub fn finish_reason(done: &Done, called_tools: bool) -> &'static str {
     }
 }
 
-/// Every route, with the API-key check on `/v1/*`, the body limit, and the
-/// request counters.
+/// Every route, with the API-key check on `/v1/*` and the utility endpoints,
+/// the body limit, and the request counters.
 pub fn router(state: Arc<AppState>) -> Router {
     let v1 = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/models", get(misc::models))
+        .route("/tokenize", post(utility::tokenize))
+        .route("/detokenize", post(utility::detokenize))
+        .route("/apply-template", post(utility::apply_template))
+        .route("/props", get(utility::props))
+        .route("/slots", get(utility::slots))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_key,
         ));
-    Router::new()
-        .merge(v1)
-        .route("/health", get(misc::health))
+    let mut app = Router::new().merge(v1);
+    if state.config.webui {
+        app = app
+            .route("/", get(webui::index))
+            .route("/index.html", get(webui::index));
+    }
+    app.route("/health", get(misc::health))
         .route("/metrics", get(misc::metrics))
         .fallback(misc::not_found)
         .method_not_allowed_fallback(misc::method_not_allowed)
@@ -44,5 +54,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             state.clone(),
             metrics::track,
         ))
+        .layer(middleware::from_fn_with_state(state.clone(), wire::cors))
+        .layer(middleware::from_fn(wire::request_id))
         .with_state(state)
 }

@@ -36,6 +36,8 @@ pub struct Opts {
     pub ctx: usize,
     pub api_key: Option<String>,
     pub body_limit: usize,
+    pub webui: bool,
+    pub cors: rill_server::wire::CorsOrigins,
 }
 
 impl Default for Opts {
@@ -46,6 +48,8 @@ impl Default for Opts {
             ctx: 4096,
             api_key: None,
             body_limit: rill_server::state::DEFAULT_BODY_LIMIT,
+            webui: true,
+            cors: rill_server::wire::CorsOrigins::None,
         }
     }
 }
@@ -60,10 +64,10 @@ pub struct TestServer {
 
 pub async fn start(o: Opts) -> TestServer {
     let (model, tok) = loaded();
-    let template = rill_load::load(&ModelSource::File(fixture()), &LoadOptions::default())
-        .expect("load fixture")
-        .template
-        .expect("fixture has a template");
+    let loaded = rill_load::load(&ModelSource::File(fixture()), &LoadOptions::default())
+        .expect("load fixture");
+    let template_text = loaded.info.chat_template.clone();
+    let template = loaded.template.expect("fixture has a template");
     let engine = Arc::new(Engine::start(
         model,
         tok.clone(),
@@ -82,6 +86,9 @@ pub async fn start(o: Opts) -> TestServer {
         aliases: vec![ALIAS.to_string()],
         api_key: o.api_key,
         body_limit: o.body_limit,
+        webui: o.webui,
+        cors_origins: o.cors,
+        chat_template: template_text,
         ..ServerConfig::new(MODEL_ID)
     };
     let state = AppState::new(engine, tok, Some(template), config);

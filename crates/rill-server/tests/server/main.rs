@@ -5,4 +5,8 @@
 mod api;
 mod common;
 mod errors;
+mod fleet;
 mod lifecycle;
+mod utility;
+mod webui;
+mod wire;

@@ -1,0 +1,314 @@
+//! vLLM-named series on `/metrics`, beside rill's own, for the routers and
+//! dashboards that read vLLM's (each labelled `model_name`).
+//!
+//! Gauges and counters come from the engine's counters; the histograms and
+//! `vllm:request_success_total` from each finished request's [`Done`]
+//! (`AppState::observe_done`). The engine gives a request's time to first
+//! token and its total time, not its time in the queue, so there is no
+//! `vllm:request_queue_time_seconds`; the time to first token includes the
+//! wait in the queue.
+
+use crate::state::AppState;
+use rill_engine::{Done, FinishReason};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Mutex;
+
+/// vLLM's buckets for the time to first token, seconds.
+const TTFT_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+];
+/// vLLM's buckets for request latencies, seconds.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
+];
+
+/// 1, 2, 5, 10, 20, 50, … up to `max` (vLLM's token-count buckets).
+fn buckets_1_2_5(max: usize) -> Vec<f64> {
+    let mut out = Vec::new();
+    let mut scale = 1usize;
+    'outer: loop {
+        for m in [1, 2, 5] {
+            let v = m * scale;
+            if v > max {
+                break 'outer;
+            }
+            out.push(v as f64);
+        }
+        scale = match scale.checked_mul(10) {
+            Some(s) => s,
+            None => break,
+        };
+    }
+    out
+}
+
+struct Histogram {
+    bounds: Vec<f64>,
+    /// Per bucket (not cumulative), and one past the last bound.
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn new(bounds: Vec<f64>) -> Histogram {
+        let n = bounds.len() + 1;
+        Histogram {
+            bounds,
+            counts: vec![0; n],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    fn observe(&mut self, v: f64) {
+        let v = if v.is_finite() { v.max(0.0) } else { 0.0 };
+        let i = self
+            .bounds
+            .iter()
+            .position(|&b| v <= b)
+            .unwrap_or(self.bounds.len());
+        self.counts[i] += 1;
+        self.sum += v;
+        self.count += 1;
+    }
+
+    fn render(&self, s: &mut String, name: &str, help: &str, label: &str) {
+        let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (i, b) in self.bounds.iter().enumerate() {
+            cumulative += self.counts[i];
+            let _ = writeln!(
+                s,
+                "{name}_bucket{{{label},le=\"{}\"}} {cumulative}",
+                fmt_bound(*b)
+            );
+        }
+        let _ = writeln!(s, "{name}_bucket{{{label},le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(s, "{name}_sum{{{label}}} {}", self.sum);
+        let _ = writeln!(s, "{name}_count{{{label}}} {}", self.count);
+    }
+}
+
+fn fmt_bound(b: f64) -> String {
+    // Prometheus clients write bounds as floats: 1.0, 0.25.
+    if b.fract() == 0.0 {
+        format!("{b:.1}")
+    } else {
+        format!("{b}")
+    }
+}
+
+struct Inner {
+    ttft: Histogram,
+    e2e: Histogram,
+    decode: Histogram,
+    prompt_tokens: Histogram,
+    generation_tokens: Histogram,
+    success: BTreeMap<&'static str, u64>,
+}
+
+pub struct FleetMetrics {
+    inner: Mutex<Inner>,
+}
+
+impl FleetMetrics {
+    pub fn new(max_model_len: usize) -> FleetMetrics {
+        let tokens = buckets_1_2_5(max_model_len.max(1));
+        FleetMetrics {
+            inner: Mutex::new(Inner {
+                ttft: Histogram::new(TTFT_BUCKETS.to_vec()),
+                e2e: Histogram::new(LATENCY_BUCKETS.to_vec()),
+                decode: Histogram::new(LATENCY_BUCKETS.to_vec()),
+                prompt_tokens: Histogram::new(tokens.clone()),
+                generation_tokens: Histogram::new(tokens),
+                success: BTreeMap::new(),
+            }),
+        }
+    }
+
+    /// A request that finished (was not cancelled).
+    pub fn observe(&self, d: &Done) {
+        let Ok(mut m) = self.inner.lock() else {
+            return;
+        };
+        m.ttft.observe(d.ttft_ms / 1e3);
+        m.e2e.observe(d.total_ms / 1e3);
+        m.decode.observe((d.total_ms - d.ttft_ms) / 1e3);
+        m.prompt_tokens.observe(d.prompt_tokens as f64);
+        m.generation_tokens.observe(d.completion_tokens as f64);
+        let reason = match d.finish {
+            FinishReason::Length => "length",
+            _ => "stop",
+        };
+        *m.success.entry(reason).or_insert(0) += 1;
+    }
+
+    /// The exposition text of every vLLM-named series.
+    pub fn render(&self, state: &AppState) -> String {
+        let e = state.engine.metrics();
+        let cfg = state.engine.config();
+        let label = format!("model_name=\"{}\"", escape(&state.config.model_id));
+        let mut s = String::new();
+        let mut one = |name: &str, kind: &str, help: &str, v: f64| {
+            let _ = writeln!(
+                s,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{label}}} {v}"
+            );
+        };
+        let running = e.requests_running.load(Relaxed) as f64;
+        let slots = cfg.max_parallel.max(1) as f64;
+        one(
+            "vllm:num_requests_running",
+            "gauge",
+            "Number of requests being generated.",
+            running,
+        );
+        one(
+            "vllm:num_requests_waiting",
+            "gauge",
+            "Number of requests waiting for a sequence slot.",
+            e.queue_depth.load(Relaxed) as f64,
+        );
+        // Each running sequence holds one slot of sequence state (its KV
+        // cache and recurrent state); the engine may hold --parallel of them.
+        let usage = (running / slots).min(1.0);
+        one(
+            "vllm:kv_cache_usage_perc",
+            "gauge",
+            "Sequence state in use, over what the engine may hold (1 = all --parallel slots).",
+            usage,
+        );
+        one(
+            "vllm:gpu_cache_usage_perc",
+            "gauge",
+            "Legacy name of vllm:kv_cache_usage_perc.",
+            usage,
+        );
+        one(
+            "vllm:prefix_cache_queries_total",
+            "counter",
+            "Prompt tokens looked up in the prompt cache.",
+            e.prompt_tokens_total.load(Relaxed) as f64,
+        );
+        one(
+            "vllm:prefix_cache_hits_total",
+            "counter",
+            "Prompt tokens found in the prompt cache.",
+            e.prompt_tokens_cached_total.load(Relaxed) as f64,
+        );
+        one(
+            "vllm:prompt_tokens_total",
+            "counter",
+            "Prompt tokens received.",
+            e.prompt_tokens_total.load(Relaxed) as f64,
+        );
+        one(
+            "vllm:generation_tokens_total",
+            "counter",
+            "Tokens generated.",
+            e.generated_tokens_total.load(Relaxed) as f64,
+        );
+        let _ = writeln!(
+            s,
+            "# HELP vllm:cache_config_info Sequence-state layout: one block of block_size positions per sequence.\n\
+             # TYPE vllm:cache_config_info gauge\n\
+             vllm:cache_config_info{{{label},block_size=\"{}\",num_gpu_blocks=\"{}\",enable_prefix_caching=\"{}\",prefix_cache_bytes=\"{}\"}} 1",
+            cfg.ctx_size,
+            cfg.max_parallel,
+            if cfg.cache_bytes > 0 { "True" } else { "False" },
+            cfg.cache_bytes,
+        );
+        let Ok(m) = self.inner.lock() else {
+            return s;
+        };
+        let _ = writeln!(
+            s,
+            "# HELP vllm:request_success_total Requests that finished, by reason.\n# TYPE vllm:request_success_total counter"
+        );
+        for reason in ["stop", "length"] {
+            let _ = writeln!(
+                s,
+                "vllm:request_success_total{{{label},finished_reason=\"{reason}\"}} {}",
+                m.success.get(reason).copied().unwrap_or(0)
+            );
+        }
+        m.ttft.render(
+            &mut s,
+            "vllm:time_to_first_token_seconds",
+            "Time to first token (queue wait included).",
+            &label,
+        );
+        m.e2e.render(
+            &mut s,
+            "vllm:e2e_request_latency_seconds",
+            "Time from arrival to the last token.",
+            &label,
+        );
+        m.decode.render(
+            &mut s,
+            "vllm:request_decode_time_seconds",
+            "Time from the first token to the last.",
+            &label,
+        );
+        m.prompt_tokens.render(
+            &mut s,
+            "vllm:request_prompt_tokens",
+            "Prompt tokens per request.",
+            &label,
+        );
+        m.generation_tokens.render(
+            &mut s,
+            "vllm:request_generation_tokens",
+            "Generated tokens per request.",
+            &label,
+        );
+        s
+    }
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_buckets() {
+        assert_eq!(buckets_1_2_5(100), [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]);
+        assert_eq!(buckets_1_2_5(1), [1.0]);
+    }
+
+    #[test]
+    fn histogram_is_cumulative() {
+        let mut h = Histogram::new(vec![0.5, 1.0]);
+        for v in [0.25, 0.5, 0.75, 3.0] {
+            h.observe(v);
+        }
+        let mut s = String::new();
+        h.render(&mut s, "x", "help", "model_name=\"m\"");
+        assert!(
+            s.contains("x_bucket{model_name=\"m\",le=\"0.5\"} 2\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("x_bucket{model_name=\"m\",le=\"1.0\"} 3\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("x_bucket{model_name=\"m\",le=\"+Inf\"} 4\n"),
+            "{s}"
+        );
+        assert!(s.contains("x_sum{model_name=\"m\"} 4.5\n"), "{s}");
+        assert!(s.contains("x_count{model_name=\"m\"} 4\n"), "{s}");
+        assert_eq!(escape("a\"b\\"), "a\\\"b\\\\");
+    }
+}
