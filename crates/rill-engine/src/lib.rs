@@ -21,5 +21,6 @@ mod sequence;
 pub mod stop;
 
 pub use metrics::Metrics;
-pub use request::{Done, Event, FinishReason, Request, SubmitError, TokenInfo};
+pub use request::{ConstraintRequest, Done, Event, FinishReason, Request, SubmitError, TokenInfo};
+pub use rill_grammar::GrammarSpec;
 pub use scheduler::{Engine, EngineConfig, Handle};

@@ -1,5 +1,6 @@
 //! What a client submits to the engine and what it gets back.
 
+use rill_grammar::GrammarSpec;
 use rill_sampler::SamplerConfig;
 
 /// Why generation ended.
@@ -40,6 +41,18 @@ pub struct Request {
     /// turn re-renders the history the same way, but not the generation
     /// prompt). Prefill chunks are cut there.
     pub cache_points: Vec<usize>,
+    /// Structured output: a grammar the generated text must follow.
+    pub constraint: Option<ConstraintRequest>,
+}
+
+/// A grammar for the generated text, and where it starts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConstraintRequest {
+    pub grammar: GrammarSpec,
+    /// Constrain only the text after this token (a thinking block's end,
+    /// `</think>`, when the prompt opens one: the model thinks freely, then
+    /// answers in the grammar); `None`: from the first token.
+    pub after: Option<u32>,
 }
 
 impl Request {
@@ -54,6 +67,7 @@ impl Request {
             logprobs: None,
             ignore_eos: false,
             cache_points: Vec::new(),
+            constraint: None,
         }
     }
 }

@@ -16,6 +16,7 @@ use crate::metrics::Metrics;
 use crate::prefix_cache::PrefixCache;
 use crate::request::{Done, Event, Request, SubmitError};
 use crate::sequence::{Sequence, Submitted, TokenContext};
+use rill_grammar::{Constraint, GrammarError, GrammarSpec, Grammars};
 use rill_kernels::{Precision, Threads};
 use rill_model::{BatchItem, Model, Runner, SequenceState, StepOutputs};
 use rill_sampler::Sampler;
@@ -106,6 +107,9 @@ pub struct Engine {
     tx: mpsc::Sender<Command>,
     metrics: Arc<Metrics>,
     config: EngineConfig,
+    tok: Arc<Tokenizer>,
+    /// The vocabulary's token trie for constraints, built on first use.
+    grammars: std::sync::OnceLock<Result<Grammars, GrammarError>>,
     waiting: Arc<std::sync::atomic::AtomicUsize>,
     closing: AtomicBool,
     worker: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -121,7 +125,7 @@ impl Engine {
             runner: Runner::new(Threads::new(config.threads), config.precision),
             cache: PrefixCache::new(config.cache_bytes),
             model,
-            tok,
+            tok: tok.clone(),
             config: config.clone(),
             metrics: metrics.clone(),
             waiting_count: waiting.clone(),
@@ -139,6 +143,8 @@ impl Engine {
             tx,
             metrics,
             config,
+            tok,
+            grammars: std::sync::OnceLock::new(),
             waiting,
             closing: AtomicBool::new(false),
             worker: std::sync::Mutex::new(Some(handle)),
@@ -175,6 +181,14 @@ impl Engine {
         if let Err(e) = req.sampler.validate() {
             return reject(SubmitError::Invalid(e.message));
         }
+        // Grammars compile here, on the caller's thread, not in the step loop.
+        let constraint = match &req.constraint {
+            None => None,
+            Some(c) => match self.compile(&c.grammar) {
+                Ok(k) => Some(k),
+                Err(e) => return reject(SubmitError::Invalid(e.0)),
+            },
+        };
         let queued = self.waiting.fetch_add(1, Relaxed);
         if queued >= self.config.max_queue {
             self.waiting.fetch_sub(1, Relaxed);
@@ -184,6 +198,7 @@ impl Engine {
         let cancel = Arc::new(AtomicBool::new(false));
         let sub = Submitted {
             req,
+            constraint,
             events: etx,
             cancel: cancel.clone(),
             at: Instant::now(),
@@ -200,6 +215,16 @@ impl Engine {
             events: erx,
             cancel,
         })
+    }
+
+    /// A constraint for `grammar` on this engine's vocabulary.
+    pub fn compile(&self, grammar: &GrammarSpec) -> Result<Constraint, GrammarError> {
+        let grammars = self
+            .grammars
+            .get_or_init(|| Grammars::new(self.tok.clone()))
+            .as_ref()
+            .map_err(Clone::clone)?;
+        grammars.compile(grammar)
     }
 
     /// Stop accepting requests, finish the ones accepted, and stop the thread.
@@ -235,7 +260,7 @@ struct Worker {
     /// Each running sequence's prompt rows in this step (None: decoding),
     /// and the step's finished sequences: kept between steps.
     spans: Vec<Option<std::ops::Range<usize>>>,
-    finished: Vec<(usize, Done)>,
+    finished: Vec<(usize, Result<Done, String>)>,
 }
 
 impl Worker {
@@ -400,16 +425,19 @@ impl Worker {
                     continue;
                 }
             }
-            if let Some(done) = s.take_token(self.outputs.logits(i), &cx) {
-                finished.push((i, done));
+            if let Some(end) = s.take_token(self.outputs.logits(i), &cx) {
+                finished.push((i, end));
             }
         }
-        for (i, done) in finished.drain(..).rev() {
+        for (i, end) in finished.drain(..).rev() {
             let s = self.running.swap_remove(i);
             // Counters first, so a client that sees Done sees them settled.
             self.metrics.requests_finished.fetch_add(1, Relaxed);
             self.metrics.requests_running.fetch_sub(1, Relaxed);
-            let _ = s.sub.events.send(Event::Done(done));
+            let _ = s.sub.events.send(match end {
+                Ok(done) => Event::Done(done),
+                Err(why) => Event::Error(why),
+            });
         }
         self.finished = finished;
         self.spans = spans;

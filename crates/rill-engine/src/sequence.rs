@@ -10,6 +10,7 @@
 use crate::metrics::Metrics;
 use crate::output::TextOutput;
 use crate::request::{Done, Event, FinishReason, Request, TokenInfo};
+use rill_grammar::Constraint;
 use rill_model::{BatchItem, Outputs, SequenceState};
 use rill_sampler::Sampler;
 use rill_tokenizer::Tokenizer;
@@ -23,6 +24,8 @@ use tokio::sync::mpsc::UnboundedSender;
 /// client still wants it.
 pub(crate) struct Submitted {
     pub req: Request,
+    /// The request's grammar, compiled at submission.
+    pub constraint: Option<Constraint>,
     pub events: UnboundedSender<Event>,
     pub cancel: Arc<AtomicBool>,
     pub at: Instant,
@@ -58,11 +61,40 @@ pub(crate) struct Sequence {
     out: TextOutput,
     admitted_at: Instant,
     first_token_at: Option<Instant>,
+    /// Structured output: the grammar, whether it applies yet, and the
+    /// masked copy of the logits row (kept: no allocation per token).
+    constraint: Option<Constrained>,
+}
+
+/// How a step ended a sequence.
+enum End {
+    Done(Done),
+    Failed(String),
+}
+
+struct Constrained {
+    grammar: Constraint,
+    active: bool,
+    after: Option<u32>,
+    masked: Vec<f32>,
 }
 
 impl Sequence {
-    pub fn new(sub: Submitted, state: SequenceState, cached: usize, sampler: Sampler) -> Sequence {
+    pub fn new(
+        mut sub: Submitted,
+        state: SequenceState,
+        cached: usize,
+        sampler: Sampler,
+    ) -> Sequence {
+        let after = sub.req.constraint.as_ref().and_then(|c| c.after);
+        let constraint = sub.constraint.take().map(|grammar| Constrained {
+            grammar,
+            active: after.is_none(),
+            after,
+            masked: Vec::new(),
+        });
         Sequence {
+            constraint,
             history: sub.req.prompt.clone(),
             out: TextOutput::new(&sub.req.stop),
             sub,
@@ -141,9 +173,28 @@ impl Sequence {
     }
 
     /// Sample the next token from `row`, send its text, and say whether the
-    /// sequence is done.
-    pub fn take_token(&mut self, row: &[f32], cx: &TokenContext) -> Option<Done> {
-        let id = self.sampler.sample(row, &self.history);
+    /// sequence is done: `Ok` with its figures, or `Err` with why it failed
+    /// (the worker then sends an error instead of `Done`).
+    pub fn take_token(&mut self, row: &[f32], cx: &TokenContext) -> Option<Result<Done, String>> {
+        self.take(row, cx).map(|end| match end {
+            End::Done(d) => Ok(d),
+            End::Failed(why) => Err(why),
+        })
+    }
+
+    fn take(&mut self, row: &[f32], cx: &TokenContext) -> Option<End> {
+        let id = match &mut self.constraint {
+            Some(k) if k.active => {
+                k.masked.clear();
+                k.masked.extend_from_slice(row);
+                match k.grammar.mask(&mut k.masked) {
+                    Ok(n) if n > 0 => self.sampler.sample(&k.masked, &self.history),
+                    Ok(_) => return Some(self.fail("the grammar allows no next token")),
+                    Err(e) => return Some(self.fail(&e.0)),
+                }
+            }
+            _ => self.sampler.sample(row, &self.history),
+        };
         if self.first_token_at.is_none() {
             let now = Instant::now();
             self.first_token_at = Some(now);
@@ -155,7 +206,16 @@ impl Sequence {
         let req = &self.sub.req;
         if !req.ignore_eos && cx.tok.is_eog(id) {
             self.send_tail();
-            return Some(self.done(FinishReason::Stop));
+            return Some(End::Done(self.done(FinishReason::Stop)));
+        }
+        if let Some(k) = &mut self.constraint {
+            if k.active {
+                if let Err(e) = k.grammar.commit(id) {
+                    return Some(self.fail(&e.0));
+                }
+            } else if k.after == Some(id) {
+                k.active = true;
+            }
         }
         self.generated += 1;
         self.history.push(id);
@@ -177,17 +237,14 @@ impl Sequence {
         };
         let fed = match self.out.push(cx.tok, id) {
             Ok(f) => f,
-            Err(e) => {
-                let _ = self.sub.events.send(Event::Error(e.to_string()));
-                return Some(self.done(FinishReason::Stop));
-            }
+            Err(e) => return Some(End::Failed(e.to_string())),
         };
         let _ = self.sub.events.send(Event::Text {
             text: fed.emit,
             tokens: vec![info],
         });
         if fed.stopped {
-            return Some(self.done(FinishReason::Stop));
+            return Some(End::Done(self.done(FinishReason::Stop)));
         }
         // The context holds the prompt and every generated token; the last
         // one sampled is not fed yet.
@@ -198,10 +255,16 @@ impl Sequence {
             } else {
                 FinishReason::Length
             };
-            return Some(self.done(finish));
+            return Some(End::Done(self.done(finish)));
         }
         self.next_input = Some(id);
         None
+    }
+
+    /// The grammar broke down: the held text goes out, then the error.
+    fn fail(&mut self, why: &str) -> End {
+        self.send_tail();
+        End::Failed(format!("structured output: {why}"))
     }
 
     /// The final figures, for a sequence ending now.

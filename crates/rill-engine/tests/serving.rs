@@ -47,13 +47,9 @@ fn prompt(seed: u32, n: usize) -> Vec<u32> {
 
 fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Request {
     Request {
-        prompt,
         max_tokens,
-        sampler: SamplerConfig::default(),
-        stop: vec![],
-        logprobs: None,
         ignore_eos: true,
-        cache_points: vec![],
+        ..Request::new(prompt, SamplerConfig::default())
     }
 }
 
@@ -269,4 +265,101 @@ fn a_cache_point_inside_a_chunk_is_snapshotted_and_reused() {
         d.cached_tokens, 100,
         "resumed at the end of the shared history"
     );
+}
+
+/// Structured output: the constrained text parses and follows the schema
+/// (random weights would write anything), the grammar's end ends the
+/// request, an unconstrained neighbour gets its own tokens, and a bad
+/// grammar is refused at submission.
+#[test]
+fn a_json_schema_constraint_holds_and_leaves_neighbours_alone() {
+    use rill_engine::{ConstraintRequest, GrammarSpec};
+    let e = engine(EngineConfig {
+        max_parallel: 4,
+        ..EngineConfig::default()
+    });
+    let tok_path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/qwen35moe.f32.gguf");
+    let tok = rill_load::load(&ModelSource::File(tok_path), &LoadOptions::default())
+        .unwrap()
+        .tokenizer;
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "ok": {"type": "boolean"},
+            "n": {"type": "integer", "minimum": 0, "maximum": 99}
+        },
+        "required": ["ok", "n"],
+        "additionalProperties": false
+    });
+    let alone = collect(e.submit(greedy(prompt(9, 40), 12)).unwrap()).0;
+    for seed in 0..3u64 {
+        let constrained = Request {
+            max_tokens: 200,
+            ignore_eos: false,
+            sampler: SamplerConfig {
+                temperature: 1.0,
+                seed,
+                ..SamplerConfig::default()
+            },
+            constraint: Some(ConstraintRequest {
+                grammar: GrammarSpec::JsonSchema(schema.clone()),
+                after: None,
+            }),
+            ..Request::new(prompt(seed as u32, 30), SamplerConfig::default())
+        };
+        let h = e.submit(constrained).unwrap();
+        let neighbour = e.submit(greedy(prompt(9, 40), 12)).unwrap();
+        let (ids, done) = collect(h);
+        let text = tok.decode(&ids).unwrap();
+        assert_eq!(
+            done.finish,
+            FinishReason::Stop,
+            "the grammar's end ends it: {text:?}"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&text).unwrap_or_else(|err| panic!("{text:?}: {err}"));
+        assert!(v["ok"].is_boolean() && v["n"].is_i64(), "{text}");
+        assert_eq!(v.as_object().unwrap().len(), 2, "{text}");
+        assert_eq!(collect(neighbour).0, alone, "the neighbour's tokens");
+    }
+    let bad = Request {
+        constraint: Some(ConstraintRequest {
+            grammar: GrammarSpec::Regex("(".into()),
+            after: None,
+        }),
+        ..greedy(prompt(1, 5), 4)
+    };
+    assert!(matches!(e.submit(bad), Err(SubmitError::Invalid(_))));
+}
+
+/// With `after`, the text before that token is free and the grammar holds
+/// after it.
+#[test]
+fn a_constraint_starts_after_its_token() {
+    use rill_engine::{ConstraintRequest, GrammarSpec};
+    let e = engine(EngineConfig::default());
+    // Greedy, unconstrained: take the third token as the opener.
+    let free = collect(e.submit(greedy(prompt(5, 20), 6)).unwrap()).0;
+    let opener = free[2];
+    let req = Request {
+        max_tokens: 40,
+        ignore_eos: false,
+        constraint: Some(ConstraintRequest {
+            grammar: GrammarSpec::Choice(vec!["yes".into(), "no".into()]),
+            after: Some(opener),
+        }),
+        ..Request::new(prompt(5, 20), SamplerConfig::default())
+    };
+    let (ids, done) = collect(e.submit(req).unwrap());
+    let at = ids.iter().position(|&t| t == opener).expect("the opener");
+    assert_eq!(&ids[..=at], &free[..=at], "free until the opener");
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/qwen35moe.f32.gguf");
+    let tok = rill_load::load(&ModelSource::File(path), &LoadOptions::default())
+        .unwrap()
+        .tokenizer;
+    let rest = tok.decode(&ids[at + 1..]).unwrap();
+    assert!(rest == "yes" || rest == "no", "{rest:?}");
+    assert_eq!(done.finish, FinishReason::Stop);
 }

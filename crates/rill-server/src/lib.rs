@@ -22,6 +22,7 @@ pub mod openai;
 pub mod routes;
 pub mod sse;
 pub mod state;
+pub mod structured;
 pub mod urls;
 pub mod webui;
 pub mod wire;

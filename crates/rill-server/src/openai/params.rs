@@ -139,6 +139,7 @@ pub fn build_request(
         logprobs,
         ignore_eos: f.ignore_eos.unwrap_or(false),
         cache_points: Vec::new(),
+        constraint: None,
     })
 }
 

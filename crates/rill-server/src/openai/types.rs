@@ -99,8 +99,9 @@ pub struct ChatCompletionRequest {
     /// Convenience for `chat_template_kwargs.enable_thinking`.
     #[serde(default)]
     pub enable_thinking: Option<bool>,
-    #[serde(default)]
-    pub response_format: Option<Json>,
+    /// `response_format` and the other structured-output fields.
+    #[serde(flatten)]
+    pub constraint: crate::structured::ConstraintFields,
 }
 
 impl ChatCompletionRequest {
@@ -183,6 +184,9 @@ pub struct CompletionRequest {
     /// Number of most likely alternatives per token (0..=20).
     #[serde(default)]
     pub logprobs: Option<i64>,
+    /// Structured output (`response_format`, `guided_*`, `grammar`, …).
+    #[serde(flatten)]
+    pub constraint: crate::structured::ConstraintFields,
     /// vLLM's `return_token_ids`: the prompt's and the completion's token
     /// ids in the response (`prompt_token_ids`, `token_ids`).
     #[serde(default)]

@@ -17,9 +17,9 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json as JsonBody;
 use rill_chat::reply::ToolCall;
-use rill_chat::reply::{ChatOutput, Gathered, Part};
+use rill_chat::reply::{ChatOutput, Gathered, Part, ThinkSplitter};
 use rill_chat::{ChatPrompt, ChatRequest, Content, Message};
-use rill_engine::{Done, Event, Handle, Request, TokenInfo};
+use rill_engine::{ConstraintRequest, Done, Event, Handle, Request, TokenInfo};
 use serde_json::Value as Json;
 use std::sync::Arc;
 
@@ -81,15 +81,7 @@ pub(crate) async fn prepare(
     }
     let mut messages = req.messages.clone();
     check_messages(&mut messages)?;
-    if let Some(rf) = &req.response_format {
-        let kind = rf.get("type").and_then(Json::as_str);
-        if kind != Some("text") {
-            return Err(ApiError::bad_param(
-                "response_format",
-                "only response_format {\"type\": \"text\"} is supported",
-            ));
-        }
-    }
+    let grammar = req.constraint.grammar()?;
     let parse_tools = match &req.tool_choice {
         None => true,
         Some(Json::String(s)) if s == "auto" => true,
@@ -149,6 +141,15 @@ pub(crate) async fn prepare(
     .await
     .map_err(|e| ApiError::internal(format!("prompt preparation failed: {e}")))??;
     let (prompt_text, ids, history_end) = (prompt.text, prompt.tokens, prompt.history_end);
+    // The constraint starts after the thinking block when the prompt opens
+    // one: the model thinks freely, then answers in the grammar.
+    request.constraint = grammar.map(|grammar| ConstraintRequest {
+        grammar,
+        after: ThinkSplitter::new(&prompt_text)
+            .in_think
+            .then(|| state.tok.token_to_id("</think>"))
+            .flatten(),
+    });
     request.prompt = ids;
     request.cache_points = history_end.into_iter().collect();
     Ok(Prepared {

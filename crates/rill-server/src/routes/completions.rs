@@ -42,6 +42,13 @@ pub async fn completions(
     };
     let mut request = build_request(&req.sampling(), logprobs, state.ctx_size())?;
     request.prompt = prompt_tokens(&state, req.prompt.clone()).await?;
+    request.constraint = req
+        .constraint
+        .grammar()?
+        .map(|grammar| rill_engine::ConstraintRequest {
+            grammar,
+            after: None,
+        });
     let return_ids = req.return_token_ids == Some(true);
     let prompt_ids = return_ids.then(|| request.prompt.clone());
     let handle = state.engine.submit(request).map_err(|e| {

@@ -191,3 +191,63 @@ def test_errors(client, server):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 12},
+        "days": {"type": "integer", "minimum": 1, "maximum": 9},
+        "sunny": {"type": "boolean"},
+    },
+    "required": ["city", "days", "sunny"],
+    "additionalProperties": False,
+}
+
+
+def _valid(doc):
+    assert set(doc) == {"city", "days", "sunny"}
+    assert isinstance(doc["city"], str) and len(doc["city"]) <= 12
+    assert isinstance(doc["days"], int) and 1 <= doc["days"] <= 9
+    assert isinstance(doc["sunny"], bool)
+
+
+def test_response_format_json_schema(client):
+    """The random-weight fixture would write anything: the schema makes it JSON, every time."""
+    for seed in range(4):
+        r = client.chat.completions.create(
+            model=ALIAS, messages=MESSAGES, max_tokens=300, temperature=0.7, seed=seed,
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "weather", "schema": SCHEMA, "strict": True}},
+            extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+        )
+        c = r.choices[0]
+        assert c.finish_reason == "stop", c
+        _valid(json.loads(c.message.content))
+
+
+def test_response_format_json_object_streams(client):
+    stream = client.chat.completions.create(
+        model=ALIAS, messages=MESSAGES, max_tokens=300, temperature=0.5, seed=3, stream=True,
+        response_format={"type": "json_object"},
+        extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+    )
+    text = "".join(ch.delta.content or "" for chunk in stream for ch in chunk.choices)
+    assert isinstance(json.loads(text), dict)
+
+
+def test_guided_choice_and_bad_schemas(client):
+    r = client.chat.completions.create(
+        model=ALIAS, messages=MESSAGES, max_tokens=10, temperature=1.0, seed=1,
+        extra_body={"guided_choice": ["red", "green", "blue"],
+                    "chat_template_kwargs": {"enable_thinking": False}},
+    )
+    assert r.choices[0].message.content in ("red", "green", "blue")
+    for bad in (
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}}},
+        {"response_format": {"type": "xml"}},
+        {"guided_regex": "(((unclosed"},
+        {"grammar": "start: missing_rule"},
+    ):
+        with pytest.raises(openai.BadRequestError):
+            client.chat.completions.create(model=ALIAS, messages=MESSAGES, max_tokens=4, extra_body=bad)

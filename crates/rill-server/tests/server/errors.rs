@@ -43,7 +43,7 @@ async fn bad_bodies_and_parameters() {
             "top_logprobs",
         ),
         (
-            json!({"messages": msgs, "response_format": {"type": "json_object"}}),
+            json!({"messages": msgs, "response_format": {"type": "xml"}}),
             "response_format",
         ),
         (

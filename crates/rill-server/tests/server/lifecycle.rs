@@ -143,13 +143,8 @@ async fn shutdown_finishes_streams_in_flight() {
     assert!(state
         .engine
         .submit(rill_engine::Request {
-            prompt: vec![1],
             max_tokens: 1,
-            sampler: Default::default(),
-            stop: vec![],
-            logprobs: None,
-            ignore_eos: false,
-            cache_points: vec![],
+            ..rill_engine::Request::new(vec![1], Default::default())
         })
         .is_err());
     assert!(reqwest::Client::new()

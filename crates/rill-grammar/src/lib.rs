@@ -1,0 +1,254 @@
+//! Constrained decoding: a grammar compiled into a per-token mask.
+//!
+//! Structured output (`response_format` JSON schemas, regexes, choices, Lark
+//! grammars) is llguidance's job: it compiles a [`GrammarSpec`] against the
+//! model's vocabulary (a token trie built once per tokenizer, [`Grammars`])
+//! and, token after token, says which tokens may come next. The engine masks
+//! the logits with it before sampling and commits each sampled token.
+//!
+//! Limits on the grammar's size and the work per token are llguidance's
+//! (`ParserLimits`): a hostile schema is refused at compile time with a
+//! message, not run.
+
+use llguidance::api::TopLevelGrammar;
+use llguidance::toktrie::{InferenceCapabilities, TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
+use llguidance::{Matcher, ParserFactory};
+use rill_tokenizer::{TokenType, Tokenizer};
+use std::sync::Arc;
+
+/// What a constraint asks for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum GrammarSpec {
+    /// Any JSON object (`response_format: {"type": "json_object"}`).
+    JsonObject,
+    /// JSON valid against this schema.
+    JsonSchema(serde_json::Value),
+    /// Text matching this regular expression (whole output).
+    Regex(String),
+    /// Exactly one of these strings.
+    Choice(Vec<String>),
+    /// A grammar in llguidance's Lark dialect (which also takes much of
+    /// GBNF's rule syntax).
+    Lark(String),
+}
+
+/// Why a grammar was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct GrammarError(pub String);
+
+/// The vocabulary as llguidance sees it, and its parser factory: built once
+/// per tokenizer (the trie over a 248k vocabulary takes a moment), shared
+/// by every constraint.
+pub struct Grammars {
+    factory: ParserFactory,
+}
+
+/// The tokenizer seen from llguidance.
+struct Env {
+    trie: TokTrie,
+    tok: Arc<Tokenizer>,
+}
+
+impl TokenizerEnv for Env {
+    fn tok_trie(&self) -> &TokTrie {
+        &self.trie
+    }
+
+    fn tokenize_bytes(&self, s: &[u8]) -> Vec<u32> {
+        self.tok.encode(&String::from_utf8_lossy(s), false)
+    }
+}
+
+impl Grammars {
+    pub fn new(tok: Arc<Tokenizer>) -> Result<Grammars, GrammarError> {
+        let n = tok.vocab_size();
+        // Special tokens are marked so that grammar text never matches them.
+        let words: Vec<Vec<u8>> = (0..n as u32)
+            .map(|id| {
+                let special = matches!(tok.token_type(id), Some(TokenType::Control));
+                let piece = tok.token_to_piece(id).unwrap_or(&[]);
+                if special {
+                    let mut w = vec![TokTrie::SPECIAL_TOKEN_MARKER];
+                    w.extend_from_slice(piece);
+                    w
+                } else {
+                    piece.to_vec()
+                }
+            })
+            .collect();
+        // The grammar's end is the end of the model's turn.
+        let end_of_turn = tok.token_to_id("<|im_end|>");
+        let eos = end_of_turn
+            .or(tok.eos_id())
+            .or(tok.eog_ids().first().copied())
+            .ok_or_else(|| GrammarError("the vocabulary has no end-of-generation token".into()))?;
+        let mut info = TokRxInfo::new(n as u32, eos);
+        info.tok_bos = tok.bos_id();
+        info.tok_pad = tok.pad_id();
+        info.tok_end_of_turn = end_of_turn;
+        let trie = TokTrie::from(&info, &words);
+        let env: TokEnv = Arc::new(Env { trie, tok });
+        let factory = ParserFactory::new(
+            &env,
+            InferenceCapabilities::default(),
+            &llguidance::earley::SlicedBiasComputer::general_slices(),
+        )
+        .map_err(|e| GrammarError(format!("cannot build the token trie: {e}")))?;
+        Ok(Grammars { factory })
+    }
+
+    /// Compile `spec` into a fresh constraint.
+    pub fn compile(&self, spec: &GrammarSpec) -> Result<Constraint, GrammarError> {
+        check_nesting(spec)?;
+        let grammar = match spec {
+            GrammarSpec::JsonObject => {
+                TopLevelGrammar::from_json_schema(compact(serde_json::json!({"type": "object"})))
+            }
+            GrammarSpec::JsonSchema(s) => {
+                if !s.is_object() && !s.is_boolean() {
+                    return Err(GrammarError(
+                        "a JSON schema must be an object (or true/false)".into(),
+                    ));
+                }
+                TopLevelGrammar::from_json_schema(compact(s.clone()))
+            }
+            GrammarSpec::Regex(r) => TopLevelGrammar::from_regex(r),
+            GrammarSpec::Choice(options) => {
+                if options.is_empty() {
+                    return Err(GrammarError("a choice needs at least one option".into()));
+                }
+                let alts: Vec<String> = options
+                    .iter()
+                    .map(|o| serde_json::Value::String(o.clone()).to_string())
+                    .collect();
+                TopLevelGrammar::from_lark(format!("start: {}", alts.join(" | ")))
+            }
+            GrammarSpec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
+        };
+        let parser = self
+            .factory
+            .create_parser(grammar)
+            .map_err(|e| GrammarError(format!("invalid grammar: {e}")))?;
+        let matcher = Matcher::new(Ok(parser));
+        if let Some(e) = matcher.get_error() {
+            return Err(GrammarError(format!("invalid grammar: {e}")));
+        }
+        Ok(Constraint { matcher })
+    }
+}
+
+/// JSON written the way `json.dumps` writes it (`", "`, `": "`, no other
+/// whitespace) unless the schema says otherwise in `x-guidance`: free
+/// whitespace lets a model pad forever instead of closing the object.
+fn compact(mut schema: serde_json::Value) -> serde_json::Value {
+    if let Some(o) = schema.as_object_mut() {
+        o.entry("x-guidance").or_insert_with(|| {
+            serde_json::json!({
+                "whitespace_flexible": false,
+                "item_separator": ", ",
+                "key_separator": ": "
+            })
+        });
+    }
+    schema
+}
+
+/// Most nesting a grammar may have. The compilers recurse on it: deeper
+/// input would exhaust the stack, so it is refused with a message first.
+pub const MAX_NESTING: usize = 64;
+
+fn check_nesting(spec: &GrammarSpec) -> Result<(), GrammarError> {
+    fn json_depth(v: &serde_json::Value) -> usize {
+        // Iterative: the value itself may be deep.
+        let mut deepest = 0;
+        let mut stack = vec![(v, 1usize)];
+        while let Some((v, d)) = stack.pop() {
+            deepest = deepest.max(d);
+            match v {
+                serde_json::Value::Array(a) => stack.extend(a.iter().map(|x| (x, d + 1))),
+                serde_json::Value::Object(o) => stack.extend(o.values().map(|x| (x, d + 1))),
+                _ => {}
+            }
+        }
+        deepest
+    }
+    fn bracket_depth(s: &str) -> usize {
+        let (mut d, mut deepest) = (0usize, 0usize);
+        for c in s.chars() {
+            match c {
+                '(' | '[' | '{' => {
+                    d += 1;
+                    deepest = deepest.max(d);
+                }
+                ')' | ']' | '}' => d = d.saturating_sub(1),
+                _ => {}
+            }
+        }
+        deepest
+    }
+    let depth = match spec {
+        // A schema level is an object holding a keyword holding the next.
+        GrammarSpec::JsonSchema(v) => json_depth(v) / 2,
+        GrammarSpec::Regex(s) | GrammarSpec::Lark(s) => bracket_depth(s),
+        GrammarSpec::JsonObject | GrammarSpec::Choice(_) => 0,
+    };
+    if depth > MAX_NESTING {
+        return Err(GrammarError(format!(
+            "the grammar nests {depth} levels deep; at most {MAX_NESTING} are allowed"
+        )));
+    }
+    Ok(())
+}
+
+/// One sequence's constraint: the grammar's state after the tokens
+/// committed so far.
+pub struct Constraint {
+    matcher: Matcher,
+}
+
+impl std::fmt::Debug for Constraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Constraint")
+            .field("stopped", &self.matcher.is_stopped())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Constraint {
+    /// Set every token the grammar does not allow next to −∞ in `logits`
+    /// (the end-of-turn token is allowed once the grammar may end). Returns
+    /// how many tokens stay allowed (0: the grammar is stuck).
+    pub fn mask(&mut self, logits: &mut [f32]) -> Result<usize, GrammarError> {
+        let allowed = self
+            .matcher
+            .compute_mask_or_eos()
+            .map_err(|e| GrammarError(format!("grammar error: {e}")))?;
+        let mut n = 0;
+        for (id, l) in logits.iter_mut().enumerate() {
+            if allowed.is_allowed(id as u32) {
+                n += 1;
+            } else {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+        Ok(n)
+    }
+
+    /// The sampled token, into the grammar's state.
+    pub fn commit(&mut self, id: u32) -> Result<(), GrammarError> {
+        self.matcher
+            .consume_token(id)
+            .map_err(|e| GrammarError(format!("grammar error: {e}")))
+    }
+
+    /// The grammar is complete: nothing but the end may follow.
+    pub fn is_done(&self) -> bool {
+        self.matcher.is_stopped()
+    }
+
+    /// The grammar could end here.
+    pub fn is_accepting(&mut self) -> bool {
+        self.matcher.is_accepting().unwrap_or(false)
+    }
+}
