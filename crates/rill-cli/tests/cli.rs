@@ -191,3 +191,41 @@ fn bad_input_is_a_clear_error_not_a_panic() {
         assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
     }
 }
+
+/// `rill chat` runs on the engine: the second turn resumes from the prompt
+/// cache where the first turn's history ended.
+#[test]
+fn chat_turns_resume_from_the_prompt_cache() {
+    use std::io::Write;
+    let m = fixtures().join("qwen35moe.f32.gguf");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rill"))
+        .args([
+            "chat",
+            "-m",
+            m.to_str().unwrap(),
+            "-n",
+            "6",
+            "--timings",
+            "--temp",
+            "0",
+        ])
+        .args(["-t", "2"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run rill chat");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"Hello there\nAnd a second turn\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let evals: Vec<&str> = err.lines().filter(|l| l.contains("prompt eval:")).collect();
+    assert_eq!(evals.len(), 2, "{err}");
+    assert!(!evals[0].contains("prompt cache"), "{err}");
+    assert!(evals[1].contains("from the prompt cache"), "{err}");
+}
