@@ -151,7 +151,6 @@ async fn stop_sequences_are_reported() {
     let stop: String = chars[at..at + 3].iter().collect();
     let mut b = body(off);
     b["stop_sequences"] = json!(["NEVER-SEEN-0", stop]);
-    b["ignore_eos"] = json!(false);
     let (st, v) = s.post("/v1/messages", &b).await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["stop_reason"], "stop_sequence", "{v}");
