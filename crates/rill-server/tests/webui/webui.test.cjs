@@ -246,6 +246,28 @@ test("a screenshot, and the page fits a narrow screen", async () => {
   await page.screenshot({ path: path.join(OUT, "screenshot-narrow.png") });
 });
 
+test("settings and the key survive a reload; New chat clears the conversation", async () => {
+  await page.setViewportSize({ width: 1100, height: 800 });
+  await page.reload();
+  await page.waitForFunction(() => document.querySelector("#model").textContent === "webui-model");
+  assert.equal(await page.evaluate(() => document.querySelector("#key-dialog").open), false);
+  assert.equal(await page.isChecked("#thinking"), false);
+  assert.equal(await page.inputValue("#max_tokens"), "4");
+  await setSettings({ system: "You are a test." });
+  const sent = page.waitForRequest((r) => r.url().endsWith("/v1/chat/completions"));
+  await say("One more.");
+  const body = JSON.parse((await sent).postData());
+  // A fresh page: only the system prompt and this message.
+  assert.deepEqual(body.messages, [
+    { role: "system", content: "You are a test." },
+    { role: "user", content: "One more." },
+  ]);
+  assert.equal((await finished()).status, "done");
+  await page.click("#new-chat");
+  assert.equal(await page.locator("#messages .msg").count(), 0);
+  assert.ok(await page.isVisible("#empty"));
+});
+
 test("no script errors and no request leaves the server", async () => {
   assert.deepEqual(pageErrors, []);
   assert.deepEqual(foreign, []);
