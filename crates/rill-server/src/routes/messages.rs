@@ -310,3 +310,130 @@ impl ChunkBuilder for Reply {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(tools: bool) -> Reply {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures/models/qwen35moe.f32.gguf");
+        Reply {
+            id: "msg_test".into(),
+            model: "m".into(),
+            tok: Arc::new(Tokenizer::from_gguf_path(&path).unwrap()),
+            output: ChatOutput::new("<|im_start|>assistant\n<think>\n", tools),
+            stops: Vec::new(),
+            input_tokens: 7,
+            ids: Vec::new(),
+            blocks: Vec::new(),
+            open: None,
+            index: 0,
+            n_calls: 0,
+        }
+    }
+
+    fn done() -> Done {
+        Done {
+            finish: FinishReason::Stop,
+            prompt_tokens: 7,
+            cached_tokens: 3,
+            completion_tokens: 20,
+            ttft_ms: 1.0,
+            total_ms: 2.0,
+        }
+    }
+
+    const PIECES: &[&str] = &[
+        "I need the wea",
+        "ther.\n</think>\n\nChecking.\n\n<tool_",
+        "call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n",
+        "</function>\n</tool_call>",
+    ];
+
+    #[test]
+    fn a_streamed_reply_is_blocks_of_events() {
+        let mut r = reply(true);
+        let mut out = r.start();
+        for p in PIECES {
+            out.extend(r.text(p.to_string(), Vec::new()));
+        }
+        out.extend(r.done(done()));
+        let ev: Vec<(String, Json)> = out
+            .iter()
+            .map(|e| {
+                let (n, d) = e.split_once('\n').unwrap();
+                (n.to_string(), serde_json::from_str(d).unwrap())
+            })
+            .collect();
+        let names: Vec<&str> = ev.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names[0], "message_start");
+        assert_eq!(ev[0].1["message"]["usage"]["input_tokens"], 7);
+        // Three blocks in order, each opened and closed once.
+        let starts: Vec<&Json> = ev
+            .iter()
+            .filter(|(n, _)| n == "content_block_start")
+            .map(|(_, d)| d)
+            .collect();
+        let kinds: Vec<&str> = starts
+            .iter()
+            .map(|d| d["content_block"]["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["thinking", "text", "tool_use"]);
+        for (i, s) in starts.iter().enumerate() {
+            assert_eq!(s["index"], i);
+        }
+        assert_eq!(
+            names.iter().filter(|n| **n == "content_block_stop").count(),
+            3
+        );
+        let delta = |kind: &str, field: &str| -> String {
+            ev.iter()
+                .filter(|(n, d)| n == "content_block_delta" && d["delta"]["type"] == kind)
+                .map(|(_, d)| d["delta"][field].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(delta("thinking_delta", "thinking"), "I need the weather.");
+        assert_eq!(delta("text_delta", "text"), "Checking.");
+        assert_eq!(
+            delta("input_json_delta", "partial_json"),
+            "{\"city\":\"Paris\"}"
+        );
+        let tool = &starts[2]["content_block"];
+        assert_eq!(tool["name"], "get_weather");
+        assert_eq!(tool["input"], json!({}));
+        assert!(tool["id"].as_str().unwrap().starts_with("toolu_"));
+        let md = &ev[ev.len() - 2].1;
+        assert_eq!(md["delta"]["stop_reason"], "tool_use");
+        assert_eq!(md["usage"]["input_tokens"], 4);
+        assert_eq!(md["usage"]["cache_read_input_tokens"], 3);
+        assert_eq!(md["usage"]["output_tokens"], 20);
+        assert_eq!(names[names.len() - 1], "message_stop");
+    }
+
+    #[test]
+    fn a_whole_reply_gathers_the_same_blocks() {
+        let mut r = reply(true);
+        for p in PIECES {
+            let parts = r.output.feed(p);
+            r.gather(parts);
+        }
+        let parts = r.output.finish();
+        r.gather(parts);
+        assert_eq!(r.blocks.len(), 3, "{:?}", r.blocks);
+        assert_eq!(
+            r.blocks[0],
+            json!({"type": "thinking", "thinking": "I need the weather.", "signature": ""})
+        );
+        assert_eq!(r.blocks[1], json!({"type": "text", "text": "Checking."}));
+        assert_eq!(r.blocks[2]["type"], "tool_use");
+        assert_eq!(r.blocks[2]["input"], json!({"city": "Paris"}));
+        assert_eq!(r.stop_reason(&done()), ("tool_use", None));
+        // Without tools the markup is text, and a plain stop is end_turn.
+        let mut r = reply(false);
+        let parts = r.output.feed("x</think>\n\n<tool_call>{}</tool_call>");
+        r.gather(parts);
+        assert_eq!(r.blocks[1]["type"], "text");
+        assert_eq!(r.stop_reason(&done()), ("end_turn", None));
+    }
+}
