@@ -13,6 +13,7 @@
 //! - [`errors`]: every failure as an OpenAI-style JSON error.
 //! - [`webui`]: the chat page at `/`.
 
+pub mod anthropic;
 pub mod auth;
 pub mod errors;
 pub mod fleet;

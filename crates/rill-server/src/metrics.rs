@@ -72,6 +72,11 @@ pub async fn track(State(state): State<Arc<AppState>>, req: Request, next: Next)
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "unmatched".to_string());
     let method = req.method().clone();
+    let request_id = req
+        .extensions()
+        .get::<crate::wire::RequestId>()
+        .map(|r| r.0.clone())
+        .unwrap_or_default();
     let t0 = std::time::Instant::now();
     let resp = next.run(req).await;
     let status = resp.status().as_u16();
@@ -81,6 +86,7 @@ pub async fn track(State(state): State<Arc<AppState>>, req: Request, next: Next)
         %method,
         route,
         status,
+        request_id,
         ms = t0.elapsed().as_secs_f64() * 1e3,
         "request"
     );

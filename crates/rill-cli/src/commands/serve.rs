@@ -1,9 +1,10 @@
 //! `rill serve`: the OpenAI-compatible HTTP server.
 //!
 //! Loads the model, starts the engine, and serves `/v1/chat/completions`,
-//! `/v1/completions`, `/v1/models`, `/health` and `/metrics` until Ctrl-C or
-//! SIGTERM; then it stops accepting connections, finishes the requests in
-//! flight, and stops the engine. A second Ctrl-C exits at once.
+//! `/v1/completions`, `/v1/messages`, `/v1/models`, the utility endpoints,
+//! `/health`, `/metrics` and the chat page at `/` until Ctrl-C or SIGTERM;
+//! then it stops accepting connections, finishes the requests in flight, and
+//! stops the engine. A second Ctrl-C exits at once.
 
 use crate::load;
 use anyhow::{Context, Result};

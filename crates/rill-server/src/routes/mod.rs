@@ -2,6 +2,7 @@
 
 pub mod chat;
 pub mod completions;
+pub mod messages;
 pub mod misc;
 pub mod utility;
 
@@ -39,7 +40,15 @@ pub fn router(state: Arc<AppState>) -> Router {
             state.clone(),
             auth::require_key,
         ));
-    let mut app = Router::new().merge(v1);
+    // Anthropic's Messages API, with its own key header and error shape.
+    let anthropic = Router::new()
+        .route("/v1/messages", post(messages::messages))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::anthropic::require_key,
+        ));
+    let mut app = Router::new().merge(v1).merge(anthropic);
     if state.config.webui {
         app = app
             .route("/", get(webui::index))

@@ -7,7 +7,7 @@ use crate::openai::types::ChatCompletionRequest;
 use crate::routes::chat::prepare;
 use crate::state::AppState;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Query, State};
 use axum::Json;
 use rill_chat::{ChatRequest, Message};
@@ -236,8 +236,9 @@ pub async fn props(State(state): State<Arc<AppState>>) -> Json<Value> {
 /// are shown as processing. `?fail_on_no_slot=1` answers 503 when all are.
 pub async fn slots(
     State(state): State<Arc<AppState>>,
-    Query(q): Query<HashMap<String, String>>,
+    q: Result<Query<HashMap<String, String>>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::invalid(format!("bad query string: {e}")))?;
     let total = state.engine.config().max_parallel;
     let running = (state.engine.metrics().requests_running.load(Relaxed) as usize).min(total);
     let fail = q

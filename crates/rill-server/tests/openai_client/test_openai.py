@@ -100,6 +100,8 @@ def test_chat(client):
     extra = c.message.model_extra or {}
     text = (c.message.content or "") + (extra.get("reasoning_content") or "")
     assert isinstance(text, str)
+    # vLLM's name for the thinking, beside llama.cpp's.
+    assert extra.get("reasoning") == extra.get("reasoning_content")
 
 
 def test_chat_no_thinking_stream_matches(client):

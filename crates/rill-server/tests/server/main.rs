@@ -7,6 +7,7 @@ mod common;
 mod errors;
 mod fleet;
 mod lifecycle;
+mod messages;
 mod utility;
 mod webui;
 mod wire;

@@ -233,10 +233,57 @@ test("stop ends the request and the button returns to Send", async () => {
   assert.equal(again.status, "done", again.error);
 });
 
+test("a canned stream: thinking, then an answer with a code block and a tool call", async () => {
+  // What a trained model would send, through the page's parser and renderer.
+  const chunks = [
+    { choices: [{ index: 0, delta: { role: "assistant", content: "" } }] },
+    { choices: [{ index: 0, delta: { reasoning_content: "Let me think.", reasoning: "Let me think." } }] },
+    { choices: [{ index: 0, delta: { reasoning: " Still thinking." } }] },
+    { choices: [{ index: 0, delta: { content: "Here:\n```py\nprint(1)\n" } }] },
+    { choices: [{ index: 0, delta: { content: "```\nDone <b>not bold</b>" } }] },
+    { choices: [{ index: 0, delta: { tool_calls: [{ index: 0, id: "call_1", type: "function",
+      function: { name: "get_time", arguments: "{\"tz\":\"CET\"}" } }] } }] },
+    { choices: [{ index: 0, delta: {}, finish_reason: "tool_calls" }] },
+    { choices: [], usage: { prompt_tokens: 50, completion_tokens: 20, total_tokens: 70,
+      prompt_tokens_details: { cached_tokens: 40 } },
+      timings: { cache_n: 40, prompt_n: 10, prompt_ms: 12, predicted_n: 20, predicted_ms: 400,
+        predicted_per_second: 47.5 } },
+  ];
+  const sse = chunks.map((c) => "data: " + JSON.stringify(c) + "\n\n").join("") + "data: [DONE]\n\n";
+  const url = base + "/v1/chat/completions";
+  const canned = (route) => route.fulfill({
+    status: 200, headers: { "content-type": "text/event-stream" }, body: sse,
+  });
+  await page.route(url, canned);
+  try {
+    await say("Canned, please.");
+    const r = await finished();
+    assert.equal(r.status, "done", r.error);
+    assert.equal(r.thinking, "Let me think. Still thinking.", "reasoning_content or reasoning");
+    const m = lastReply();
+    assert.equal(await m.locator(".thinking").getAttribute("open"), null, "folded once the answer began");
+    assert.match(await m.locator(".thinking > summary").textContent(), /^Thought for/);
+    const code = m.locator(".answer pre code");
+    assert.equal(await code.count(), 1);
+    assert.equal(await code.textContent(), "print(1)");
+    assert.equal(await code.getAttribute("data-lang"), "py");
+    assert.equal(await m.locator(".answer b").count(), 0, "model text is never HTML");
+    assert.match(r.answer, /Done <b>not bold<\/b>/);
+    assert.match(r.answer, /→ get_time\(\{"tz":"CET"\}\)/);
+    assert.equal(r.stats, "47.5 tok/s · first token 12 ms · 20 tokens · 40 of 50 prompt tokens from cache");
+  } finally {
+    await page.unroute(url, canned);
+  }
+});
+
 test("a screenshot, and the page fits a narrow screen", async () => {
   // Open the thinking panels for the picture.
   await page.evaluate(() => document.querySelectorAll(".thinking").forEach((d) => { d.open = true; }));
-  await page.screenshot({ path: path.join(OUT, "screenshot.png"), fullPage: true });
+  // The conversation scrolls inside <main>: make the window tall enough for all of it.
+  const height = await page.evaluate(() => document.querySelector("#chat").scrollHeight +
+    document.querySelector("header").offsetHeight + document.querySelector("#composer").offsetHeight);
+  await page.setViewportSize({ width: 1100, height: Math.min(height + 4, 4000) });
+  await page.screenshot({ path: path.join(OUT, "screenshot.png") });
   assert.ok(fs.statSync(path.join(OUT, "screenshot.png")).size > 1000);
   await page.setViewportSize({ width: 380, height: 740 });
   const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
@@ -244,6 +291,28 @@ test("a screenshot, and the page fits a narrow screen", async () => {
   const send = await page.locator("#send").boundingBox();
   assert.ok(send && send.x + send.width <= 380, "the send button is on screen");
   await page.screenshot({ path: path.join(OUT, "screenshot-narrow.png") });
+});
+
+test("settings and the key survive a reload; New chat clears the conversation", async () => {
+  await page.setViewportSize({ width: 1100, height: 800 });
+  await page.reload();
+  await page.waitForFunction(() => document.querySelector("#model").textContent === "webui-model");
+  assert.equal(await page.evaluate(() => document.querySelector("#key-dialog").open), false);
+  assert.equal(await page.isChecked("#thinking"), false);
+  assert.equal(await page.inputValue("#max_tokens"), "4");
+  await setSettings({ system: "You are a test." });
+  const sent = page.waitForRequest((r) => r.url().endsWith("/v1/chat/completions"));
+  await say("One more.");
+  const body = JSON.parse((await sent).postData());
+  // A fresh page: only the system prompt and this message.
+  assert.deepEqual(body.messages, [
+    { role: "system", content: "You are a test." },
+    { role: "user", content: "One more." },
+  ]);
+  assert.equal((await finished()).status, "done");
+  await page.click("#new-chat");
+  assert.equal(await page.locator("#messages .msg").count(), 0);
+  assert.ok(await page.isVisible("#empty"));
 });
 
 test("no script errors and no request leaves the server", async () => {
