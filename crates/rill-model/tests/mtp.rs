@@ -350,3 +350,65 @@ fn a_missing_or_misshaped_mtp_tensor_is_named() {
         Ok(_) => panic!("a mis-shaped eh_proj loaded"),
     }
 }
+
+/// `nextn.embed_tokens` / `nextn.shared_head_head`, when a file has them,
+/// replace the trunk's embedding / LM head in the head (and only there).
+#[test]
+fn the_heads_own_embedding_and_lm_head_are_used_when_present() {
+    let run = Runner::exact(2);
+    for f in fixtures("mtp") {
+        let name = f["name"].as_str().unwrap();
+        let base = load(&f);
+        let (h, v) = (base.config.n_embd, base.config.n_vocab);
+        let ids: Vec<u32> = (0..7u32).map(|i| (i * 41 + 3) % v as u32).collect();
+        let run_head = |model: &Model| {
+            let mut st = SequenceState::new(model, ids.len());
+            let hid = shifted(&trunk_hidden(model, &run, &mut st, &ids), h);
+            let mut fresh = SequenceState::new(model, ids.len());
+            let trunk = model.forward(&run, &mut fresh, &ids, Rows::All).unwrap();
+            (trunk, mtp_logits(model, &run, &mut st, &ids, &hid))
+        };
+        let (trunk, want) = run_head(&base);
+        // A file whose extra tensor copies (or negates) a shared one.
+        let with = |extra: &str, from: &str, scale: f32| {
+            let src = GgufFile::open(&fixtures_dir().join(f["gguf"].as_str().unwrap())).unwrap();
+            let mut w = GgufWriter::new();
+            for (k, m) in src.metadata() {
+                w.kv(k, m.clone());
+            }
+            for t in src.tensors() {
+                let data = src.tensor_data(t).to_vec();
+                if t.name == from {
+                    let scaled: Vec<u8> = data
+                        .chunks_exact(4)
+                        .flat_map(|b| {
+                            (f32::from_le_bytes(b.try_into().unwrap()) * scale).to_le_bytes()
+                        })
+                        .collect();
+                    w.tensor(extra, &t.shape, t.ggml_type, scaled);
+                }
+                w.tensor(t.name.clone(), &t.shape, t.ggml_type, data);
+            }
+            let file = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+            Model::from_gguf(Arc::new(file)).unwrap()
+        };
+        let lm = if base.has_output_matrix() {
+            "output.weight"
+        } else {
+            "token_embd.weight"
+        };
+        for (extra, from) in [
+            ("blk.2.nextn.embed_tokens.weight", "token_embd.weight"),
+            ("blk.2.nextn.shared_head_head.weight", lm),
+        ] {
+            let same = run_head(&with(extra, from, 1.0));
+            assert!(
+                same == (trunk.clone(), want.clone()),
+                "{name}: {extra} as a copy"
+            );
+            let (t2, m2) = run_head(&with(extra, from, -1.0));
+            assert!(t2 == trunk, "{name}: {extra} changed the trunk");
+            assert!(m2 != want, "{name}: {extra} is not used");
+        }
+    }
+}
