@@ -194,7 +194,8 @@ impl ModelConfig {
         if self.n_embd == 0 || self.n_layer == 0 {
             return bad("zero embedding length or layer count".into());
         }
-        if self.layer_kinds.contains(&LayerKind::Attention) {
+        // The MTP block is a full-attention layer too.
+        if self.layer_kinds.contains(&LayerKind::Attention) || self.n_nextn > 0 {
             if self.n_head == 0
                 || self.n_head_kv == 0
                 || !self.n_head.is_multiple_of(self.n_head_kv)

@@ -34,4 +34,8 @@ pub enum ForwardError {
     ContextFull { needed: usize, capacity: usize },
     #[error("empty batch")]
     Empty,
+    #[error("the model has no MTP head (or the state was made for one without)")]
+    NoMtp,
+    #[error("MTP hidden rows: {got} values given, {want} expected (n_embd per token)")]
+    HiddenRows { got: usize, want: usize },
 }

@@ -7,13 +7,15 @@
 //! attention over a KV cache and the GDN conv + recurrence run per sequence,
 //! on that sequence's slice of the rows and its own state.
 
+use crate::config::ModelConfig;
 use crate::error::ForwardError;
 use crate::layers::attention::{self, AttnSeq};
 use crate::layers::gdn::{self, GdnSeq};
 use crate::model::{Mixer, Model};
-use crate::scratch::{Buf, Reused, Runner};
+use crate::scratch::{Buf, Exec, Reused, Runner};
 use crate::state::{LayerState, SequenceState};
-use rill_kernels::ops::rms_norm;
+use crate::weights::Matrix;
+use rill_kernels::ops::{rms_norm, rms_norm_inplace};
 use rill_kernels::threads::SharedMut;
 use rill_kernels::{matmul_in, Threads};
 use std::ops::Range;
@@ -79,6 +81,24 @@ impl Outputs {
 pub struct BatchItem<'a> {
     pub state: &'a mut SequenceState,
     pub tokens: &'a [u32],
+    pub outputs: Outputs,
+}
+
+/// One sequence's part of an MTP-head step
+/// ([`Model::forward_mtp_into`]).
+pub struct MtpItem<'a> {
+    /// The sequence; its MTP KV cache advances by `tokens.len()`.
+    pub state: &'a mut SequenceState,
+    /// Token `x_p` for each of the head's next positions `p` (from
+    /// [`SequenceState::mtp_position`] on).
+    pub tokens: &'a [u32],
+    /// One `n_embd` row per token, the state paired with `x_p`: the trunk's
+    /// post-final-norm hidden of position `p − 1` (zeros for a sequence's
+    /// first row), or, for a chained draft step, the head's own `hidden`
+    /// output of the step before.
+    pub hidden: &'a [f32],
+    /// Logits (of `x_{p+1}`) and/or the head's output after
+    /// `shared_head_norm`.
     pub outputs: Outputs,
 }
 
@@ -296,79 +316,223 @@ impl Model {
 
         // The final norm and the output head, on the rows someone asked
         // for, all at once, straight into the caller's buffers.
-        let v = c.n_vocab;
-        let mut rows = Reused::take(ex.ws);
-        for (item, span) in items.iter().zip(spans.iter()) {
-            if !item.outputs.wants_rows() {
-                continue;
-            }
-            match item.outputs.rows {
-                Rows::All => rows.extend(span.clone()),
-                Rows::Last => rows.push(span.end - 1),
-                Rows::None => {}
-            }
+        let head = self.output_matrix();
+        let outputs = |i: usize| items[i].outputs;
+        emit(ex, c, &x, &spans, outputs, &self.output_norm, head, out);
+        Ok(())
+    }
+
+    fn check_mtp(&self, item: &MtpItem) -> Result<(), ForwardError> {
+        let c = &self.config;
+        let n = item.tokens.len();
+        if n == 0 {
+            return Err(ForwardError::Empty);
         }
-        let mut normed = Buf::for_output(ex.ws, rows.len() * h);
-        for (i, &t) in rows.iter().enumerate() {
-            rms_norm(
-                &x[t * h..(t + 1) * h],
-                &self.output_norm,
-                c.rms_eps,
-                &mut normed[i * h..(i + 1) * h],
-            );
+        if let Some(&id) = item.tokens.iter().find(|&&t| t as usize >= c.n_vocab) {
+            return Err(ForwardError::TokenOutOfRange {
+                id,
+                n_vocab: c.n_vocab,
+            });
         }
-        // Which of the normed rows go through the LM head, and where each
-        // item's outputs land.
-        let mut logit_rows = Reused::take(ex.ws);
-        out.logit_spans.clear();
-        out.hidden_spans.clear();
-        out.hidden.clear();
-        let mut at = 0;
-        for item in items.iter() {
-            let o = item.outputs;
-            let n_rows = match o.rows {
-                _ if !o.wants_rows() => 0,
-                Rows::All => item.tokens.len(),
-                Rows::Last => 1,
-                Rows::None => 0,
-            };
-            let (lf, hf) = (logit_rows.len(), out.hidden.len());
-            if o.logits {
-                logit_rows.extend(at..at + n_rows);
-            }
-            if o.hidden {
-                out.hidden
-                    .extend_from_slice(&normed[at * h..(at + n_rows) * h]);
-            }
-            out.logit_spans.push(lf * v..logit_rows.len() * v);
-            out.hidden_spans.push(hf..out.hidden.len());
-            at += n_rows;
+        if item.hidden.len() != n * c.n_embd {
+            return Err(ForwardError::HiddenRows {
+                got: item.hidden.len(),
+                want: n * c.n_embd,
+            });
         }
-        out.logits.clear();
-        out.logits.resize(logit_rows.len() * v, 0.0);
-        if !logit_rows.is_empty() {
-            // Usually every normed row; otherwise the ones asked for, packed.
-            let packed;
-            let input: &[f32] = if logit_rows.len() == rows.len() {
-                &normed
-            } else {
-                let mut p = Buf::for_output(ex.ws, logit_rows.len() * h);
-                for (i, &r) in logit_rows.iter().enumerate() {
-                    p[i * h..(i + 1) * h].copy_from_slice(&normed[r * h..(r + 1) * h]);
-                }
-                packed = p;
-                &packed
-            };
-            matmul_in(
-                ex.precision,
-                threads,
-                self.output_matrix().view(),
-                input,
-                logit_rows.len(),
-                &mut out.logits,
-            );
+        let pos = item.state.mtp.as_ref().ok_or(ForwardError::NoMtp)?.pos;
+        if pos + n > item.state.capacity {
+            return Err(ForwardError::ContextFull {
+                needed: pos + n,
+                capacity: item.state.capacity,
+            });
         }
         Ok(())
+    }
+
+    /// One step of the MTP head over several sequences (DESIGN.md §2.4,
+    /// wave2.md A.4): for each row, token `x_p` at the head's next position
+    /// `p` paired with its hidden row `h`,
+    /// `z = eh_proj · [enorm(embed(x_p)); hnorm(h)]`, then the block (the
+    /// trunk's attention and FFN code, over the head's own KV cache in each
+    /// state), then `shared_head_norm` — the item's `hidden` output, which
+    /// later draft steps feed back — and the LM head (its `logits`).
+    ///
+    /// Only the head's position advances (by each item's token count); the
+    /// trunk's state is not touched. Every item is checked first, so a
+    /// refused step changes nothing. Like
+    /// [`forward_batch_into`](Self::forward_batch_into), a step of a shape
+    /// that has run before allocates nothing.
+    pub fn forward_mtp_into(
+        &self,
+        run: &Runner,
+        items: &mut [MtpItem],
+        out: &mut StepOutputs,
+    ) -> Result<(), ForwardError> {
+        let m = self.mtp.as_ref().ok_or(ForwardError::NoMtp)?;
+        for item in items.iter() {
+            self.check_mtp(item)?;
+        }
+        let ex = run.exec();
+        let threads = ex.threads;
+        let c = &self.config;
+        let h = c.n_embd;
+        let mut spans = Reused::take(ex.ws);
+        let mut n = 0;
+        for item in items.iter() {
+            spans.push(n..n + item.tokens.len());
+            n += item.tokens.len();
+        }
+        // [enorm(embedding) ; hnorm(hidden)] per row: the embedding first.
+        let mut cat = Buf::for_output(ex.ws, n * 2 * h);
+        let embd = m.embed.as_ref().unwrap_or(&self.token_embd).view();
+        let rows = items
+            .iter()
+            .flat_map(|i| i.tokens.iter().zip(i.hidden.chunks_exact(h)));
+        for ((&id, hid), row) in rows.zip(cat.chunks_exact_mut(2 * h)) {
+            let (e, hn) = row.split_at_mut(h);
+            embd.dequantize_row(id as usize, e);
+            rms_norm_inplace(e, &m.enorm, c.rms_eps);
+            rms_norm(hid, &m.hnorm, c.rms_eps, hn);
+        }
+        let mut x = Buf::for_output(ex.ws, n * h);
+        matmul_in(ex.precision, threads, m.eh_proj.view(), &cat, n, &mut x);
+        drop(cat);
+
+        // The block, as a trunk attention layer, over the head's own cache.
+        let layer = &m.layer;
+        let Mixer::Attention(w) = &layer.mixer else {
+            unreachable!("the MTP block is bound as an attention layer")
+        };
+        let mut xn = Buf::for_output(ex.ws, n * h);
+        add_then_norm(
+            threads,
+            h,
+            &mut x,
+            None,
+            &layer.attn_norm,
+            c.rms_eps,
+            &mut xn,
+        );
+        let seqs = items.iter_mut().zip(spans.iter()).map(|(item, span)| {
+            let capacity = item.state.capacity;
+            let s = item.state.mtp.as_mut().expect("checked above");
+            AttnSeq {
+                rows: span.clone(),
+                pos: s.pos,
+                capacity,
+                k_cache: &mut s.k,
+                v_cache: &mut s.v,
+            }
+        });
+        let mixed = attention::forward(w, c, &self.rope_inv_freq, ex, &xn, n, seqs);
+        let post = &layer.post_attention_norm;
+        add_then_norm(threads, h, &mut x, Some(&mixed), post, c.rms_eps, &mut xn);
+        drop(mixed);
+        let f = layer.ffn.forward(c, ex, &xn, n);
+        for (xi, fi) in x.iter_mut().zip(f.iter()) {
+            *xi += fi;
+        }
+        drop(f);
+        for item in items.iter_mut() {
+            if let Some(s) = &mut item.state.mtp {
+                s.pos += item.tokens.len();
+            }
+        }
+        let head = self.mtp_head_matrix(m);
+        let outputs = |i: usize| items[i].outputs;
+        emit(ex, c, &x, &spans, outputs, &m.shared_head_norm, head, out);
+        Ok(())
+    }
+}
+
+/// The end of a step, trunk or MTP head: `norm` and the `head` projection
+/// on the rows the items asked for, all at once, into `out` (item `i` has
+/// rows `spans[i]` of `x` and asked for `outputs(i)`).
+#[allow(clippy::too_many_arguments)]
+fn emit(
+    ex: Exec<'_>,
+    c: &ModelConfig,
+    x: &[f32],
+    spans: &[Range<usize>],
+    outputs: impl Fn(usize) -> Outputs,
+    norm: &[f32],
+    head: &Matrix,
+    out: &mut StepOutputs,
+) {
+    let threads = ex.threads;
+    let (h, v) = (c.n_embd, c.n_vocab);
+    let mut rows = Reused::take(ex.ws);
+    for (i, span) in spans.iter().enumerate() {
+        let o = outputs(i);
+        if !o.wants_rows() {
+            continue;
+        }
+        match o.rows {
+            Rows::All => rows.extend(span.clone()),
+            Rows::Last => rows.push(span.end - 1),
+            Rows::None => {}
+        }
+    }
+    let mut normed = Buf::for_output(ex.ws, rows.len() * h);
+    for (i, &t) in rows.iter().enumerate() {
+        rms_norm(
+            &x[t * h..(t + 1) * h],
+            norm,
+            c.rms_eps,
+            &mut normed[i * h..(i + 1) * h],
+        );
+    }
+    // Which of the normed rows go through the LM head, and where each
+    // item's outputs land.
+    let mut logit_rows = Reused::take(ex.ws);
+    out.logit_spans.clear();
+    out.hidden_spans.clear();
+    out.hidden.clear();
+    let mut at = 0;
+    for (i, span) in spans.iter().enumerate() {
+        let o = outputs(i);
+        let n_rows = match o.rows {
+            _ if !o.wants_rows() => 0,
+            Rows::All => span.len(),
+            Rows::Last => 1,
+            Rows::None => 0,
+        };
+        let (lf, hf) = (logit_rows.len(), out.hidden.len());
+        if o.logits {
+            logit_rows.extend(at..at + n_rows);
+        }
+        if o.hidden {
+            out.hidden
+                .extend_from_slice(&normed[at * h..(at + n_rows) * h]);
+        }
+        out.logit_spans.push(lf * v..logit_rows.len() * v);
+        out.hidden_spans.push(hf..out.hidden.len());
+        at += n_rows;
+    }
+    out.logits.clear();
+    out.logits.resize(logit_rows.len() * v, 0.0);
+    if !logit_rows.is_empty() {
+        // Usually every normed row; otherwise the ones asked for, packed.
+        let packed;
+        let input: &[f32] = if logit_rows.len() == rows.len() {
+            &normed
+        } else {
+            let mut p = Buf::for_output(ex.ws, logit_rows.len() * h);
+            for (i, &r) in logit_rows.iter().enumerate() {
+                p[i * h..(i + 1) * h].copy_from_slice(&normed[r * h..(r + 1) * h]);
+            }
+            packed = p;
+            &packed
+        };
+        matmul_in(
+            ex.precision,
+            threads,
+            head.view(),
+            input,
+            logit_rows.len(),
+            &mut out.logits,
+        );
     }
 }
 

@@ -26,6 +26,24 @@ pub(crate) struct Layer {
     pub ffn: Ffn,
 }
 
+/// The multi-token-prediction head (`blk.{n_layer}.nextn.*` plus an
+/// ordinary full-attention + FFN block at `blk.{n_layer}.*`), DESIGN.md
+/// §2.4: `z = eh_proj · [enorm(embed(x_p)); hnorm(h_{p−1})]`, the block,
+/// `shared_head_norm`, the LM head.
+pub(crate) struct MtpHead {
+    /// `[n_embd × 2·n_embd]`: the embedding half first, then the hidden half.
+    pub eh_proj: Matrix,
+    pub enorm: Vec<f32>,
+    pub hnorm: Vec<f32>,
+    pub shared_head_norm: Vec<f32>,
+    /// The block: attention mixer (never GDN) and the trunk's kind of FFN.
+    pub layer: Layer,
+    /// `nextn.embed_tokens`, when the file has the head's own embedding.
+    pub embed: Option<Matrix>,
+    /// `nextn.shared_head_head`, when the file has the head's own LM head.
+    pub head: Option<Matrix>,
+}
+
 /// A loaded model of the Qwen3.5 / Qwen3-Next family.
 pub struct Model {
     pub config: ModelConfig,
@@ -34,6 +52,8 @@ pub struct Model {
     /// `None` when the output projection is tied to the token embedding.
     pub(crate) output: Option<Matrix>,
     pub(crate) layers: Vec<Layer>,
+    /// The MTP head, when the file has one (`{arch}.nextn_predict_layers`).
+    pub(crate) mtp: Option<MtpHead>,
     /// RoPE inverse frequencies, one per rotated pair.
     pub(crate) rope_inv_freq: Vec<f32>,
     // Keeps the bytes alive for every `Bytes` above. Declared last so it is
@@ -81,24 +101,17 @@ impl Model {
 
         let mut layers = Vec::with_capacity(config.n_layer);
         for il in 0..config.n_layer {
-            let p = format!("blk.{il}");
-            let mixer = match config.layer_kinds[il] {
-                LayerKind::Attention => Mixer::Attention(AttentionWeights::bind(&b, &config, &p)?),
-                LayerKind::Recurrent => Mixer::Recurrent(GdnWeights::bind(&b, &config, &p)?),
-            };
-            let ffn = match config.arch {
-                Arch::Qwen35 => Ffn::Dense(DenseWeights::bind(&b, &config, &p)?),
-                Arch::Qwen35Moe | Arch::Qwen3Next => {
-                    Ffn::Moe(Box::new(MoeWeights::bind(&b, &config, &p)?))
-                }
-            };
-            layers.push(Layer {
-                attn_norm: b.vector(&format!("{p}.attn_norm.weight"), h)?,
-                post_attention_norm: b.vector(&format!("{p}.post_attention_norm.weight"), h)?,
-                mixer,
-                ffn,
-            });
+            layers.push(bind_layer(&b, &config, il, config.layer_kinds[il])?);
         }
+        let mtp = match config.n_nextn {
+            0 => None,
+            1 => Some(bind_mtp(&b, &config)?),
+            n => {
+                return Err(ModelError::Inconsistent(format!(
+                    "{n} MTP layers (rill runs a single MTP head)"
+                )))
+            }
+        };
 
         let half = config.n_rot / 2;
         let rope_inv_freq = (0..half)
@@ -111,6 +124,7 @@ impl Model {
             output_norm,
             output,
             layers,
+            mtp,
             rope_inv_freq,
             source,
         })
@@ -134,14 +148,36 @@ impl Model {
         };
         total += f32s(&self.output_norm);
         for l in &self.layers {
-            total += f32s(&l.attn_norm) + f32s(&l.post_attention_norm);
-            total += match &l.mixer {
-                Mixer::Attention(w) => w.weight_bytes(),
-                Mixer::Recurrent(w) => w.weight_bytes(),
-            };
-            total += l.ffn.decode_weight_bytes(c.n_expert_used);
+            total += l.decode_weight_bytes(c.n_expert_used);
         }
         total
+    }
+
+    /// Whether the file has an MTP head ([`Model::forward_mtp_into`] runs it).
+    pub fn has_mtp(&self) -> bool {
+        self.mtp.is_some()
+    }
+
+    /// Weight bytes one MTP row reads, counted like
+    /// [`decode_weight_bytes`](Self::decode_weight_bytes): `eh_proj`, the
+    /// norms, the block (`n_expert_used` routed experts), one embedding row
+    /// and the LM head. Zero without a head.
+    pub fn mtp_decode_weight_bytes(&self) -> u64 {
+        let Some(m) = &self.mtp else { return 0 };
+        let c = &self.config;
+        let f32s = |v: &[f32]| (v.len() * 4) as u64;
+        let embd = m.embed.as_ref().unwrap_or(&self.token_embd);
+        let head = self.mtp_head_matrix(m);
+        let row = if std::ptr::eq(embd, head) {
+            0
+        } else {
+            embd.byte_len() / c.n_vocab.max(1)
+        };
+        (m.eh_proj.byte_len() + row + head.byte_len()) as u64
+            + f32s(&m.enorm)
+            + f32s(&m.hnorm)
+            + f32s(&m.shared_head_norm)
+            + m.layer.decode_weight_bytes(c.n_expert_used)
     }
 
     /// Whether the output projection has its own matrix (not tied to the embedding).
@@ -152,4 +188,70 @@ impl Model {
     pub(crate) fn output_matrix(&self) -> &Matrix {
         self.output.as_ref().unwrap_or(&self.token_embd)
     }
+
+    /// The LM head the MTP head projects with: its own, else the trunk's.
+    pub(crate) fn mtp_head_matrix<'a>(&'a self, m: &'a MtpHead) -> &'a Matrix {
+        m.head.as_ref().unwrap_or_else(|| self.output_matrix())
+    }
+}
+
+impl Layer {
+    fn decode_weight_bytes(&self, n_expert_used: usize) -> u64 {
+        let f32s = |v: &[f32]| (v.len() * 4) as u64;
+        f32s(&self.attn_norm)
+            + f32s(&self.post_attention_norm)
+            + match &self.mixer {
+                Mixer::Attention(w) => w.weight_bytes(),
+                Mixer::Recurrent(w) => w.weight_bytes(),
+            }
+            + self.ffn.decode_weight_bytes(n_expert_used)
+    }
+}
+
+/// Block `il`: its norms, its mixer of `kind` and the architecture's FFN.
+fn bind_layer(
+    b: &Binder,
+    config: &ModelConfig,
+    il: usize,
+    kind: LayerKind,
+) -> Result<Layer, ModelError> {
+    let (p, h) = (format!("blk.{il}"), config.n_embd);
+    let mixer = match kind {
+        LayerKind::Attention => Mixer::Attention(AttentionWeights::bind(b, config, &p)?),
+        LayerKind::Recurrent => Mixer::Recurrent(GdnWeights::bind(b, config, &p)?),
+    };
+    let ffn = match config.arch {
+        Arch::Qwen35 => Ffn::Dense(DenseWeights::bind(b, config, &p)?),
+        Arch::Qwen35Moe | Arch::Qwen3Next => Ffn::Moe(Box::new(MoeWeights::bind(b, config, &p)?)),
+    };
+    Ok(Layer {
+        attn_norm: b.vector(&format!("{p}.attn_norm.weight"), h)?,
+        post_attention_norm: b.vector(&format!("{p}.post_attention_norm.weight"), h)?,
+        mixer,
+        ffn,
+    })
+}
+
+/// The MTP head stored after the trunk, at `blk.{n_layer}` (wave2.md A.2):
+/// its `nextn.*` tensors and a full-attention block. The optional
+/// `nextn.embed_tokens` / `nextn.shared_head_head` replace the trunk's
+/// embedding / LM head when present.
+fn bind_mtp(b: &Binder, config: &ModelConfig) -> Result<MtpHead, ModelError> {
+    let (il, h, v) = (config.n_layer, config.n_embd, config.n_vocab);
+    let p = format!("blk.{il}.nextn");
+    let optional = |name: String| -> Result<Option<Matrix>, ModelError> {
+        match b.has(&name)? {
+            true => Ok(Some(b.matrix(&name, v, h)?)),
+            false => Ok(None),
+        }
+    };
+    Ok(MtpHead {
+        eh_proj: b.matrix(&format!("{p}.eh_proj.weight"), h, 2 * h)?,
+        enorm: b.vector(&format!("{p}.enorm.weight"), h)?,
+        hnorm: b.vector(&format!("{p}.hnorm.weight"), h)?,
+        shared_head_norm: b.vector(&format!("{p}.shared_head_norm.weight"), h)?,
+        layer: bind_layer(b, config, il, LayerKind::Attention)?,
+        embed: optional(format!("{p}.embed_tokens.weight"))?,
+        head: optional(format!("{p}.shared_head_head.weight"))?,
+    })
 }

@@ -33,12 +33,27 @@ fn written_zeros(n: usize) -> Vec<f32> {
     v
 }
 
-/// The state of one sequence: position, recurrent states and KV caches.
+/// The MTP head's own KV cache (its one attention layer). Its rows sit at
+/// the trunk's positions, but it is fed after the trunk (and runs ahead of
+/// it while drafting), so it keeps its own position.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct MtpState {
+    /// Positions the head has seen (rows of `k` and `v`).
+    pub pos: usize,
+    /// Post-norm, post-RoPE keys: `[pos × n_head_kv × head_dim]`.
+    pub k: Vec<f32>,
+    /// Values: `[pos × n_head_kv × head_dim]`.
+    pub v: Vec<f32>,
+}
+
+/// The state of one sequence: position, recurrent states and KV caches
+/// (the MTP head's too, when the model has one).
 #[derive(Clone, Debug)]
 pub struct SequenceState {
     pub(crate) pos: usize,
     pub(crate) capacity: usize,
     pub(crate) layers: Vec<LayerState>,
+    pub(crate) mtp: Option<MtpState>,
 }
 
 impl SequenceState {
@@ -63,6 +78,28 @@ impl SequenceState {
             pos: 0,
             capacity,
             layers,
+            mtp: model.has_mtp().then(MtpState::default),
+        }
+    }
+
+    /// Positions the MTP head's KV cache holds (`None` without a head).
+    /// It advances with [`crate::Model::forward_mtp_into`], not with the
+    /// trunk's steps.
+    pub fn mtp_position(&self) -> Option<usize> {
+        self.mtp.as_ref().map(|m| m.pos)
+    }
+
+    /// Drop the MTP head's KV rows at positions `pos..` (draft rows that
+    /// verification rejected); a `pos` at or past its position changes
+    /// nothing. Keeps the cache's allocation.
+    pub fn truncate_mtp(&mut self, pos: usize) {
+        if let Some(m) = &mut self.mtp {
+            if pos < m.pos {
+                let per = m.k.len() / m.pos.max(1);
+                m.k.truncate(pos * per);
+                m.v.truncate(pos * per);
+                m.pos = pos;
+            }
         }
     }
 
@@ -83,7 +120,8 @@ impl SequenceState {
         s
     }
 
-    /// Bytes of state held (recurrent states, conv windows, KV caches).
+    /// Bytes of state held (recurrent states, conv windows, KV caches, the
+    /// MTP head's KV cache).
     pub fn bytes(&self) -> usize {
         let floats: usize = self
             .layers
@@ -92,7 +130,8 @@ impl SequenceState {
                 LayerState::Recurrent { conv, ssm } => conv.len() + ssm.len(),
                 LayerState::Attention { k, v } => k.len() + v.len(),
             })
-            .sum();
+            .sum::<usize>()
+            + self.mtp.as_ref().map_or(0, |m| m.k.len() + m.v.len());
         floats * std::mem::size_of::<f32>()
     }
 }

@@ -10,7 +10,7 @@ mod common;
 
 use common::*;
 use rill_kernels::Precision;
-use rill_model::{BatchItem, Model, Outputs, Rows, Runner, SequenceState, StepOutputs};
+use rill_model::{BatchItem, Model, MtpItem, Outputs, Rows, Runner, SequenceState, StepOutputs};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
@@ -68,6 +68,58 @@ fn decode_step<const N: usize>(
         outputs: Outputs::last_logits(),
     });
     model.forward_batch_into(run, &mut items, out).unwrap();
+}
+
+/// A decode step followed by the MTP head's catch-up row and one chained
+/// draft row for each of `N` sequences (the speculative loop's model calls):
+/// `prev` holds each sequence's trunk hidden of the position before its
+/// token (what the catch-up row pairs it with), and gets the new ones.
+fn decode_and_draft_step<const N: usize>(
+    model: &Model,
+    run: &Runner,
+    states: &mut [SequenceState; N],
+    tokens: &[[u32; 1]; N],
+    trunk: &mut StepOutputs,
+    head: &mut StepOutputs,
+    prev: &mut [f32],
+) {
+    let h = model.config.n_embd;
+    let mut next = tokens.iter();
+    let mut items = states.each_mut().map(|state| BatchItem {
+        state,
+        tokens: next.next().expect("one token each"),
+        outputs: Outputs::last_logits().with_hidden(),
+    });
+    model.forward_batch_into(run, &mut items, trunk).unwrap();
+    // Catch-up: token t with the hidden of the position before it.
+    let mut rows = prev.chunks_exact(h);
+    let mut next = tokens.iter();
+    let mut items = states.each_mut().map(|state| MtpItem {
+        state,
+        tokens: next.next().unwrap(),
+        hidden: rows.next().unwrap(),
+        outputs: Outputs::NONE,
+    });
+    model.forward_mtp_into(run, &mut items, head).unwrap();
+    // A draft row: the next token with the trunk's hidden of t.
+    let mut i = 0;
+    let mut items = states.each_mut().map(|state| {
+        i += 1;
+        MtpItem {
+            state,
+            tokens: &[3],
+            hidden: trunk.hidden(i - 1),
+            outputs: Outputs::last_logits().with_hidden(),
+        }
+    });
+    model.forward_mtp_into(run, &mut items, head).unwrap();
+    for (i, row) in prev.chunks_exact_mut(h).enumerate() {
+        row.copy_from_slice(trunk.hidden(i));
+    }
+    // The draft row is dropped again (as after a rejected draft).
+    for st in states.iter_mut() {
+        st.truncate_mtp(st.position());
+    }
 }
 
 /// Steps before the counted ones: the first decode step after a prefill
@@ -137,6 +189,35 @@ fn decode_steps_make_no_heap_allocation() {
                 "{name}: decode step {step} of a batch of 3: {n} allocations"
             );
             assert_eq!(out.len(), 3);
+        }
+    }
+
+    // The MTP head: decode + catch-up + a draft row, one and two sequences.
+    for f in fixtures("mtp") {
+        let model = load(&f);
+        run.precision = Precision::Exact;
+        let name = f["gguf"].as_str().unwrap();
+        let (h, vocab) = (model.config.n_embd, model.config.n_vocab as u32);
+        let (mut trunk, mut head) = (StepOutputs::new(), StepOutputs::new());
+        let mut one = [SequenceState::new(&model, 64)];
+        let mut two = [(); 2].map(|_| SequenceState::new(&model, 64));
+        let (mut h1, mut h2) = (vec![0f32; h], vec![0f32; 2 * h]);
+        for step in 0..WARM_UP + 4 {
+            let tok = [[(step * 13 + 1) % vocab]];
+            let toks = [[(step * 7 + 2) % vocab], [(step * 5 + 4) % vocab]];
+            let n1 = allocations_in(|| {
+                decode_and_draft_step(&model, &run, &mut one, &tok, &mut trunk, &mut head, &mut h1)
+            });
+            let n2 = allocations_in(|| {
+                decode_and_draft_step(
+                    &model, &run, &mut two, &toks, &mut trunk, &mut head, &mut h2,
+                )
+            });
+            assert!(
+                step < WARM_UP || (n1 == 0 && n2 == 0),
+                "{name}: MTP step {step}: {n1} allocations (one sequence), {n2} (two)"
+            );
+            assert_eq!(one[0].mtp_position(), Some(one[0].position()));
         }
     }
 }
