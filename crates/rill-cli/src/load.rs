@@ -5,11 +5,15 @@ use rill_kernels::Precision;
 use rill_load::{LoadOptions, Loaded, ModelSource};
 use std::path::PathBuf;
 
-/// The source a command's `-m` names.
+/// The source a command's `-m` names: a file, or without one the demo
+/// model inside the binary (said on stderr).
 pub fn source(model: &Option<PathBuf>) -> Result<ModelSource> {
     match model {
         Some(p) => Ok(ModelSource::File(p.clone())),
-        None => anyhow::bail!("no model given: pass -m MODEL.gguf"),
+        None => {
+            eprintln!("{}", crate::demo::notice());
+            Ok(crate::demo::source())
+        }
     }
 }
 

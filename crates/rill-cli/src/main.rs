@@ -2,6 +2,7 @@
 
 mod chat_prompt;
 mod commands;
+mod demo;
 mod drive;
 mod load;
 mod npy;

@@ -229,3 +229,33 @@ fn chat_turns_resume_from_the_prompt_cache() {
     assert!(!evals[0].contains("prompt cache"), "{err}");
     assert!(evals[1].contains("from the prompt cache"), "{err}");
 }
+
+/// With no `-m`, `rill run` runs the demo model inside the binary, from any
+/// folder, says so, and the trained model writes a reply that ends its turn.
+#[test]
+fn run_without_a_model_runs_the_embedded_demo_and_ends_its_turn() {
+    let out = Command::new(env!("CARGO_BIN_EXE_rill"))
+        .args([
+            "run",
+            "-p",
+            "What does os.path.join do?",
+            "--chat",
+            "--temp",
+            "0",
+        ])
+        .args(["-n", "300", "--json", "-t", "2"])
+        .current_dir(std::env::temp_dir())
+        .output()
+        .expect("run rill");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("embedded demo model"), "{err}");
+    assert!(err.contains("-m MODEL.gguf"), "{err}");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let text = v["text"].as_str().unwrap();
+    assert!(text.trim().len() > 10, "{text:?}");
+    assert_eq!(
+        v["finish_reason"], "stop",
+        "the reply ends its turn: {text:?}"
+    );
+}

@@ -22,7 +22,8 @@ use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model file (GGUF).
+    /// Model file (GGUF; any file of a split set). Default: the demo model
+    /// inside the binary.
     #[arg(short, long)]
     model: Option<PathBuf>,
     /// Prompt tokens for the prompt-processing test (0 = skip).

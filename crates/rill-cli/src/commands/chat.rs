@@ -22,7 +22,8 @@ use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model file (GGUF).
+    /// Model file (GGUF; any file of a split set). Default: the demo model
+    /// inside the binary.
     #[arg(short, long)]
     model: Option<PathBuf>,
     /// System prompt.

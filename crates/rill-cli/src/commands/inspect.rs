@@ -9,7 +9,8 @@ use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model file (GGUF).
+    /// Model file (GGUF; any file of a split set). Default: the demo model
+    /// inside the binary.
     model: Option<PathBuf>,
     /// Also list every metadata key and tensor.
     #[arg(long)]

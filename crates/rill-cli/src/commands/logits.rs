@@ -11,7 +11,8 @@ use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model file (GGUF; the first file of a split set).
+    /// Model file (GGUF; any file of a split set). Default: the demo model
+    /// inside the binary.
     #[arg(short, long)]
     model: Option<PathBuf>,
     /// Comma-separated token ids.

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct TokenizeArgs {
-    /// Model file (GGUF) whose tokenizer to use.
+    /// Model file (GGUF) whose tokenizer to use. Default: the demo model.
     #[arg(short, long)]
     model: Option<PathBuf>,
     /// Text to tokenize.
@@ -27,7 +27,7 @@ pub struct TokenizeArgs {
 
 #[derive(clap::Args)]
 pub struct DetokenizeArgs {
-    /// Model file (GGUF) whose tokenizer to use.
+    /// Model file (GGUF) whose tokenizer to use. Default: the demo model.
     #[arg(short, long)]
     model: Option<PathBuf>,
     /// Comma-separated token ids.
