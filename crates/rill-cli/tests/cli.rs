@@ -259,3 +259,36 @@ fn run_without_a_model_runs_the_embedded_demo_and_ends_its_turn() {
         "the reply ends its turn: {text:?}"
     );
 }
+
+/// `rill bench` runs its tests through the engine and reports them.
+#[test]
+fn bench_reports_prefill_and_decode_speed() {
+    let m = fixtures().join("qwen35moe.f32.gguf");
+    for parallel in ["1", "3"] {
+        let out = ok(&[
+            "bench",
+            "-m",
+            m.to_str().unwrap(),
+            "-p",
+            "32",
+            "-n",
+            "8",
+            "-r",
+            "1",
+            "-t",
+            "2",
+            "--parallel",
+            parallel,
+            "--json",
+        ]);
+        let v: Value = serde_json::from_str(&out).expect("one JSON object");
+        assert!(v["pp"]["mean"].as_f64().unwrap() > 0.0, "{v}");
+        assert!(v["tg"]["mean"].as_f64().unwrap() > 0.0, "{v}");
+        assert_eq!(v["tg"]["parallel"], parallel.parse::<u64>().unwrap());
+        assert!(v["active_weight_bytes_per_token"].as_f64().unwrap() > 0.0);
+        assert!(
+            ["q8", "exact"].contains(&v["precision"].as_str().unwrap()),
+            "{v}"
+        );
+    }
+}

@@ -139,7 +139,7 @@ pub fn run(a: Args) -> Result<()> {
         Arc::new(loaded.tokenizer),
         EngineConfig {
             max_parallel: par,
-            ctx_size: a.n_prompt.max(a.n_gen + 2),
+            ctx_size: (a.n_prompt + 1).max(a.n_gen + 2),
             // The whole prompt in one batch, as llama-bench's pp does.
             prefill_chunk: a.n_prompt.max(1),
             cache_bytes: 0,
