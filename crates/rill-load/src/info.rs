@@ -17,6 +17,35 @@ pub struct TensorSummary {
     pub bytes: u64,
 }
 
+/// Sampling values a model file recommends; `None` where it says nothing.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SamplingHints {
+    pub temperature: Option<f64>,
+    pub top_k: Option<i64>,
+    pub top_p: Option<f64>,
+    pub min_p: Option<f64>,
+    pub repeat_penalty: Option<f64>,
+}
+
+impl SamplingHints {
+    fn of_gguf(file: &GgufFile) -> SamplingHints {
+        let num = |k: &str| {
+            file.get(k)
+                .and_then(MetaValue::as_f64)
+                .filter(|v| v.is_finite())
+        };
+        SamplingHints {
+            temperature: num("general.sampling.temp"),
+            top_k: file
+                .get("general.sampling.top_k")
+                .and_then(MetaValue::as_i64),
+            top_p: num("general.sampling.top_p"),
+            min_p: num("general.sampling.min_p"),
+            repeat_penalty: num("general.sampling.penalty_repeat"),
+        }
+    }
+}
+
 /// A description of a model source.
 #[derive(Clone, Debug)]
 pub struct ModelInfo {
@@ -39,6 +68,9 @@ pub struct ModelInfo {
     pub chat_template: Option<String>,
     /// Why there is no chat template although the file has one.
     pub template_problem: Option<String>,
+    /// The model's recommended sampling (`general.sampling.*`, as llama.cpp's
+    /// converter writes it from `generation_config.json`).
+    pub sampling: SamplingHints,
     /// The bound architecture (set once the model is bound).
     pub arch: Option<Arch>,
     /// Weight bytes one decoded token reads (set once the model is bound).
@@ -82,6 +114,7 @@ impl ModelInfo {
                 .map(|(k, v)| (k.to_string(), short(v)))
                 .collect(),
             chat_template: text("tokenizer.chat_template"),
+            sampling: SamplingHints::of_gguf(file),
             template_problem,
             arch: None,
             decode_weight_bytes: 0,

@@ -8,7 +8,7 @@
 
 mod info;
 
-pub use info::{human_count, ModelInfo, TensorSummary};
+pub use info::{human_count, ModelInfo, SamplingHints, TensorSummary};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use rill_chat::ChatTemplate;

@@ -31,6 +31,11 @@ pub struct ServerConfig {
     /// Reported by `/props`: the model file, and its chat template source.
     pub model_path: Option<String>,
     pub chat_template: Option<String>,
+    /// Sampling for what a request leaves out (flags over the file's).
+    pub sampling: crate::openai::params::SamplingDefaults,
+    /// Chat-template kwargs every chat request starts from (its own win),
+    /// e.g. `{"preserve_thinking": true}` (`--chat-template-kwargs`).
+    pub chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
 }
 
 impl ServerConfig {
@@ -44,6 +49,8 @@ impl ServerConfig {
             cors_origins: crate::wire::CorsOrigins::None,
             model_path: None,
             chat_template: None,
+            sampling: Default::default(),
+            chat_template_kwargs: Default::default(),
         }
     }
 }

@@ -10,6 +10,7 @@ use crate::load;
 use anyhow::{Context, Result};
 use rill_engine::{Engine, EngineConfig};
 use rill_kernels::Precision;
+use rill_server::openai::params::SamplingDefaults;
 use rill_server::{AppState, ServerConfig};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,53 +19,83 @@ use std::sync::Arc;
 pub struct Args {
     /// Model file (GGUF; any file of a split set). Default: the demo model
     /// inside the binary.
-    #[arg(short, long)]
+    #[arg(short, long, env = "RILL_MODEL")]
     model: Option<PathBuf>,
     /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1")]
+    #[arg(long, default_value = "127.0.0.1", env = "RILL_HOST")]
     host: String,
     /// Port to listen on (0 = any free port).
-    #[arg(long, default_value_t = 8080)]
+    #[arg(long, default_value_t = 8080, env = "RILL_PORT")]
     port: u16,
     /// Sequences generated together.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, env = "RILL_PARALLEL")]
     parallel: usize,
     /// Positions per sequence (prompt + generated tokens).
-    #[arg(short = 'c', long, default_value_t = 8192)]
+    #[arg(short = 'c', long, default_value_t = 8192, env = "RILL_CTX_SIZE")]
     ctx_size: usize,
     /// Require `Authorization: Bearer KEY` on /v1/*.
-    #[arg(long)]
+    #[arg(long, env = "RILL_API_KEY")]
     api_key: Option<String>,
     /// Prompt-cache budget in MiB (0 = off).
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = 2048, env = "RILL_CACHE_RAM")]
     cache_ram: usize,
     /// Requests that may wait for a slot before new ones get 429.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, env = "RILL_QUEUE")]
     queue: usize,
     /// Prompt tokens per sequence per engine step.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, env = "RILL_PREFILL_CHUNK")]
     prefill_chunk: usize,
     /// Worker threads for the model (0 = all cores).
-    #[arg(short, long, default_value_t = 0)]
+    #[arg(short, long, default_value_t = 0, env = "RILL_THREADS")]
     threads: usize,
     /// Matrix-product numerics: `q8` (8-bit activations, llama.cpp's own
     /// numerics, integer kernels: fast) or `exact` (f32 activations, the
     /// reference results). Default: q8 where this CPU has the integer
     /// kernels (AVX2 on x86-64, the dot-product extension on aarch64), else
     /// exact.
-    #[arg(long)]
+    #[arg(long, env = "RILL_PRECISION")]
     precision: Option<Precision>,
     /// Name of the model in the API (default: the file name without
     /// extension); repeat to accept several names.
-    #[arg(long)]
+    #[arg(long, env = "RILL_ALIAS")]
     alias: Vec<String>,
     /// Do not serve the chat page at `/`.
-    #[arg(long)]
+    #[arg(long, env = "RILL_NO_WEBUI")]
     no_webui: bool,
     /// Origins allowed to call the API from a browser (CORS): `*`, or a
     /// comma-separated list such as `http://localhost:3000`. Default: none.
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", env = "RILL_CORS_ORIGINS")]
     cors_origins: String,
+    /// Temperature for requests that give none. A request's own value wins,
+    /// then this flag, then the model file's recommendation
+    /// (`general.sampling.*`), then OpenAI's default (1).
+    #[arg(long, env = "RILL_TEMP")]
+    temp: Option<f64>,
+    /// Top-k for requests that give none (same priority as --temp).
+    #[arg(long, env = "RILL_TOP_K")]
+    top_k: Option<i64>,
+    /// Top-p for requests that give none.
+    #[arg(long, env = "RILL_TOP_P")]
+    top_p: Option<f64>,
+    /// Min-p for requests that give none.
+    #[arg(long, env = "RILL_MIN_P")]
+    min_p: Option<f64>,
+    /// Presence penalty for requests that give none.
+    #[arg(long, env = "RILL_PRESENCE_PENALTY")]
+    presence_penalty: Option<f64>,
+    /// Frequency penalty for requests that give none.
+    #[arg(long, env = "RILL_FREQUENCY_PENALTY")]
+    frequency_penalty: Option<f64>,
+    /// Repetition penalty for requests that give none.
+    #[arg(long, env = "RILL_REPEAT_PENALTY")]
+    repeat_penalty: Option<f64>,
+    /// A chat template (Jinja) to use instead of the model file's.
+    #[arg(long, env = "RILL_CHAT_TEMPLATE_FILE")]
+    chat_template_file: Option<PathBuf>,
+    /// Chat-template kwargs for every chat request, as a JSON object (a
+    /// request's own kwargs win), e.g. '{"preserve_thinking": true}'.
+    #[arg(long, env = "RILL_CHAT_TEMPLATE_KWARGS")]
+    chat_template_kwargs: Option<String>,
 }
 
 /// The model's API id: the file name without `.gguf` and split suffix.
@@ -85,10 +116,49 @@ pub fn run(a: Args) -> Result<()> {
             None => tracing::warn!("the model has no chat template: /v1/chat/completions is off"),
         }
     }
-    let template_text = loaded.info.chat_template.clone();
+    let mut template_text = loaded.info.chat_template.clone();
+    let mut template = loaded.template;
+    if let Some(path) = &a.chat_template_file {
+        let source = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the chat template {}", path.display()))?;
+        let tok = &loaded.tokenizer;
+        let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).map(str::to_string);
+        template = Some(
+            rill_chat::ChatTemplate::new(&source, text(tok.bos_id()), text(tok.eos_id()))
+                .with_context(|| {
+                    format!("the chat template {} does not compile", path.display())
+                })?,
+        );
+        template_text = Some(source);
+    }
+    let chat_template_kwargs = match &a.chat_template_kwargs {
+        None => Default::default(),
+        Some(j) => match serde_json::from_str::<serde_json::Value>(j) {
+            Ok(serde_json::Value::Object(m)) => m,
+            _ => anyhow::bail!("--chat-template-kwargs must be a JSON object, got {j}"),
+        },
+    };
+    let hints = &loaded.info.sampling;
+    let from_file = SamplingDefaults {
+        temperature: hints.temperature,
+        top_k: hints.top_k,
+        top_p: hints.top_p,
+        min_p: hints.min_p,
+        repetition_penalty: hints.repeat_penalty,
+        ..Default::default()
+    };
+    let from_flags = SamplingDefaults {
+        temperature: a.temp,
+        top_k: a.top_k,
+        top_p: a.top_p,
+        min_p: a.min_p,
+        presence_penalty: a.presence_penalty,
+        frequency_penalty: a.frequency_penalty,
+        repetition_penalty: a.repeat_penalty,
+    };
+    let sampling = from_flags.or(&from_file);
     let model_label = loaded.info.label.clone();
     let (model, tok) = (Arc::new(loaded.model), Arc::new(loaded.tokenizer));
-    let template = loaded.template;
     let prefill_chunk = a.prefill_chunk.max(1);
     let threads = match a.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -123,8 +193,11 @@ pub fn run(a: Args) -> Result<()> {
         cors_origins,
         model_path: Some(model_label),
         chat_template: template_text,
+        sampling,
+        chat_template_kwargs,
         ..ServerConfig::new(id.clone())
     };
+    let sampling_line = config.sampling.describe();
     let state = AppState::new(engine, tok, template, config);
 
     let io_threads = std::thread::available_parallelism()
@@ -154,6 +227,7 @@ pub fn run(a: Args) -> Result<()> {
                 ""
             }
         );
+        tracing::info!("default sampling: {}", sampling_line);
         for line in rill_server::urls::describe(local, !a.no_webui) {
             tracing::info!("{line}");
         }

@@ -55,6 +55,79 @@ pub fn random_id(len: usize) -> String {
     out
 }
 
+/// The server's sampling defaults for what a request leaves out, merged
+/// with llama.cpp's priority: the request, then the server's flags, then
+/// the model file's recommendation (`general.sampling.*`), then the
+/// built-in defaults (OpenAI's: temperature 1, no truncation).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SamplingDefaults {
+    pub temperature: Option<f64>,
+    pub top_k: Option<i64>,
+    pub top_p: Option<f64>,
+    pub min_p: Option<f64>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub repetition_penalty: Option<f64>,
+}
+
+impl SamplingDefaults {
+    /// `self`'s values, and `lower`'s where `self` has none.
+    pub fn or(&self, lower: &SamplingDefaults) -> SamplingDefaults {
+        SamplingDefaults {
+            temperature: self.temperature.or(lower.temperature),
+            top_k: self.top_k.or(lower.top_k),
+            top_p: self.top_p.or(lower.top_p),
+            min_p: self.min_p.or(lower.min_p),
+            presence_penalty: self.presence_penalty.or(lower.presence_penalty),
+            frequency_penalty: self.frequency_penalty.or(lower.frequency_penalty),
+            repetition_penalty: self.repetition_penalty.or(lower.repetition_penalty),
+        }
+    }
+
+    /// A request's fields with the defaults filled in where it has none.
+    pub fn fill(&self, mut f: SamplingFields) -> SamplingFields {
+        f.temperature = f.temperature.or(self.temperature);
+        f.top_k = f.top_k.or(self.top_k);
+        f.top_p = f.top_p.or(self.top_p);
+        f.min_p = f.min_p.or(self.min_p);
+        f.presence_penalty = f.presence_penalty.or(self.presence_penalty);
+        f.frequency_penalty = f.frequency_penalty.or(self.frequency_penalty);
+        f.repetition_penalty = f.repetition_penalty.or(self.repetition_penalty);
+        f
+    }
+
+    /// `temperature 0.6, top_k 20` — what is set, for the startup log.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        let mut add = |name: &str, v: Option<String>| {
+            if let Some(v) = v {
+                parts.push(format!("{name} {v}"));
+            }
+        };
+        add("temperature", self.temperature.map(|v| v.to_string()));
+        add("top_k", self.top_k.map(|v| v.to_string()));
+        add("top_p", self.top_p.map(|v| v.to_string()));
+        add("min_p", self.min_p.map(|v| v.to_string()));
+        add(
+            "presence_penalty",
+            self.presence_penalty.map(|v| v.to_string()),
+        );
+        add(
+            "frequency_penalty",
+            self.frequency_penalty.map(|v| v.to_string()),
+        );
+        add(
+            "repetition_penalty",
+            self.repetition_penalty.map(|v| v.to_string()),
+        );
+        if parts.is_empty() {
+            "none (OpenAI's: temperature 1, no top-k/top-p/min-p)".into()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
 /// Check the shared parameters and build the engine request (prompt left
 /// empty; `logprobs` as given).
 pub fn build_request(
@@ -167,6 +240,42 @@ pub fn logprobs_count(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_over_flags_over_file_over_built_in() {
+        let flags = SamplingDefaults {
+            temperature: Some(0.6),
+            ..Default::default()
+        };
+        let file = SamplingDefaults {
+            temperature: Some(1.0),
+            top_k: Some(20),
+            ..Default::default()
+        };
+        let d = flags.or(&file);
+        assert_eq!(
+            (d.temperature, d.top_k, d.top_p),
+            (Some(0.6), Some(20), None)
+        );
+        let bare = d.fill(SamplingFields::default());
+        let r = build_request(&bare, None, 100).unwrap();
+        assert_eq!(
+            (r.sampler.temperature, r.sampler.top_k, r.sampler.top_p),
+            (0.6, 20, 1.0)
+        );
+        let asked = d.fill(SamplingFields {
+            temperature: Some(0.1),
+            ..Default::default()
+        });
+        assert_eq!(
+            build_request(&asked, None, 100)
+                .unwrap()
+                .sampler
+                .temperature,
+            0.1
+        );
+        assert!(d.describe().contains("temperature 0.6") && d.describe().contains("top_k 20"));
+    }
 
     fn fields() -> SamplingFields {
         SamplingFields::default()

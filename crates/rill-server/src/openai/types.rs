@@ -99,6 +99,9 @@ pub struct ChatCompletionRequest {
     /// Convenience for `chat_template_kwargs.enable_thinking`.
     #[serde(default)]
     pub enable_thinking: Option<bool>,
+    /// OpenAI's `reasoning_effort`; `"none"` turns thinking off.
+    #[serde(default)]
+    pub reasoning_effort: Option<String>,
     /// `response_format` and the other structured-output fields.
     #[serde(flatten)]
     pub constraint: crate::structured::ConstraintFields,

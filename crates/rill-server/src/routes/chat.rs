@@ -105,12 +105,16 @@ pub(crate) async fn prepare(
         req.top_logprobs,
         "top_logprobs",
     )?;
-    let mut request = build_request(&req.sampling(), logprobs, state.ctx_size())?;
+    let sampling = state.config.sampling.fill(req.sampling());
+    let mut request = build_request(&sampling, logprobs, state.ctx_size())?;
 
     let mut chat = ChatRequest::new(messages);
     chat.parse_tool_call_arguments();
     chat.tools = tools.clone();
-    if let Some(kwargs) = req.chat_template_kwargs.clone() {
+    // The server's kwargs first, the request's over them.
+    let mut kwargs = state.config.chat_template_kwargs.clone();
+    kwargs.extend(req.chat_template_kwargs.clone().unwrap_or_default());
+    {
         for (k, v) in kwargs {
             if k == "enable_thinking" {
                 match v {
@@ -130,6 +134,18 @@ pub(crate) async fn prepare(
     }
     if let Some(b) = req.enable_thinking {
         chat.enable_thinking = Some(b);
+    }
+    // OpenAI's reasoning_effort: "none" turns thinking off; other levels
+    // leave the template's default (the models have no graded effort).
+    match req.reasoning_effort.as_deref() {
+        None | Some("low" | "medium" | "high" | "minimal") => {}
+        Some("none") => chat.enable_thinking = Some(false),
+        Some(other) => {
+            return Err(ApiError::bad_param(
+                "reasoning_effort",
+                format!("unknown reasoning_effort {other:?} (none, minimal, low, medium, high)"),
+            ))
+        }
     }
     // Rendering and tokenizing a long conversation is real work: keep it off
     // the I/O threads.

@@ -40,7 +40,8 @@ pub async fn completions(
         None => None,
         Some(k) => logprobs_count(true, Some(k), "logprobs")?,
     };
-    let mut request = build_request(&req.sampling(), logprobs, state.ctx_size())?;
+    let sampling = state.config.sampling.fill(req.sampling());
+    let mut request = build_request(&sampling, logprobs, state.ctx_size())?;
     request.prompt = prompt_tokens(&state, req.prompt.clone()).await?;
     request.constraint = req
         .constraint

@@ -146,18 +146,19 @@ pub async fn apply_template(
     Ok(Json(json!({"prompt": p.prompt_text})))
 }
 
-/// The sampling the server uses for a parameter a request leaves out
-/// (`openai::params::build_request`), in llama-server's names.
+/// The sampling the server uses for a parameter a request leaves out (its
+/// defaults over `openai::params::build_request`'s), in llama-server's names.
 fn default_params(state: &AppState) -> Value {
+    let d = &state.config.sampling;
     json!({
         "n_predict": -1,
-        "temperature": 1.0,
-        "top_k": 0,
-        "top_p": 1.0,
-        "min_p": 0.0,
-        "presence_penalty": 0.0,
-        "frequency_penalty": 0.0,
-        "repeat_penalty": 1.0,
+        "temperature": d.temperature.unwrap_or(1.0),
+        "top_k": d.top_k.unwrap_or(0),
+        "top_p": d.top_p.unwrap_or(1.0),
+        "min_p": d.min_p.unwrap_or(0.0),
+        "presence_penalty": d.presence_penalty.unwrap_or(0.0),
+        "frequency_penalty": d.frequency_penalty.unwrap_or(0.0),
+        "repeat_penalty": d.repetition_penalty.unwrap_or(1.0),
         "stop": [],
         "ignore_eos": false,
         "n_ctx": state.ctx_size(),

@@ -38,6 +38,8 @@ pub struct Opts {
     pub body_limit: usize,
     pub webui: bool,
     pub cors: rill_server::wire::CorsOrigins,
+    pub sampling: rill_server::openai::params::SamplingDefaults,
+    pub chat_template_kwargs: serde_json::Map<String, Value>,
 }
 
 impl Default for Opts {
@@ -50,6 +52,8 @@ impl Default for Opts {
             body_limit: rill_server::state::DEFAULT_BODY_LIMIT,
             webui: true,
             cors: rill_server::wire::CorsOrigins::None,
+            sampling: Default::default(),
+            chat_template_kwargs: Default::default(),
         }
     }
 }
@@ -89,6 +93,8 @@ pub async fn start(o: Opts) -> TestServer {
         webui: o.webui,
         cors_origins: o.cors,
         chat_template: template_text,
+        sampling: o.sampling,
+        chat_template_kwargs: o.chat_template_kwargs,
         ..ServerConfig::new(MODEL_ID)
     };
     let state = AppState::new(engine, tok, Some(template), config);

@@ -4,6 +4,7 @@
 
 mod api;
 mod common;
+mod defaults;
 mod errors;
 mod fleet;
 mod lifecycle;
