@@ -4,6 +4,7 @@ pub mod chat;
 pub mod completions;
 pub mod messages;
 pub mod misc;
+pub mod responses;
 pub mod utility;
 
 use crate::state::AppState;
@@ -30,6 +31,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let v1 = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
+        .route("/v1/responses", post(responses::responses))
         .route("/v1/models", get(misc::models))
         .route("/tokenize", post(utility::tokenize))
         .route("/detokenize", post(utility::detokenize))

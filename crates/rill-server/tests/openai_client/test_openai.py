@@ -253,3 +253,43 @@ def test_guided_choice_and_bad_schemas(client):
     ):
         with pytest.raises(openai.BadRequestError):
             client.chat.completions.create(model=ALIAS, messages=MESSAGES, max_tokens=4, extra_body=bad)
+
+
+def test_responses_api(client):
+    """Codex's API: input items in, output items out, whole and streamed."""
+    r = client.responses.create(
+        model=ALIAS, instructions="You are terse.", input="Say hello.", max_output_tokens=8,
+        temperature=0, extra_body={"ignore_eos": True},
+    )
+    assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+    assert r.usage.output_tokens == 8 and r.usage.input_tokens > 0
+    kinds = [item.type for item in r.output]
+    assert kinds and set(kinds) <= {"reasoning", "message", "function_call"}
+    # Thinking off: the text is a message, output_text gathers it.
+    kw = dict(
+        model=ALIAS, input=[{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}],
+        max_output_tokens=6, temperature=0, reasoning={"effort": "none"},
+        tools=[{"type": "web_search"},
+               {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}}],
+        extra_body={"ignore_eos": True},
+    )
+    r = client.responses.create(**kw)
+    assert r.output and r.output[-1].type == "message"
+    whole = r.output_text
+    assert isinstance(whole, str) and whole
+    events = list(client.responses.create(stream=True, **kw))
+    names = [e.type for e in events]
+    assert names[0] == "response.created" and names[-1] in ("response.completed", "response.incomplete")
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == whole
+    seq = [e.sequence_number for e in events]
+    assert seq == sorted(seq) and len(set(seq)) == len(seq)
+    # Structured output through text.format.
+    r = client.responses.create(
+        model=ALIAS, input="weather?", max_output_tokens=300, temperature=0.7,
+        reasoning={"effort": "none"},
+        text={"format": {"type": "json_schema", "name": "weather", "schema": SCHEMA, "strict": True}},
+    )
+    _valid(json.loads(r.output_text))
+    with pytest.raises(openai.BadRequestError):
+        client.responses.create(model=ALIAS, input=[{"role": "wizard", "content": "x"}])
