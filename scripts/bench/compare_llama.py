@@ -4,8 +4,9 @@
     scripts/bench/compare_llama.py MODEL.gguf [MODEL.gguf ...] [-t 2] [-p 512] [-n 128] [-r 3] [--rounds 2]
                                    [--precision exact|q8]
 
-`--precision q8` runs rill with 8-bit activations, the numerics llama.cpp itself uses on CPUs; the
-default `exact` keeps rill's f32 activations (the reference results), which cost more arithmetic.
+By default rill runs in its own default precision (q8 where the CPU has the integer kernels);
+`--precision q8|exact` forces one: q8 is the numerics llama.cpp itself uses on CPUs, exact keeps
+rill's f32 activations (the reference results), which cost more arithmetic.
 
 For each model it alternates the two engines `--rounds` times (rill, llama.cpp, rill, llama.cpp, ...) so
 that both see the same machine state, and prints for each figure the mean over rounds and the ratio:
@@ -90,8 +91,9 @@ def drop_caches():
 
 
 def run_rill(rill, model, a):
+    prec = [] if a.precision == "default" else ["--precision", a.precision]
     out, _, rss = timed([rill, "bench", "-m", model, "-p", str(a.p), "-n", str(a.n), "-r", str(a.r),
-                         "-t", str(a.t), "--precision", a.precision, "--json"])
+                         "-t", str(a.t), "--json"] + prec)
     j = json.loads(out)
     return {"pp": j["pp"]["mean"], "tg": j["tg"]["mean"], "rss": rss,
             "active_bytes": j["active_weight_bytes_per_token"]}
@@ -122,7 +124,7 @@ def main():
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("-r", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--precision", default="exact", choices=["exact", "q8"],
+    ap.add_argument("--precision", default="default", choices=["default", "exact", "q8"],
                     help="rill's matrix-product numerics (q8: 8-bit activations, as llama.cpp)")
     ap.add_argument("--rill", default=str(REPO / "target" / "release" / "rill"))
     ap.add_argument("--llama-dir", default=os.environ.get("RILL_ORACLE_DIR", str(Path.home() / ".cache" / "rill-oracle")))
@@ -152,8 +154,8 @@ def main():
         if not a.no_ttft:
             prompt = "Hello"
             res["ttft_s"] = {
-                "rill": ttft([a.rill, "run", "-m", model, "-p", prompt, "-n", "1", "--temp", "0", "-t", str(a.t),
-                              "--precision", a.precision]),
+                "rill": ttft([a.rill, "run", "-m", model, "-p", prompt, "-n", "1", "--temp", "0", "-t", str(a.t)]
+                             + ([] if a.precision == "default" else ["--precision", a.precision])),
                 "llama_cpp": ttft([str(bin_dir / "llama-cli"), "-m", model, "-p", prompt, "-n", "1", "-st",
                                    "--simple-io", "--temp", "0", "-t", str(a.t), "--no-warmup"]
                                   + (["--no-repack"] if a.no_repack else [])),
