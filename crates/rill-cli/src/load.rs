@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use rill_kernels::Precision;
-use rill_load::{LoadOptions, Loaded, ModelSource};
+use rill_load::{LoadOptions, Loaded, ModelSource, Prefault};
 use std::path::PathBuf;
 
 /// The source a command's `-m` names: a file, or without one the demo
@@ -17,12 +17,16 @@ pub fn source(model: &Option<PathBuf>) -> Result<ModelSource> {
     }
 }
 
-/// Load the model of `-m` for a command that runs it, reading its weights
-/// in up front (with a progress bar), with `precision` for its products
+/// Load the model of `-m` for a command that runs it, its pages read as
+/// `prefault` says, with `precision` for its products
 /// (default: [`Precision::fastest`]), which it returns for the engine to
 /// run with. Says on stderr what runs.
-pub fn open(model: &Option<PathBuf>, precision: Option<Precision>) -> Result<(Loaded, Precision)> {
-    let options = LoadOptions { prefault: true };
+pub fn open(
+    model: &Option<PathBuf>,
+    precision: Option<Precision>,
+    prefault: Prefault,
+) -> Result<(Loaded, Precision)> {
+    let options = LoadOptions { prefault };
     let loaded = rill_load::load(&source(model)?, &options)?;
     let precision = precision.unwrap_or_else(Precision::fastest);
     let integer = rill_kernels::q8::has_integer_kernels();

@@ -44,9 +44,23 @@ impl ModelSource {
 /// How to load.
 #[derive(Clone, Debug, Default)]
 pub struct LoadOptions {
-    /// Read every weight page up front with a progress bar on stderr, so
-    /// the disk reads happen now and not in the first forward pass.
-    pub prefault: bool,
+    pub prefault: Prefault,
+}
+
+/// When the weights' pages are read from disk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Prefault {
+    /// When a forward pass first touches them (what one token of a MoE
+    /// reads is a fraction of the file: the fastest first token from a
+    /// cold disk).
+    #[default]
+    Lazy,
+    /// All of them now, with a progress bar on stderr (benchmarks: no disk
+    /// reads in the measured passes).
+    Now,
+    /// All of them on a background thread while the caller goes on (a
+    /// server: it answers at once, and later requests find the pages in).
+    Background,
 }
 
 /// Why a model could not be loaded. Every message names the source.
@@ -94,8 +108,16 @@ pub struct Loaded {
 pub fn load(source: &ModelSource, options: &LoadOptions) -> Result<Loaded, LoadError> {
     let label = source.label();
     let file = open_gguf(source)?;
-    if options.prefault {
-        prefault(&file);
+    match options.prefault {
+        Prefault::Lazy => {}
+        Prefault::Now => prefault(&file, true),
+        Prefault::Background => {
+            let file = file.clone();
+            // Detached: it only reads; the mapping outlives it through the Arc.
+            let _ = std::thread::Builder::new()
+                .name("rill-prefault".into())
+                .spawn(move || prefault(&file, false));
+        }
     }
     let tokenizer = Tokenizer::from_gguf(&file).map_err(|error| LoadError::Tokenizer {
         source_label: label.clone(),
@@ -172,14 +194,18 @@ fn chat_template(
     ChatTemplate::new(source, text(tok.bos_id()), text(tok.eos_id())).map(Some)
 }
 
-/// Touch every page of the weights once, with a progress bar.
-fn prefault(file: &GgufFile) {
+/// Touch every page of the weights once (with a progress bar if `show`).
+fn prefault(file: &GgufFile, show: bool) {
     let total: u64 = file
         .tensors()
         .iter()
         .filter_map(|t| file.try_tensor_data(t).ok().map(|d| d.len() as u64))
         .sum();
-    let bar = ProgressBar::new(total);
+    let bar = if show {
+        ProgressBar::new(total)
+    } else {
+        ProgressBar::hidden()
+    };
     bar.set_style(
         ProgressStyle::with_template(
             "loading {bar:40} {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",

@@ -125,7 +125,7 @@ fn run_all(engine: &Engine, reqs: Vec<Request>) -> Result<Vec<Done>> {
 pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.reps > 0, "-r must be at least 1");
     let t0 = Instant::now();
-    let (loaded, precision) = load::open(&a.model, a.precision)?;
+    let (loaded, precision) = load::open(&a.model, a.precision, rill_load::Prefault::Now)?;
     let load_s = t0.elapsed().as_secs_f64();
     let info = loaded.info;
     let (n_vocab, arch) = (loaded.model.config.n_vocab, loaded.model.config.arch);

@@ -60,7 +60,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (loaded, precision) = load::open(&a.model, a.precision)?;
+    let (loaded, precision) = load::open(&a.model, a.precision, rill_load::Prefault::Background)?;
     let tmpl = template(&loaded.template, &loaded.info)?;
     let tok = Arc::new(loaded.tokenizer);
     let sampler = a.sampling.config();

@@ -53,7 +53,7 @@ pub fn parse_tokens(s: &str) -> Result<Vec<u32>> {
 
 pub fn run(a: Args) -> Result<()> {
     let tokens = parse_tokens(&a.tokens)?;
-    let (loaded, precision) = load::open(&a.model, Some(a.precision))?;
+    let (loaded, precision) = load::open(&a.model, Some(a.precision), rill_load::Prefault::Lazy)?;
     let model = loaded.model;
     let run = Runner::new(Threads::new(a.threads), precision);
     let mut state = SequenceState::new(&model, tokens.len());

@@ -109,7 +109,7 @@ pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.ctx_size >= 2, "--ctx-size must be at least 2");
     let cors_origins =
         rill_server::wire::CorsOrigins::parse(&a.cors_origins).map_err(anyhow::Error::msg)?;
-    let (loaded, precision) = load::open(&a.model, a.precision)?;
+    let (loaded, precision) = load::open(&a.model, a.precision, rill_load::Prefault::Background)?;
     if loaded.template.is_none() {
         match &loaded.info.template_problem {
             Some(p) => tracing::warn!("{p}: /v1/chat/completions is off"),
