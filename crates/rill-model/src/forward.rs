@@ -185,18 +185,21 @@ impl Model {
         self.forward_batch_into(run, &mut items, out)
     }
 
-    fn check(&self, item: &BatchItem) -> Result<(), ForwardError> {
-        let c = &self.config;
-        let n = item.tokens.len();
-        if n == 0 {
+    /// A step's tokens: at least one, each inside the vocabulary.
+    fn check_tokens(&self, tokens: &[u32]) -> Result<(), ForwardError> {
+        if tokens.is_empty() {
             return Err(ForwardError::Empty);
         }
-        if let Some(&id) = item.tokens.iter().find(|&&t| t as usize >= c.n_vocab) {
-            return Err(ForwardError::TokenOutOfRange {
-                id,
-                n_vocab: c.n_vocab,
-            });
+        let n_vocab = self.config.n_vocab;
+        match tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            Some(&id) => Err(ForwardError::TokenOutOfRange { id, n_vocab }),
+            None => Ok(()),
         }
+    }
+
+    fn check(&self, item: &BatchItem) -> Result<(), ForwardError> {
+        let n = item.tokens.len();
+        self.check_tokens(item.tokens)?;
         if item.state.pos + n > item.state.capacity {
             return Err(ForwardError::ContextFull {
                 needed: item.state.pos + n,
@@ -325,15 +328,7 @@ impl Model {
     fn check_mtp(&self, item: &MtpItem) -> Result<(), ForwardError> {
         let c = &self.config;
         let n = item.tokens.len();
-        if n == 0 {
-            return Err(ForwardError::Empty);
-        }
-        if let Some(&id) = item.tokens.iter().find(|&&t| t as usize >= c.n_vocab) {
-            return Err(ForwardError::TokenOutOfRange {
-                id,
-                n_vocab: c.n_vocab,
-            });
-        }
+        self.check_tokens(item.tokens)?;
         if item.hidden.len() != n * c.n_embd {
             return Err(ForwardError::HiddenRows {
                 got: item.hidden.len(),
