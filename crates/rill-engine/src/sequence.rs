@@ -157,6 +157,7 @@ impl Sequence {
             } else {
                 Outputs::NONE
             },
+            rewindable: false,
         }
     }
 

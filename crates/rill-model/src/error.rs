@@ -38,4 +38,6 @@ pub enum ForwardError {
     NoMtp,
     #[error("MTP hidden rows: {got} values given, {want} expected (n_embd per token)")]
     HiddenRows { got: usize, want: usize },
+    #[error("a rewindable step of {rows} tokens (at most {max})")]
+    RewindRows { rows: usize, max: usize },
 }

@@ -22,4 +22,4 @@ pub use forward::{BatchItem, MtpItem, Outputs, Rows, StepOutputs};
 pub use model::Model;
 pub use scratch::Runner;
 pub use source::{GgufSource, TensorRef, WeightSource};
-pub use state::SequenceState;
+pub use state::{RewindError, SequenceState, MAX_REWIND_ROWS};

@@ -16,11 +16,7 @@ use std::sync::Arc;
 /// The trunk's post-final-norm hidden states of every position of `ids`.
 fn trunk_hidden(model: &Model, run: &Runner, st: &mut SequenceState, ids: &[u32]) -> Vec<f32> {
     let mut out = StepOutputs::new();
-    let o = Outputs {
-        rows: Rows::All,
-        logits: false,
-        hidden: true,
-    };
+    let o = Outputs::hidden(Rows::All);
     model.forward_into(run, st, ids, o, &mut out).unwrap();
     out.hidden(0).to_vec()
 }
