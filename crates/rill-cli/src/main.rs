@@ -6,6 +6,7 @@ mod demo;
 mod drive;
 mod load;
 mod npy;
+mod spec_args;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -44,6 +44,11 @@ pub(crate) struct MtpState {
     pub k: Vec<f32>,
     /// Values: `[pos × n_head_kv × head_dim]`.
     pub v: Vec<f32>,
+    /// The hidden row the head pairs with the token at its next position:
+    /// the trunk's post-final-norm hidden of position `pos − 1` (empty:
+    /// zeros, as for position 0). Kept by whoever feeds the head, so that a
+    /// snapshot of the state can go on drafting where it stopped.
+    pub seed: Vec<f32>,
 }
 
 /// Most rows a rewindable step may have (a verify step of a draft of up to
@@ -191,6 +196,23 @@ impl SequenceState {
     /// trunk's steps.
     pub fn mtp_position(&self) -> Option<usize> {
         self.mtp.as_ref().map(|m| m.pos)
+    }
+
+    /// The hidden row the MTP head pairs with the token at its next
+    /// position ([`mtp_position`](Self::mtp_position)), as last set with
+    /// [`set_mtp_seed`](Self::set_mtp_seed); empty means zeros (a fresh
+    /// sequence). `None` without a head.
+    pub fn mtp_seed(&self) -> Option<&[f32]> {
+        self.mtp.as_ref().map(|m| &m.seed[..])
+    }
+
+    /// Keep `hidden` as the MTP head's seed (see [`mtp_seed`](Self::mtp_seed));
+    /// reuses the allocation. No-op without a head.
+    pub fn set_mtp_seed(&mut self, hidden: &[f32]) {
+        if let Some(m) = &mut self.mtp {
+            m.seed.clear();
+            m.seed.extend_from_slice(hidden);
+        }
     }
 
     /// Drop the MTP head's KV rows at positions `pos..` (draft rows that

@@ -56,6 +56,8 @@ pub struct Args {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    spec: crate::spec_args::SpecArgs,
 }
 
 /// Mean and sample standard deviation.
@@ -145,6 +147,7 @@ pub fn run(a: Args) -> Result<()> {
             cache_bytes: 0,
             threads: a.threads,
             precision,
+            spec: a.spec.config()?,
             ..EngineConfig::default()
         },
     );

@@ -57,6 +57,8 @@ pub struct Args {
     /// conversation).
     #[arg(long, default_value_t = 1024)]
     cache_ram: usize,
+    #[command(flatten)]
+    spec: crate::spec_args::SpecArgs,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -75,6 +77,7 @@ pub fn run(a: Args) -> Result<()> {
             cache_bytes: a.cache_ram << 20,
             threads: a.threads,
             precision,
+            spec: a.spec.config()?,
             ..EngineConfig::default()
         },
     );

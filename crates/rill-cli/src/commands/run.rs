@@ -110,6 +110,8 @@ pub struct Args {
     /// Keep generating past end-of-generation tokens.
     #[arg(long)]
     ignore_eos: bool,
+    #[command(flatten)]
+    spec: crate::spec_args::SpecArgs,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -146,6 +148,7 @@ pub fn run(a: Args) -> Result<()> {
             cache_bytes: 0,
             threads: a.threads,
             precision,
+            spec: a.spec.config()?,
             ..EngineConfig::default()
         },
     );

@@ -96,6 +96,8 @@ pub struct Args {
     /// request's own kwargs win), e.g. '{"preserve_thinking": true}'.
     #[arg(long, env = "RILL_CHAT_TEMPLATE_KWARGS")]
     chat_template_kwargs: Option<String>,
+    #[command(flatten)]
+    spec: crate::spec_args::SpecArgs,
 }
 
 /// The model's API id: the file name without `.gguf` and split suffix.
@@ -173,6 +175,7 @@ pub fn run(a: Args) -> Result<()> {
         cache_interval: prefill_chunk * 4,
         threads: a.threads,
         precision,
+        spec: a.spec.config()?,
     };
     let engine = Arc::new(Engine::start(model, tok.clone(), engine_config));
     let mut aliases = a.alias.clone();

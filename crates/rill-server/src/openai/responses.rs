@@ -307,6 +307,8 @@ mod tests {
             queue_ms: 0.0,
             prefill_ms: 50.0,
             decode_ms: 200.0,
+            drafted_tokens: 0,
+            accepted_tokens: 0,
         });
         assert_eq!((t.cache_n, t.prompt_n, t.predicted_n), (10, 100, 21));
         assert_eq!((t.prompt_ms, t.predicted_ms), (50.0, 200.0));
@@ -324,6 +326,8 @@ mod tests {
             queue_ms: 0.0,
             prefill_ms: 3.0,
             decode_ms: 0.0,
+            drafted_tokens: 0,
+            accepted_tokens: 0,
         });
         assert_eq!((t.prompt_per_second, t.predicted_per_second), (0.0, 0.0));
         assert_eq!(t.prompt_per_token_ms, 0.0);
