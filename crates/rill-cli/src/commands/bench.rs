@@ -56,6 +56,10 @@ pub struct Args {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// Start each generation-test request from this text instead of one
+    /// random token (what the MTP head's acceptance depends on).
+    #[arg(long)]
+    gen_prompt: Option<String>,
     #[command(flatten)]
     spec: crate::spec_args::SpecArgs,
 }
@@ -136,18 +140,23 @@ pub fn run(a: Args) -> Result<()> {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
+    let tokenizer = Arc::new(loaded.tokenizer);
+    let gen_prompt = a.gen_prompt.as_deref().map(|t| tokenizer.encode_prompt(t));
+    let gen_prompt_len = gen_prompt.as_ref().map_or(1, Vec::len);
+    let spec = a.spec.config()?;
+    let has_head = loaded.model.has_mtp() && spec.is_on();
     let engine = Engine::start(
         Arc::new(loaded.model),
-        Arc::new(loaded.tokenizer),
+        tokenizer,
         EngineConfig {
             max_parallel: par,
-            ctx_size: (a.n_prompt + 1).max(a.n_gen + 2),
+            ctx_size: (a.n_prompt + 1).max(a.n_gen + gen_prompt_len + 1),
             // The whole prompt in one batch, as llama-bench's pp does.
             prefill_chunk: a.n_prompt.max(1),
             cache_bytes: 0,
             threads: a.threads,
             precision,
-            spec: a.spec.config()?,
+            spec: spec.clone(),
             ..EngineConfig::default()
         },
     );
@@ -173,14 +182,25 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
     let mut tg = Vec::new();
+    let (mut drafted, mut accepted) = (0usize, 0usize);
     if a.n_gen > 0 {
         for rep in 0..=a.reps {
             // One token of prompt, then n_gen decode steps after the first
             // sampled token.
             let reqs = (0..par)
-                .map(|_| request(random_tokens(1), a.n_gen + 1))
+                .map(|_| {
+                    let p = match &gen_prompt {
+                        Some(p) => p.clone(),
+                        None => random_tokens(1),
+                    };
+                    request(p, a.n_gen + 1)
+                })
                 .collect();
             let done = run_all(&engine, reqs)?;
+            if rep > 0 {
+                drafted += done.iter().map(|d| d.drafted_tokens).sum::<usize>();
+                accepted += done.iter().map(|d| d.accepted_tokens).sum::<usize>();
+            }
             // All were submitted together: decoding runs from the last
             // first token to the last end.
             let first = done.iter().map(|d| d.ttft_ms).fold(0.0, f64::max);
@@ -207,6 +227,16 @@ pub fn run(a: Args) -> Result<()> {
         stats(&tg)
     };
     let decode_bw = active * tg_m;
+    let acceptance = if drafted > 0 {
+        accepted as f64 / drafted as f64
+    } else {
+        0.0
+    };
+    let per_position: Vec<u64> = engine.metrics().spec_accepted_per_position
+        [..spec.draft_max.min(rill_engine::speculation::MAX_DRAFT)]
+        .iter()
+        .map(|a| a.load(std::sync::atomic::Ordering::Relaxed))
+        .collect();
 
     if a.json {
         let obj = serde_json::json!({
@@ -221,6 +251,13 @@ pub fn run(a: Args) -> Result<()> {
             "active_weight_bytes_per_token": active,
             "decode_weight_bandwidth_bytes_s": decode_bw,
             "read_bandwidth_bytes_s": bw,
+            "spec": {
+                "draft_max": if has_head { spec.draft_max } else { 0 },
+                "drafted": drafted,
+                "accepted": accepted,
+                "acceptance": acceptance,
+                "accepted_per_position": per_position,
+            },
         });
         println!("{obj}");
         return Ok(());
@@ -245,6 +282,20 @@ pub fn run(a: Args) -> Result<()> {
             format!("tg{}", a.n_gen)
         };
         println!("| {label:<6} | {tg_m:>7.2} ± {tg_sd:>5.2} |");
+    }
+    if drafted > 0 {
+        println!(
+            "speculation (MTP head, up to {} drafts): {accepted} of {drafted} drafted tokens accepted ({:.1}%), accepted per draft position {per_position:?} (warm-up included)",
+            spec.draft_max,
+            100.0 * acceptance
+        );
+    } else if a.n_gen > 0 {
+        let why = if has_head {
+            "off"
+        } else {
+            "the model has no MTP head"
+        };
+        println!("speculation: {why}");
     }
     if let Some(r) = rss {
         println!("peak resident memory: {:.1} MiB", r as f64 / 1048576.0);

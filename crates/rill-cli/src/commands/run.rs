@@ -190,6 +190,8 @@ pub fn run(a: Args) -> Result<()> {
                 "predicted_n": d.completion_tokens,
                 "predicted_ms": d.decode_ms,
                 "predicted_per_second": d.decode_tok_s(),
+                "draft_n": d.drafted_tokens,
+                "draft_n_accepted": d.accepted_tokens,
             }
         });
         writeln!(stdout, "{obj}")?;
