@@ -53,6 +53,12 @@ pub struct SpecArgs {
     /// sequence's recent acceptance.
     #[arg(long, env = "RILL_DRAFT_FIXED")]
     pub draft_fixed: bool,
+    /// Draft over only the first N vocabulary entries (the most frequent
+    /// tokens of a BPE vocabulary; the target still verifies over all of
+    /// them): on a 248k vocabulary the head's LM product is otherwise a
+    /// large part of a draft step. 0 = the whole vocabulary.
+    #[arg(long, default_value_t = 0, env = "RILL_DRAFT_VOCAB")]
+    pub draft_vocab: usize,
 }
 
 impl SpecArgs {
@@ -75,6 +81,7 @@ impl SpecArgs {
                 draft_min: self.draft_min,
                 p_min: self.draft_p_min,
                 adaptive: !self.draft_fixed,
+                draft_vocab: self.draft_vocab,
             },
         })
     }

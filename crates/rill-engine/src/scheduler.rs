@@ -19,7 +19,7 @@ use crate::sequence::{Sequence, Submitted, TokenContext};
 use crate::speculation::{SpecConfig, Speculation, MAX_DRAFT};
 use rill_grammar::{Constraint, GrammarError, GrammarSpec, Grammars};
 use rill_kernels::{Precision, Threads};
-use rill_model::{BatchItem, Model, MtpItem, Runner, SequenceState, StepOutputs};
+use rill_model::{BatchItem, Model, MtpItem, MtpOptions, Runner, SequenceState, StepOutputs};
 use rill_sampler::Sampler;
 use rill_tokenizer::Tokenizer;
 use std::collections::VecDeque;
@@ -397,9 +397,16 @@ impl Worker {
             if items.is_empty() {
                 return;
             }
-            let result =
-                self.model
-                    .forward_mtp_into(&self.runner, &mut items, &mut self.head_outputs);
+            let vocab = self.config.spec.draft_vocab;
+            let options = MtpOptions {
+                vocab_rows: (vocab > 0).then_some(vocab),
+            };
+            let result = self.model.forward_mtp_with(
+                &self.runner,
+                &mut items,
+                options,
+                &mut self.head_outputs,
+            );
             drop(items);
             if let Err(e) = result {
                 self.head_failed(&who, &e);

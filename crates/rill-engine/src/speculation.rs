@@ -42,6 +42,9 @@ pub struct SpecConfig {
     /// pause drafting while it stays low (the head is still fed, so drafting
     /// can resume).
     pub adaptive: bool,
+    /// The head's LM product over only the first this many vocabulary
+    /// entries (0: all of them). See [`rill_model::MtpOptions`].
+    pub draft_vocab: usize,
 }
 
 impl SpecConfig {
@@ -51,6 +54,7 @@ impl SpecConfig {
         draft_min: 0,
         p_min: 0.0,
         adaptive: true,
+        draft_vocab: 0,
     };
 
     pub fn is_on(&self) -> bool {

@@ -14,10 +14,9 @@ use crate::layers::gdn::{self, GdnSeq};
 use crate::model::{Mixer, Model};
 use crate::scratch::{Buf, Exec, Reused, Runner};
 use crate::state::{LayerState, SequenceState, MAX_REWIND_ROWS};
-use crate::weights::Matrix;
 use rill_kernels::ops::{rms_norm, rms_norm_inplace};
 use rill_kernels::threads::SharedMut;
-use rill_kernels::{matmul_in, Threads};
+use rill_kernels::{matmul_in, MatRef, Threads};
 use std::ops::Range;
 
 /// Which of an item's positions a step returns outputs for.
@@ -143,6 +142,17 @@ pub struct MtpItem<'a> {
     /// Logits (of `x_{p+1}`) and/or the head's output after
     /// `shared_head_norm`.
     pub outputs: Outputs,
+}
+
+/// How an MTP-head step runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MtpOptions {
+    /// Logits of only the first `n` vocabulary rows (the most frequent
+    /// tokens in a BPE vocabulary, whose ids follow merge order): a draft
+    /// only proposes, and the target verifies over the whole vocabulary, so
+    /// a narrower head saves most of the head's LM product on a large
+    /// vocabulary for little acceptance. `None`: the whole vocabulary.
+    pub vocab_rows: Option<usize>,
 }
 
 /// The outputs of a step, in buffers that a caller keeps and passes to
@@ -396,7 +406,7 @@ impl Model {
 
         // The final norm and the output head, on the rows someone asked
         // for, all at once, straight into the caller's buffers.
-        let head = self.output_matrix();
+        let head = self.output_matrix().view();
         let outputs = |i: usize| items[i].outputs;
         emit(ex, c, &x, &spans, outputs, &self.output_norm, head, out);
         Ok(())
@@ -439,6 +449,18 @@ impl Model {
         &self,
         run: &Runner,
         items: &mut [MtpItem],
+        out: &mut StepOutputs,
+    ) -> Result<(), ForwardError> {
+        self.forward_mtp_with(run, items, MtpOptions::default(), out)
+    }
+
+    /// [`forward_mtp_into`](Self::forward_mtp_into) with `options` (a
+    /// draft's narrower LM head).
+    pub fn forward_mtp_with(
+        &self,
+        run: &Runner,
+        items: &mut [MtpItem],
+        options: MtpOptions,
         out: &mut StepOutputs,
     ) -> Result<(), ForwardError> {
         let m = self.mtp.as_ref().ok_or(ForwardError::NoMtp)?;
@@ -511,7 +533,10 @@ impl Model {
                 s.pos += item.tokens.len();
             }
         }
-        let head = self.mtp_head_matrix(m);
+        let mut head = self.mtp_head_matrix(m).view();
+        if let Some(rows) = options.vocab_rows {
+            head = head.slice_rows(0, rows.clamp(1, c.n_vocab));
+        }
         let outputs = |i: usize| items[i].outputs;
         emit(ex, c, &x, &spans, outputs, &m.shared_head_norm, head, out);
         Ok(())
@@ -529,11 +554,11 @@ fn emit(
     spans: &[Range<usize>],
     outputs: impl Fn(usize) -> Outputs,
     norm: &[f32],
-    head: &Matrix,
+    head: MatRef<'_>,
     out: &mut StepOutputs,
 ) {
     let threads = ex.threads;
-    let (h, v) = (c.n_embd, c.n_vocab);
+    let (h, v) = (c.n_embd, head.rows);
     let mut rows = Reused::take(ex.ws);
     for (i, span) in spans.iter().enumerate() {
         match outputs(i).normed_rows() {
@@ -590,7 +615,7 @@ fn emit(
         matmul_in(
             ex.precision,
             threads,
-            head.view(),
+            head,
             input,
             logit_rows.len(),
             &mut out.logits,

@@ -18,7 +18,7 @@ mod weights;
 
 pub use config::{Arch, LayerKind, ModelConfig};
 pub use error::{ForwardError, ModelError};
-pub use forward::{BatchItem, MtpItem, Outputs, Rows, StepOutputs};
+pub use forward::{BatchItem, MtpItem, MtpOptions, Outputs, Rows, StepOutputs};
 pub use model::Model;
 pub use scratch::Runner;
 pub use source::{GgufSource, TensorRef, WeightSource};

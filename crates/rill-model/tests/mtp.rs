@@ -408,3 +408,42 @@ fn the_heads_own_embedding_and_lm_head_are_used_when_present() {
         }
     }
 }
+
+/// A draft over the first `n` vocabulary entries gives exactly those
+/// columns of the whole head's logits, and the same hidden output.
+#[test]
+fn a_narrower_draft_vocabulary_is_a_prefix_of_the_logits() {
+    let run = Runner::exact(2);
+    for f in fixtures("mtp") {
+        let name = f["name"].as_str().unwrap();
+        let model = load(&f);
+        let (h, v) = (model.config.n_embd, model.config.n_vocab);
+        let ids = [3u32, 9, 27];
+        let hidden = vec![0.25f32; ids.len() * h];
+        let mut outs = Vec::new();
+        for rows in [None, Some(v / 3)] {
+            let mut st = SequenceState::new(&model, 8);
+            let mut out = StepOutputs::new();
+            let mut items = [MtpItem {
+                state: &mut st,
+                tokens: &ids,
+                hidden: &hidden,
+                outputs: Outputs::logits(Rows::All).with_hidden(),
+            }];
+            let options = rill_model::MtpOptions { vocab_rows: rows };
+            model
+                .forward_mtp_with(&run, &mut items, options, &mut out)
+                .unwrap();
+            outs.push((out.logits(0).to_vec(), out.hidden(0).to_vec()));
+        }
+        let n = v / 3;
+        assert_eq!(outs[1].0.len(), ids.len() * n, "{name}");
+        for t in 0..ids.len() {
+            assert!(
+                outs[1].0[t * n..(t + 1) * n] == outs[0].0[t * v..t * v + n],
+                "{name}: row {t}"
+            );
+        }
+        assert_eq!(outs[0].1, outs[1].1, "{name}: hidden");
+    }
+}
