@@ -59,6 +59,10 @@ pub struct SpecArgs {
     /// large part of a draft step. 0 = the whole vocabulary.
     #[arg(long, default_value_t = 0, env = "RILL_DRAFT_VOCAB")]
     pub draft_vocab: usize,
+    /// The MTP head from a separate MTP-only GGUF (llama.cpp's
+    /// `convert_hf_to_gguf.py --mtp`), for a model file converted without it.
+    #[arg(long, env = "RILL_MTP_MODEL")]
+    pub mtp_model: Option<std::path::PathBuf>,
 }
 
 impl SpecArgs {

@@ -23,6 +23,8 @@ pub enum ModelError {
     UnsupportedType { name: String, dtype: DType },
     #[error("inconsistent hyperparameters: {0}")]
     Inconsistent(String),
+    #[error("{0}")]
+    NotMtpHead(String),
 }
 
 /// Why a forward pass was refused.

@@ -131,7 +131,12 @@ fn run_all(engine: &Engine, reqs: Vec<Request>) -> Result<Vec<Done>> {
 pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.reps > 0, "-r must be at least 1");
     let t0 = Instant::now();
-    let (loaded, precision) = load::open(&a.model, a.precision, rill_load::Prefault::Now)?;
+    let (loaded, precision) = load::open_with_head(
+        &a.model,
+        a.spec.mtp_model.as_deref(),
+        a.precision,
+        rill_load::Prefault::Now,
+    )?;
     let load_s = t0.elapsed().as_secs_f64();
     let info = loaded.info;
     let (n_vocab, arch) = (loaded.model.config.n_vocab, loaded.model.config.arch);
@@ -144,7 +149,8 @@ pub fn run(a: Args) -> Result<()> {
     let gen_prompt = a.gen_prompt.as_deref().map(|t| tokenizer.encode_prompt(t));
     let gen_prompt_len = gen_prompt.as_ref().map_or(1, Vec::len);
     let spec = a.spec.config()?;
-    let has_head = loaded.model.has_mtp() && spec.is_on();
+    let model_has_head = loaded.model.has_mtp();
+    let has_head = model_has_head && spec.is_on();
     let engine = Engine::start(
         Arc::new(loaded.model),
         tokenizer,

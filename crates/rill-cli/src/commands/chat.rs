@@ -62,7 +62,12 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (loaded, precision) = load::open(&a.model, a.precision, rill_load::Prefault::Background)?;
+    let (loaded, precision) = load::open_with_head(
+        &a.model,
+        a.spec.mtp_model.as_deref(),
+        a.precision,
+        rill_load::Prefault::Background,
+    )?;
     let tmpl = template(&loaded.template, &loaded.info)?;
     let tok = Arc::new(loaded.tokenizer);
     let sampler = a.sampling.config();

@@ -115,7 +115,12 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (loaded, precision) = load::open(&a.model, a.precision, rill_load::Prefault::Lazy)?;
+    let (loaded, precision) = load::open_with_head(
+        &a.model,
+        a.spec.mtp_model.as_deref(),
+        a.precision,
+        rill_load::Prefault::Lazy,
+    )?;
     let tok = Arc::new(loaded.tokenizer);
     let prompt = if a.chat {
         let tmpl = crate::chat_prompt::template(&loaded.template, &loaded.info)?;

@@ -111,7 +111,12 @@ pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.ctx_size >= 2, "--ctx-size must be at least 2");
     let cors_origins =
         rill_server::wire::CorsOrigins::parse(&a.cors_origins).map_err(anyhow::Error::msg)?;
-    let (loaded, precision) = load::open(&a.model, a.precision, rill_load::Prefault::Background)?;
+    let (loaded, precision) = load::open_with_head(
+        &a.model,
+        a.spec.mtp_model.as_deref(),
+        a.precision,
+        rill_load::Prefault::Background,
+    )?;
     if loaded.template.is_none() {
         match &loaded.info.template_problem {
             Some(p) => tracing::warn!("{p}: /v1/chat/completions is off"),
@@ -166,6 +171,16 @@ pub fn run(a: Args) -> Result<()> {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
+    let spec = a.spec.config()?;
+    let spec_line = match (model.has_mtp(), spec.is_on()) {
+        (true, true) => format!(
+            "MTP head, up to {} drafted tokens per step{}",
+            spec.draft_max,
+            if spec.adaptive { " (adaptive)" } else { "" }
+        ),
+        (true, false) => "off (--spec off)".to_string(),
+        (false, _) => "off (the model has no MTP head; --mtp-model FILE adds one)".to_string(),
+    };
     let engine_config = EngineConfig {
         max_parallel: a.parallel,
         max_queue: a.queue,
@@ -175,7 +190,7 @@ pub fn run(a: Args) -> Result<()> {
         cache_interval: prefill_chunk * 4,
         threads: a.threads,
         precision,
-        spec: a.spec.config()?,
+        spec,
     };
     let engine = Arc::new(Engine::start(model, tok.clone(), engine_config));
     let mut aliases = a.alias.clone();
@@ -231,6 +246,7 @@ pub fn run(a: Args) -> Result<()> {
             }
         );
         tracing::info!("default sampling: {}", sampling_line);
+        tracing::info!("speculative decoding: {spec_line}");
         for line in rill_server::urls::describe(local, !a.no_webui) {
             tracing::info!("{line}");
         }
