@@ -60,6 +60,11 @@ pub struct Args {
     /// random token (what the MTP head's acceptance depends on).
     #[arg(long)]
     gen_prompt: Option<String>,
+    /// Instead of pp/tg: the cost of a rewindable verify step of 2…5
+    /// positions and of an MTP draft step, each relative to a one-token
+    /// decode step, after a context of -p tokens (-r runs each).
+    #[arg(long)]
+    verify_costs: bool,
     #[command(flatten)]
     spec: crate::spec_args::SpecArgs,
 }
@@ -138,6 +143,31 @@ pub fn run(a: Args) -> Result<()> {
         rill_load::Prefault::Now,
     )?;
     let load_s = t0.elapsed().as_secs_f64();
+    if a.verify_costs {
+        let run = rill_model::Runner::new(Threads::new(a.threads), precision);
+        let reps = a.reps.max(3) * 10;
+        let costs = super::bench_spec::measure(&loaded.model, &run, a.n_prompt.max(1), reps)?;
+        if a.json {
+            let rows: Vec<_> = costs
+                .iter()
+                .map(|c| serde_json::json!({"step": c.name, "ms": c.ms}))
+                .collect();
+            println!(
+                "{}",
+                serde_json::json!({"model": loaded.info.label, "costs": rows})
+            );
+        } else {
+            println!(
+                "model: {} ({} threads, {} precision), context {} tokens, {reps} runs each",
+                loaded.info.label,
+                run.threads.count(),
+                precision.name(),
+                a.n_prompt.max(1)
+            );
+            super::bench_spec::print(&costs);
+        }
+        return Ok(());
+    }
     let info = loaded.info;
     let (n_vocab, arch) = (loaded.model.config.n_vocab, loaded.model.config.arch);
     let par = a.parallel.max(1);
