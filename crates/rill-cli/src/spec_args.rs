@@ -11,7 +11,12 @@ use rill_engine::SpecConfig;
 /// Whether to speculate with the model's MTP head.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SpecMode {
-    /// Draft with the MTP head when the model file has one.
+    /// Draft with the MTP head where it can pay: the model has one, a decode
+    /// step reads well past the last-level cache (bound by memory, so a
+    /// verify step's positions share one read) and a draft step reads a
+    /// small part of what a decode step does.
+    Auto,
+    /// Draft with the MTP head whenever the model has one.
     Mtp,
     /// Plain decoding.
     Off,
@@ -21,8 +26,9 @@ pub enum SpecMode {
 pub struct SpecArgs {
     /// Speculative decoding: `mtp` drafts with the model's own MTP head
     /// (when the file has one; greedy output is unchanged, sampled output
-    /// keeps its distribution), `off` decodes one token per step.
-    #[arg(long, value_enum, default_value = "mtp", env = "RILL_SPEC")]
+    /// keeps its distribution), `auto` does so where it can pay on this
+    /// model and machine, `off` decodes one token per step.
+    #[arg(long, value_enum, default_value = "auto", env = "RILL_SPEC")]
     pub spec: SpecMode,
     /// Most tokens drafted per step (llama.cpp `--spec-draft-n-max`).
     #[arg(
@@ -80,12 +86,13 @@ impl SpecArgs {
         );
         Ok(match self.spec {
             SpecMode::Off => SpecConfig::OFF,
-            SpecMode::Mtp => SpecConfig {
+            SpecMode::Mtp | SpecMode::Auto => SpecConfig {
                 draft_max: self.draft_max,
                 draft_min: self.draft_min,
                 p_min: self.draft_p_min,
                 adaptive: !self.draft_fixed,
                 draft_vocab: self.draft_vocab,
+                auto: self.spec == SpecMode::Auto,
             },
         })
     }

@@ -309,7 +309,15 @@ fn speculation_with_a_separate_head_file_and_in_bench() {
     };
     let plain = run(&[]);
     assert_eq!(plain["timings"]["draft_n"], 0, "no head: no drafts");
-    let spec = run(&["--mtp-model", head, "--draft-max", "3", "--draft-fixed"]);
+    let spec = run(&[
+        "--mtp-model",
+        head,
+        "--spec",
+        "mtp",
+        "--draft-max",
+        "3",
+        "--draft-fixed",
+    ]);
     assert!(spec["timings"]["draft_n"].as_u64().unwrap() > 0, "{spec}");
     assert_eq!(spec["tokens"], plain["tokens"], "greedy is unchanged");
     let off = run(&["--mtp-model", head, "--spec", "off"]);
@@ -359,10 +367,32 @@ fn speculation_with_a_separate_head_file_and_in_bench() {
         "-t",
         "2",
         "--draft-fixed",
+        "--spec",
+        "mtp",
         "--json",
     ]);
     let v: Value = serde_json::from_str(&out).expect("one JSON object");
     assert_eq!(v["spec"]["draft_max"], 3, "{v}");
+    // By default (auto) a model this small drafts nothing: it runs from the
+    // cache, where verifying drafts costs as much as decoding them.
+    let auto = ok(&[
+        "bench",
+        "-m",
+        whole.to_str().unwrap(),
+        "-p",
+        "0",
+        "-n",
+        "8",
+        "-r",
+        "1",
+        "--json",
+    ]);
+    let auto: Value = serde_json::from_str(&auto).expect("one JSON object");
+    assert_eq!(auto["spec"]["drafted"], 0, "{auto}");
+    assert!(
+        auto["spec"]["setting"].as_str().unwrap().contains("cache"),
+        "{auto}"
+    );
     assert!(v["spec"]["drafted"].as_u64().unwrap() > 0, "{v}");
     let a = v["spec"]["acceptance"].as_f64().unwrap();
     assert!((0.0..=1.0).contains(&a), "{v}");

@@ -111,6 +111,8 @@ enum Command {
 pub struct Engine {
     tx: mpsc::Sender<Command>,
     metrics: Arc<Metrics>,
+    /// Why speculation is off (None: it runs).
+    spec_note: Option<String>,
     config: EngineConfig,
     tok: Arc<Tokenizer>,
     /// The vocabulary's token trie for constraints, built on first use.
@@ -122,8 +124,18 @@ pub struct Engine {
 
 impl Engine {
     /// Start the engine thread.
-    pub fn start(model: Arc<Model>, tok: Arc<Tokenizer>, config: EngineConfig) -> Engine {
+    pub fn start(model: Arc<Model>, tok: Arc<Tokenizer>, mut config: EngineConfig) -> Engine {
         let (tx, rx) = mpsc::channel();
+        // Speculation as it will run: off where the model cannot draft, or
+        // (auto) where drafting would not pay.
+        let spec_note = match crate::speculation::drafting_pays(&model, &config.spec) {
+            _ if !config.spec.is_on() => Some("off".to_string()),
+            Err(why) if config.spec.auto || !model.has_mtp() => {
+                config.spec.draft_max = 0;
+                Some(format!("off: {why}"))
+            }
+            _ => None,
+        };
         let metrics = Arc::new(Metrics::default());
         let waiting = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut worker = Worker {
@@ -148,6 +160,7 @@ impl Engine {
         Engine {
             tx,
             metrics,
+            spec_note,
             config,
             tok,
             grammars: std::sync::OnceLock::new(),
@@ -157,8 +170,26 @@ impl Engine {
         }
     }
 
+    /// The configuration as it runs (speculation turned off where it cannot
+    /// or, with `auto`, would not pay).
     pub fn config(&self) -> &EngineConfig {
         &self.config
+    }
+
+    /// How this engine speculates, in words: the drafting it does, or why
+    /// it does not.
+    pub fn speculation(&self) -> String {
+        match &self.spec_note {
+            Some(note) => note.clone(),
+            None => {
+                let s = &self.config.spec;
+                format!(
+                    "MTP head, up to {} drafted tokens per step{}",
+                    s.draft_max,
+                    if s.adaptive { " (adaptive)" } else { "" }
+                )
+            }
+        }
     }
 
     pub fn metrics(&self) -> &Metrics {

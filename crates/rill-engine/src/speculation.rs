@@ -21,7 +21,7 @@
 //! exactly as without speculation.
 
 use crate::metrics::Metrics;
-use rill_model::{MtpItem, Outputs, RewindError, SequenceState, MAX_REWIND_ROWS};
+use rill_model::{Model, MtpItem, Outputs, RewindError, SequenceState, MAX_REWIND_ROWS};
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Most tokens a step may draft for one sequence.
@@ -45,6 +45,9 @@ pub struct SpecConfig {
     /// The head's LM product over only the first this many vocabulary
     /// entries (0: all of them). See [`rill_model::MtpOptions`].
     pub draft_vocab: usize,
+    /// Draft only where it can pay ([`drafting_pays`]): the engine turns
+    /// speculation off at start on a model and machine where it would not.
+    pub auto: bool,
 }
 
 impl SpecConfig {
@@ -55,6 +58,7 @@ impl SpecConfig {
         p_min: 0.0,
         adaptive: true,
         draft_vocab: 0,
+        auto: false,
     };
 
     pub fn is_on(&self) -> bool {
@@ -70,6 +74,86 @@ impl Default for SpecConfig {
             ..SpecConfig::OFF
         }
     }
+}
+
+/// Whether drafting with the MTP head can make decoding faster on this
+/// model and machine; `Err` says why not.
+///
+/// A verify step pays when decoding is bound by reading the weights: the
+/// `k + 1` positions then share one read. A model whose decode step reads
+/// little more than the last-level cache holds is bound by arithmetic
+/// instead, which a verify step multiplies (the trained demo model: a
+/// two-position verify costs 1.95 decode steps there, against 1.24 on the
+/// 8-layer real-geometry model). And a draft step must be cheap beside a
+/// decode step: it reads the head's block and its LM head (of `draft_vocab`
+/// rows when narrowed), which on a shallow model with a large vocabulary is
+/// most of a step.
+pub fn drafting_pays(model: &Model, config: &SpecConfig) -> Result<(), String> {
+    if !model.has_mtp() {
+        return Err("the model has no MTP head (--mtp-model FILE adds one)".into());
+    }
+    let step = model.decode_weight_bytes() as f64;
+    let mut draft = model.mtp_decode_weight_bytes() as f64;
+    let (vocab, n_vocab) = (config.draft_vocab, model.config.n_vocab);
+    if vocab > 0 && vocab < n_vocab {
+        let head = model.mtp_head_bytes() as f64;
+        draft -= head * (1.0 - vocab as f64 / n_vocab as f64);
+    }
+    let mib = |b: f64| b / (1u64 << 20) as f64;
+    let cache = last_level_cache_bytes() as f64;
+    if step < 2.0 * cache {
+        return Err(format!(
+            "a decode step reads {:.0} MiB of weights, within reach of the {:.0} MiB \
+             last-level cache: decoding is bound by arithmetic, which verifying drafts multiplies",
+            mib(step),
+            mib(cache)
+        ));
+    }
+    if draft > MAX_DRAFT_SHARE * step {
+        return Err(format!(
+            "a draft step reads {:.0}% of what a decode step does ({:.0} of {:.0} MiB; \
+             --draft-vocab narrows the head's LM product)",
+            100.0 * draft / step,
+            mib(draft),
+            mib(step)
+        ));
+    }
+    Ok(())
+}
+
+/// The most of a decode step's weight reads a draft step may take for
+/// drafting to pay: with one draft accepted 70% of the time and a verify of
+/// two positions at ~1.25 steps, a draft of a quarter step nets ~1.15×.
+const MAX_DRAFT_SHARE: f64 = 0.25;
+
+/// The last-level cache's size (Linux sysfs; 32 MiB where it cannot be read).
+fn last_level_cache_bytes() -> u64 {
+    let read = || -> Option<u64> {
+        let base = std::path::Path::new("/sys/devices/system/cpu/cpu0/cache");
+        let mut best = None;
+        for entry in std::fs::read_dir(base).ok()? {
+            let dir = entry.ok()?.path();
+            let level: u32 = std::fs::read_to_string(dir.join("level"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+            let size = std::fs::read_to_string(dir.join("size")).ok()?;
+            let size = size.trim();
+            let bytes = match size.strip_suffix('K') {
+                Some(k) => k.parse::<u64>().ok()? << 10,
+                None => match size.strip_suffix('M') {
+                    Some(m) => m.parse::<u64>().ok()? << 20,
+                    None => size.parse().ok()?,
+                },
+            };
+            if best.is_none_or(|(l, _)| level > l) {
+                best = Some((level, bytes));
+            }
+        }
+        best.map(|(_, b)| b)
+    };
+    read().unwrap_or(32 << 20)
 }
 
 /// Below this running acceptance rate a draft costs more than it brings

@@ -179,8 +179,6 @@ pub fn run(a: Args) -> Result<()> {
     let gen_prompt = a.gen_prompt.as_deref().map(|t| tokenizer.encode_prompt(t));
     let gen_prompt_len = gen_prompt.as_ref().map_or(1, Vec::len);
     let spec = a.spec.config()?;
-    let model_has_head = loaded.model.has_mtp();
-    let has_head = model_has_head && spec.is_on();
     let engine = Engine::start(
         Arc::new(loaded.model),
         tokenizer,
@@ -196,6 +194,8 @@ pub fn run(a: Args) -> Result<()> {
             ..EngineConfig::default()
         },
     );
+    let has_head = engine.config().spec.is_on();
+    let spec_line = engine.speculation();
     let mut rng = Rng::new(42);
     let mut random_tokens = |n: usize| -> Vec<u32> {
         (0..n)
@@ -289,6 +289,7 @@ pub fn run(a: Args) -> Result<()> {
             "read_bandwidth_bytes_s": bw,
             "spec": {
                 "draft_max": if has_head { spec.draft_max } else { 0 },
+                "setting": spec_line,
                 "drafted": drafted,
                 "accepted": accepted,
                 "acceptance": acceptance,

@@ -172,15 +172,6 @@ pub fn run(a: Args) -> Result<()> {
         n => n,
     };
     let spec = a.spec.config()?;
-    let spec_line = match (model.has_mtp(), spec.is_on()) {
-        (true, true) => format!(
-            "MTP head, up to {} drafted tokens per step{}",
-            spec.draft_max,
-            if spec.adaptive { " (adaptive)" } else { "" }
-        ),
-        (true, false) => "off (--spec off)".to_string(),
-        (false, _) => "off (the model has no MTP head; --mtp-model FILE adds one)".to_string(),
-    };
     let engine_config = EngineConfig {
         max_parallel: a.parallel,
         max_queue: a.queue,
@@ -193,6 +184,7 @@ pub fn run(a: Args) -> Result<()> {
         spec,
     };
     let engine = Arc::new(Engine::start(model, tok.clone(), engine_config));
+    let spec_line = engine.speculation();
     let mut aliases = a.alias.clone();
     let file_id = loaded.info.id.clone();
     let id = if aliases.is_empty() {
