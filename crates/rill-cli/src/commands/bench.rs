@@ -146,7 +146,13 @@ pub fn run(a: Args) -> Result<()> {
     if a.verify_costs {
         let run = rill_model::Runner::new(Threads::new(a.threads), precision);
         let reps = a.reps.max(3) * 10;
-        let costs = super::bench_spec::measure(&loaded.model, &run, a.n_prompt.max(1), reps)?;
+        let costs = super::bench_spec::measure(
+            &loaded.model,
+            &run,
+            a.n_prompt.max(1),
+            reps,
+            a.spec.draft_vocab,
+        )?;
         if a.json {
             let rows: Vec<_> = costs
                 .iter()

@@ -6,7 +6,9 @@
 //! tokens per step `1 + a₁ + a₁a₂ + …` over the cost `verify(k+1) + k·draft`.
 
 use anyhow::{Context, Result};
-use rill_model::{BatchItem, Model, MtpItem, Outputs, Rows, Runner, SequenceState, StepOutputs};
+use rill_model::{
+    BatchItem, Model, MtpItem, MtpOptions, Outputs, Rows, Runner, SequenceState, StepOutputs,
+};
 use std::time::Instant;
 
 /// One measured shape: its name and mean milliseconds per step.
@@ -16,7 +18,13 @@ pub struct Cost {
 }
 
 /// Time every shape `reps` times after a context of `context` tokens.
-pub fn measure(model: &Model, run: &Runner, context: usize, reps: usize) -> Result<Vec<Cost>> {
+pub fn measure(
+    model: &Model,
+    run: &Runner,
+    context: usize,
+    reps: usize,
+    draft_vocab: usize,
+) -> Result<Vec<Cost>> {
     let v = model.config.n_vocab as u32;
     let prompt: Vec<u32> = (0..context as u32).map(|i| (i * 7919 + 11) % v).collect();
     let mut st = SequenceState::new(model, context + 8 * (reps + 2));
@@ -77,7 +85,10 @@ pub fn measure(model: &Model, run: &Runner, context: usize, reps: usize) -> Resu
                 hidden: &hidden,
                 outputs: Outputs::last_logits().with_hidden(),
             }];
-            model.forward_mtp_into(run, &mut items, out)?;
+            let options = MtpOptions {
+                vocab_rows: (draft_vocab > 0).then_some(draft_vocab),
+            };
+            model.forward_mtp_with(run, &mut items, options, out)?;
             let p = s.mtp_position().unwrap_or(1);
             s.truncate_mtp(p - 1);
             Ok(())
@@ -88,7 +99,11 @@ pub fn measure(model: &Model, run: &Runner, context: usize, reps: usize) -> Resu
             draft(&mut head, &mut out)?;
         }
         costs.push(Cost {
-            name: "draft (MTP head, 1 position)".into(),
+            name: if draft_vocab > 0 {
+                format!("draft (MTP head, {draft_vocab} vocab)")
+            } else {
+                "draft (MTP head, 1 position)".into()
+            },
             ms: t0.elapsed().as_secs_f64() * 1e3 / reps as f64,
         });
     }
