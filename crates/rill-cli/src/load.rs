@@ -29,8 +29,18 @@ pub fn open(
     open_with_head(model, None, precision, prefault)
 }
 
-/// [`open`], with the MTP head from a separate MTP-only file when given.
-pub fn open_with_head(
+/// [`open`] for a command that decodes: with the MTP head from a separate
+/// MTP-only file when `spec` names one (`--mtp-model`).
+pub fn open_to_decode(
+    model: &Option<PathBuf>,
+    spec: &crate::spec_args::SpecArgs,
+    precision: Option<Precision>,
+    prefault: Prefault,
+) -> Result<(Loaded, Precision)> {
+    open_with_head(model, spec.mtp_model.as_deref(), precision, prefault)
+}
+
+fn open_with_head(
     model: &Option<PathBuf>,
     mtp_model: Option<&std::path::Path>,
     precision: Option<Precision>,

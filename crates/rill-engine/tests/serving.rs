@@ -1,25 +1,16 @@
 //! The serving engine on a committed fixture model: batch invariance, the
 //! prompt cache, cancellation and the queue bound.
 
-use rill_engine::{Done, Engine, EngineConfig, Event, FinishReason, Request, SubmitError};
+mod common;
+
+use common::*;
+use rill_engine::{Engine, EngineConfig, Event, FinishReason, Request, SubmitError};
 use rill_kernels::Precision;
 use rill_load::{LoadOptions, ModelSource};
-use rill_model::Model;
 use rill_sampler::SamplerConfig;
-use rill_tokenizer::Tokenizer;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn fixture(name: &str) -> (Arc<Model>, Arc<Tokenizer>) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/models")
-        .join(name);
-    let l =
-        rill_load::load(&ModelSource::File(path), &LoadOptions::default()).expect("fixture model");
-    (Arc::new(l.model), Arc::new(l.tokenizer))
-}
 
 fn engine(cfg: EngineConfig) -> Engine {
     engine_on("qwen35moe.f32.gguf", Precision::Exact, cfg)
@@ -40,29 +31,7 @@ fn engine_on(name: &str, precision: Precision, cfg: EngineConfig) -> Engine {
 
 /// A deterministic prompt of `n` ids below the special tokens.
 fn prompt(seed: u32, n: usize) -> Vec<u32> {
-    (0..n as u32)
-        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed * 97)) % 500)
-        .collect()
-}
-
-fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Request {
-    Request {
-        max_tokens,
-        ignore_eos: true,
-        ..Request::new(prompt, SamplerConfig::default())
-    }
-}
-
-/// Wait for a request to finish: (token ids, Done).
-fn collect(mut h: rill_engine::Handle) -> (Vec<u32>, Done) {
-    let mut ids = Vec::new();
-    loop {
-        match h.events.blocking_recv().expect("engine hung up") {
-            Event::Text { tokens, .. } => ids.extend(tokens.iter().map(|t| t.id)),
-            Event::Done(d) => return (ids, d),
-            Event::Error(e) => panic!("request failed: {e}"),
-        }
-    }
+    prompt_below(seed, n, 500)
 }
 
 #[test]

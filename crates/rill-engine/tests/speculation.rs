@@ -3,9 +3,11 @@
 //! sequences at once, every draft length), sampled output keeps its
 //! distribution, and drafting on the trained demo model is accepted.
 
-use rill_engine::{Done, Engine, EngineConfig, Event, Request, SpecConfig};
+mod common;
+
+use common::*;
+use rill_engine::{Engine, EngineConfig, Request, SpecConfig};
 use rill_kernels::Precision;
-use rill_load::{LoadOptions, ModelSource};
 use rill_model::Model;
 use rill_sampler::SamplerConfig;
 use rill_tokenizer::Tokenizer;
@@ -13,19 +15,6 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-
-fn load(path: PathBuf) -> (Arc<Model>, Arc<Tokenizer>) {
-    let l = rill_load::load(&ModelSource::File(path), &LoadOptions::default()).expect("model");
-    (Arc::new(l.model), Arc::new(l.tokenizer))
-}
-
-fn fixture(name: &str) -> (Arc<Model>, Arc<Tokenizer>) {
-    load(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../fixtures/models")
-            .join(name),
-    )
-}
 
 fn demo() -> (Arc<Model>, Arc<Tokenizer>) {
     load(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../assets/demo/rill-demo.gguf"))
@@ -57,28 +46,7 @@ fn start(model: &(Arc<Model>, Arc<Tokenizer>), spec: SpecConfig, parallel: usize
 }
 
 fn prompt(seed: u32, n: usize) -> Vec<u32> {
-    (0..n as u32)
-        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed * 97)) % 300)
-        .collect()
-}
-
-fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Request {
-    Request {
-        max_tokens,
-        ignore_eos: true,
-        ..Request::new(prompt, SamplerConfig::default())
-    }
-}
-
-fn collect(mut h: rill_engine::Handle) -> (Vec<u32>, Done) {
-    let mut ids = Vec::new();
-    loop {
-        match h.recv_blocking().expect("engine hung up") {
-            Event::Text { tokens, .. } => ids.extend(tokens.iter().map(|t| t.id)),
-            Event::Done(d) => return (ids, d),
-            Event::Error(e) => panic!("request failed: {e}"),
-        }
-    }
+    prompt_below(seed, n, 300)
 }
 
 /// Every request alone and then all at once, on one engine.

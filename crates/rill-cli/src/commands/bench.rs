@@ -15,6 +15,7 @@ use rill_engine::{Done, Engine, EngineConfig, Event, Request};
 use rill_kernels::simd::Isa;
 use rill_kernels::Precision;
 use rill_kernels::Threads;
+use rill_load::Prefault;
 use rill_sampler::{Rng, SamplerConfig};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -136,12 +137,7 @@ fn run_all(engine: &Engine, reqs: Vec<Request>) -> Result<Vec<Done>> {
 pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.reps > 0, "-r must be at least 1");
     let t0 = Instant::now();
-    let (loaded, precision) = load::open_with_head(
-        &a.model,
-        a.spec.mtp_model.as_deref(),
-        a.precision,
-        rill_load::Prefault::Now,
-    )?;
+    let (loaded, precision) = load::open_to_decode(&a.model, &a.spec, a.precision, Prefault::Now)?;
     let load_s = t0.elapsed().as_secs_f64();
     if a.verify_costs {
         let run = rill_model::Runner::new(Threads::new(a.threads), precision);

@@ -15,6 +15,7 @@ use rill_chat::reply::{Piece, ThinkSplitter};
 use rill_chat::Message;
 use rill_engine::{Engine, EngineConfig, FinishReason, Request};
 use rill_kernels::Precision;
+use rill_load::Prefault;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -62,12 +63,8 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (loaded, precision) = load::open_with_head(
-        &a.model,
-        a.spec.mtp_model.as_deref(),
-        a.precision,
-        rill_load::Prefault::Background,
-    )?;
+    let (loaded, precision) =
+        load::open_to_decode(&a.model, &a.spec, a.precision, Prefault::Background)?;
     let tmpl = template(&loaded.template, &loaded.info)?;
     let tok = Arc::new(loaded.tokenizer);
     let sampler = a.sampling.config();

@@ -7,6 +7,7 @@ use crate::load;
 use anyhow::{Context, Result};
 use rill_engine::{Engine, EngineConfig, Request};
 use rill_kernels::Precision;
+use rill_load::Prefault;
 use rill_sampler::SamplerConfig;
 use std::io::Write;
 use std::path::PathBuf;
@@ -115,12 +116,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (loaded, precision) = load::open_with_head(
-        &a.model,
-        a.spec.mtp_model.as_deref(),
-        a.precision,
-        rill_load::Prefault::Lazy,
-    )?;
+    let (loaded, precision) = load::open_to_decode(&a.model, &a.spec, a.precision, Prefault::Lazy)?;
     let tok = Arc::new(loaded.tokenizer);
     let prompt = if a.chat {
         let tmpl = crate::chat_prompt::template(&loaded.template, &loaded.info)?;

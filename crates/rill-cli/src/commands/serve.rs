@@ -10,6 +10,7 @@ use crate::load;
 use anyhow::{Context, Result};
 use rill_engine::{Engine, EngineConfig};
 use rill_kernels::Precision;
+use rill_load::Prefault;
 use rill_server::openai::params::SamplingDefaults;
 use rill_server::{AppState, ServerConfig};
 use std::path::PathBuf;
@@ -111,12 +112,8 @@ pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.ctx_size >= 2, "--ctx-size must be at least 2");
     let cors_origins =
         rill_server::wire::CorsOrigins::parse(&a.cors_origins).map_err(anyhow::Error::msg)?;
-    let (loaded, precision) = load::open_with_head(
-        &a.model,
-        a.spec.mtp_model.as_deref(),
-        a.precision,
-        rill_load::Prefault::Background,
-    )?;
+    let (loaded, precision) =
+        load::open_to_decode(&a.model, &a.spec, a.precision, Prefault::Background)?;
     if loaded.template.is_none() {
         match &loaded.info.template_problem {
             Some(p) => tracing::warn!("{p}: /v1/chat/completions is off"),
