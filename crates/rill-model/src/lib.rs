@@ -21,5 +21,5 @@ pub use error::{ForwardError, ModelError};
 pub use forward::{BatchItem, MtpItem, Outputs, Rows, StepOutputs};
 pub use model::Model;
 pub use scratch::Runner;
-pub use source::{GgufSource, TensorRef, WeightSource};
+pub use source::{GgufSource, HfSource, TensorRef, WeightSource};
 pub use state::SequenceState;

@@ -58,29 +58,38 @@ impl Matrix {
     }
 }
 
-/// A stack of expert matrices (`[cols, rows, n_expert]` in ggml order).
-pub(crate) struct Experts {
-    all: Matrix,
-    rows: usize,
+/// A stack of expert matrices: one tensor `[cols, rows, n_expert]` (ggml
+/// order), or one `[cols, rows]` tensor per expert (a Hugging Face
+/// checkpoint's `experts.{e}.*`), each read where it lies.
+pub(crate) enum Experts {
+    Stacked { all: Matrix, rows: usize },
+    PerExpert(Vec<Matrix>),
 }
 
 impl Experts {
     /// Bytes of one expert's matrix.
     pub fn bytes_per_expert(&self) -> usize {
-        self.all.byte_len() / (self.all.rows / self.rows.max(1)).max(1)
+        match self {
+            Experts::Stacked { all, rows } => all.byte_len() / (all.rows / rows.max(&1)).max(1),
+            Experts::PerExpert(parts) => parts.first().map_or(0, Matrix::byte_len),
+        }
     }
 
     pub fn expert(&self, e: usize) -> MatRef<'_> {
-        self.all
-            .view()
-            .slice_rows(e * self.rows, (e + 1) * self.rows)
+        match self {
+            Experts::Stacked { all, rows } => all.view().slice_rows(e * rows, (e + 1) * rows),
+            Experts::PerExpert(parts) => parts[e].view(),
+        }
     }
 
     /// Expert `e`, rows `start..end` (a fused gate/up tensor holds both halves).
     pub fn expert_rows(&self, e: usize, start: usize, end: usize) -> MatRef<'_> {
-        self.all
-            .view()
-            .slice_rows(e * self.rows + start, e * self.rows + end)
+        match self {
+            Experts::Stacked { all, rows } => {
+                all.view().slice_rows(e * rows + start, e * rows + end)
+            }
+            Experts::PerExpert(parts) => parts[e].view().slice_rows(start, end),
+        }
     }
 }
 
@@ -142,9 +151,17 @@ impl Binder<'_> {
             .ok_or_else(|| ModelError::MissingTensor(name.to_string()))
     }
 
-    /// The shape of a tensor (ggml order), if present.
+    /// The shape of a tensor (ggml order), if present; a per-expert list
+    /// has the stacked shape `[.., n_expert]`.
     pub fn shape(&self, name: &str) -> Result<Option<Vec<u64>>, ModelError> {
-        Ok(self.source.tensor(name)?.map(|t| t.shape.to_vec()))
+        if let Some(t) = self.source.tensor(name)? {
+            return Ok(Some(t.shape.to_vec()));
+        }
+        Ok(self.source.expert_tensors(name)?.and_then(|parts| {
+            let mut shape = parts.first()?.shape.to_vec();
+            shape.push(parts.len() as u64);
+            Some(shape)
+        }))
     }
 
     /// A `rows × cols` matrix (ggml shape `[cols, rows]`).
@@ -167,9 +184,30 @@ impl Binder<'_> {
         rows: usize,
         cols: usize,
     ) -> Result<Experts, ModelError> {
+        if let Some(parts) = self.source.expert_tensors(name)? {
+            if parts.len() != n_expert {
+                return Err(ModelError::Inconsistent(format!(
+                    "{name}: {} experts stored, {n_expert} expected",
+                    parts.len()
+                )));
+            }
+            let mats = parts
+                .iter()
+                .map(|t| {
+                    let dtype = check(t, &[cols as u64, rows as u64])?;
+                    Ok(Matrix {
+                        dtype,
+                        rows,
+                        cols,
+                        bytes: Bytes::of(t.data),
+                    })
+                })
+                .collect::<Result<Vec<_>, ModelError>>()?;
+            return Ok(Experts::PerExpert(mats));
+        }
         let t = self.get(name)?;
         let dtype = check(&t, &[cols as u64, rows as u64, n_expert as u64])?;
-        Ok(Experts {
+        Ok(Experts::Stacked {
             all: Matrix {
                 dtype,
                 rows: rows * n_expert,
