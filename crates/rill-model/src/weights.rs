@@ -39,22 +39,114 @@ impl Bytes {
     }
 }
 
+/// A matrix's separate scale tensor ([`Scales`]), held like its [`Bytes`].
+#[derive(Clone, Copy)]
+enum StoredScales {
+    None,
+    Tiles {
+        bytes: Bytes,
+        dtype: DType,
+        tile_rows: usize,
+        tile_cols: usize,
+        row0: usize,
+    },
+    Groups {
+        bytes: Bytes,
+        dtype: DType,
+        group: usize,
+        global: f32,
+    },
+}
+
+impl StoredScales {
+    fn of(s: Scales<'_>) -> StoredScales {
+        match s {
+            Scales::None => StoredScales::None,
+            Scales::Tiles {
+                data,
+                dtype,
+                tile_rows,
+                tile_cols,
+                row0,
+            } => StoredScales::Tiles {
+                bytes: Bytes::of(data),
+                dtype,
+                tile_rows,
+                tile_cols,
+                row0,
+            },
+            Scales::Groups {
+                data,
+                dtype,
+                group,
+                global,
+            } => StoredScales::Groups {
+                bytes: Bytes::of(data),
+                dtype,
+                group,
+                global,
+            },
+        }
+    }
+
+    fn view(&self) -> Scales<'_> {
+        match *self {
+            StoredScales::None => Scales::None,
+            StoredScales::Tiles {
+                ref bytes,
+                dtype,
+                tile_rows,
+                tile_cols,
+                row0,
+            } => Scales::Tiles {
+                data: bytes.as_slice(),
+                dtype,
+                tile_rows,
+                tile_cols,
+                row0,
+            },
+            StoredScales::Groups {
+                ref bytes,
+                dtype,
+                group,
+                global,
+            } => Scales::Groups {
+                data: bytes.as_slice(),
+                dtype,
+                group,
+                global,
+            },
+        }
+    }
+
+    fn byte_len(&self) -> usize {
+        match self {
+            StoredScales::None => 0,
+            StoredScales::Tiles { bytes, .. } | StoredScales::Groups { bytes, .. } => bytes.len,
+        }
+    }
+}
+
 /// A 2-D weight: `rows` output features of `cols` inputs each.
 pub(crate) struct Matrix {
     pub dtype: DType,
     pub rows: usize,
     pub cols: usize,
     bytes: Bytes,
+    scales: StoredScales,
 }
 
 impl Matrix {
     pub fn view(&self) -> MatRef<'_> {
-        MatRef::new(self.dtype, self.rows, self.cols, self.bytes.as_slice())
+        MatRef {
+            scales: self.scales.view(),
+            ..MatRef::new(self.dtype, self.rows, self.cols, self.bytes.as_slice())
+        }
     }
 
-    /// Bytes of the encoded matrix.
+    /// Bytes of the encoded matrix and its scales.
     pub fn byte_len(&self) -> usize {
-        self.bytes.len
+        self.bytes.len + self.scales.byte_len()
     }
 }
 
@@ -103,6 +195,12 @@ pub(crate) fn decode_vector(t: &TensorRef, n: usize) -> Result<Vec<f32>, ModelEr
         ..*t
     };
     check(&flat, &want)?;
+    if t.scales != Scales::None {
+        return Err(ModelError::UnsupportedType {
+            name: t.name.into(),
+            dtype: t.dtype,
+        });
+    }
     if !n.is_multiple_of(t.dtype.block_len())
         || t.data.len() != t.dtype.bytes_for(n as u64).unwrap_or(0) as usize
     {
@@ -126,7 +224,9 @@ fn check(t: &TensorRef, want: &[u64]) -> Result<DType, ModelError> {
             want: want.to_vec(),
         });
     }
-    if !quant::is_supported(t.dtype) || t.scales != Scales::None {
+    // Separate scales come only with the codes of checkpoints that have them.
+    let scaled_codes = matches!(t.dtype, DType::F8E4M3 | DType::E2M1);
+    if !quant::is_supported(t.dtype) || (t.scales != Scales::None && !scaled_codes) {
         return Err(ModelError::UnsupportedType {
             name: t.name.to_string(),
             dtype: t.dtype,
@@ -173,6 +273,7 @@ impl Binder<'_> {
             rows,
             cols,
             bytes: Bytes::of(t.data),
+            scales: StoredScales::of(t.scales),
         })
     }
 
@@ -200,6 +301,7 @@ impl Binder<'_> {
                         rows,
                         cols,
                         bytes: Bytes::of(t.data),
+                        scales: StoredScales::of(t.scales),
                     })
                 })
                 .collect::<Result<Vec<_>, ModelError>>()?;
@@ -213,6 +315,7 @@ impl Binder<'_> {
                 rows: rows * n_expert,
                 cols,
                 bytes: Bytes::of(t.data),
+                scales: StoredScales::of(t.scales),
             },
             rows,
         })
@@ -227,6 +330,12 @@ impl Binder<'_> {
     pub fn small(&self, name: &str, shape: &[u64]) -> Result<Vec<f32>, ModelError> {
         let t = self.get(name)?;
         let dtype = check(&t, shape)?;
+        if t.scales != Scales::None {
+            return Err(ModelError::UnsupportedType {
+                name: name.into(),
+                dtype,
+            });
+        }
         let n: u64 = shape.iter().product();
         let mut out = vec![0f32; n as usize];
         quant::dequantize(dtype, t.data, &mut out);

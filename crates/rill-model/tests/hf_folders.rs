@@ -1,8 +1,9 @@
 //! Hugging Face folders read as they ship (`fixtures/models/hf/`, made by
-//! `scripts/fixtures/make_hf_fixtures.py`): logits at every position, greedy
-//! ids and the MTP head's logits against transformers on the same weights,
-//! and, for the folder with the same weights as a GGUF fixture, the same
-//! logits as that file.
+//! `scripts/fixtures/make_hf_fixtures.py` and `make_hf_quant_fixtures.py`):
+//! logits at every position, greedy ids and the MTP head's logits against
+//! transformers on the same weights; for the folder with the same weights as
+//! a GGUF fixture, the same logits as that file; FP8 and NVFP4 folders
+//! against transformers on their exactly dequantized weights.
 
 mod common;
 
@@ -12,7 +13,8 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-fn hf_fixtures() -> Vec<Value> {
+/// The folder fixtures of `kind` (`hf`: BF16 / F32, `hf_quant`: FP8, NVFP4).
+fn hf_fixtures_of(kind: &str) -> Vec<Value> {
     let dir = fixtures_dir().join("hf");
     let mut out: Vec<Value> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
@@ -21,9 +23,14 @@ fn hf_fixtures() -> Vec<Value> {
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .map(|p| serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap())
         .collect();
+    out.retain(|f| f["kind"] == kind);
     out.sort_by_key(|f| f["name"].as_str().unwrap().to_string());
-    assert!(out.len() >= 3, "the three HF fixtures");
+    assert!(out.len() >= 3, "three {kind} fixtures");
     out
+}
+
+fn hf_fixtures() -> Vec<Value> {
+    hf_fixtures_of("hf")
 }
 
 fn folder(f: &Value) -> PathBuf {
@@ -149,4 +156,30 @@ fn a_folder_and_the_gguf_converted_from_its_weights_agree() {
         compared += 1;
     }
     assert!(compared >= 1, "a folder with the weights of a GGUF fixture");
+}
+
+#[test]
+fn fp8_and_nvfp4_folders_match_their_exact_models() {
+    let run = Runner::exact(2);
+    for f in hf_fixtures_of("hf_quant") {
+        let name = f["name"].as_str().unwrap();
+        let model = open(&f);
+        let prompt_ids = ids(&f["prompt"]["ids"]);
+        let (_, want) = read_npy(f["prompt"]["logits"].as_str().unwrap());
+        let (max, mean) = diff(&batch_logits(&model, &run, &prompt_ids), &want);
+        eprintln!("{name}: prompt logits vs the exact model max |Δ| {max:.2e}, mean {mean:.2e}");
+        assert!(max <= 1e-4, "{name}: max |Δ| {max:e} > 1e-4");
+        let g = &f["generation"];
+        let prompt = ids(&g["prompt_ids"]);
+        let want_ids = ids(&g["ids"]);
+        let mut st = SequenceState::new(&model, prompt.len() + want_ids.len());
+        let mut row = model.forward(&run, &mut st, &prompt, Rows::Last).unwrap();
+        let mut got = Vec::new();
+        for _ in 0..want_ids.len() {
+            let next = argmax(&row);
+            got.push(next);
+            row = model.forward(&run, &mut st, &[next], Rows::Last).unwrap();
+        }
+        assert_eq!(got, want_ids, "{name}: greedy ids");
+    }
 }

@@ -10,6 +10,7 @@
 
 pub mod config;
 pub mod names;
+pub mod quant;
 
 use super::{Scales, TensorRef, WeightSource};
 use crate::config::ModelConfig;
@@ -43,7 +44,35 @@ struct Entry {
     shape: Vec<u64>,
     /// Bytes in the shard's mapping.
     bytes: Range<usize>,
+    scales: Option<EntryScales>,
     transform: Transform,
+}
+
+/// Where a weight's separate scales lie, and how they apply.
+#[derive(Debug)]
+struct EntryScales {
+    shard: usize,
+    bytes: Range<usize>,
+    dtype: DType,
+    kind: ScaleKind,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum ScaleKind {
+    Tiles { rows: usize, cols: usize },
+    Groups { group: usize, global: f32 },
+}
+
+/// A tensor as its file lists it.
+struct Raw {
+    name: String,
+    shard: usize,
+    file: String,
+    dtype: Dtype,
+    /// The file's order (outermost first).
+    shape: Vec<u64>,
+    /// Bytes in the shard's mapping.
+    bytes: Range<usize>,
 }
 
 enum Slot {
@@ -70,6 +99,7 @@ pub struct HfTensor {
 pub struct HfSource {
     dir: PathBuf,
     config: HfConfig,
+    scheme: quant::Scheme,
     shards: Vec<Shard>,
     slots: HashMap<String, Slot>,
     tensors: Vec<HfTensor>,
@@ -107,29 +137,31 @@ impl HfSource {
                 "missing: a Hugging Face model folder has a config.json",
             ));
         }
-        let mut config = config::parse(
-            &read_text(&config_path)?,
-            &config_path.display().to_string(),
+        let config_label = config_path.display().to_string();
+        let mut config = config::parse(&read_text(&config_path)?, &config_label)?;
+        let modelopt_path = dir.join("hf_quant_config.json");
+        let modelopt: Option<Value> = match modelopt_path.is_file() {
+            true => Some(
+                serde_json::from_str(&read_text(&modelopt_path)?)
+                    .map_err(|e| file_err(&modelopt_path, format!("not valid JSON: {e}")))?,
+            ),
+            false => None,
+        };
+        let scheme = quant::scheme(
+            config.quantization.as_ref(),
+            modelopt.as_ref(),
+            &config_label,
         )?;
-        if let Some(q) = &config.quantization {
-            let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("?");
-            return Err(file_err(
-                &config_path,
-                format!(
-                    "quantization_config with quant_method `{method}`: rill reads unquantized \
-                     (F32 / F16 / BF16) folders"
-                ),
-            ));
-        }
         let (files, index) = shard_files(dir)?;
         let n_layer = config.model.n_layer;
+
+        // Pass 1: every tensor of every file (a weight's scales may lie in
+        // another shard).
         let mut shards = Vec::with_capacity(files.len());
-        let mut slots: HashMap<String, Slot> = HashMap::new();
-        let mut tensors = Vec::new();
+        let mut raws: Vec<Raw> = Vec::new();
         for file in &files {
             let path = dir.join(file);
             let shard = open_shard(&path, file, index.as_ref())?;
-            let si = shards.len();
             let (header, meta) = SafeTensors::read_metadata(&shard.map)
                 .map_err(|e| shard_error(&path, &shard.map, e))?;
             let base = 8 + header;
@@ -147,60 +179,85 @@ impl HfSource {
                         ));
                     }
                 }
-                let shape_hf: Vec<u64> = info.shape.iter().map(|&d| d as u64).collect();
                 let (start, end) = info.data_offsets;
-                let target = names::map(&name, n_layer, config.tied);
-                let used_as = match &target {
-                    Target::Tensor { name: c, .. } => Ok(c.clone()),
-                    Target::Expert { name: c, expert } => Ok(format!("{c} (expert {expert})")),
-                    Target::Skip(why) => Err(why.to_string()),
-                    Target::Unknown => Err("not a tensor rill knows".to_string()),
-                };
-                tensors.push(HfTensor {
-                    name: name.clone(),
+                raws.push(Raw {
+                    name,
+                    shard: shards.len(),
                     file: file.clone(),
-                    dtype: info.dtype.to_string(),
-                    shape: shape_hf.clone(),
-                    bytes: (end - start) as u64,
-                    used_as,
-                });
-                let (canonical, transform, expert) = match target {
-                    Target::Tensor { name, transform } => (name, transform, None),
-                    Target::Expert { name, expert } => (name, Transform::None, Some(expert)),
-                    Target::Skip(_) | Target::Unknown => continue,
-                };
-                let dtype = plain_dtype(info.dtype).ok_or_else(|| ModelError::CheckpointTensor {
-                    file: path.display().to_string(),
-                    tensor: name.clone(),
-                    why: format!(
-                        "dtype {} in a folder without a quantization_config (rill reads F32, F16 and BF16 here)",
-                        info.dtype
-                    ),
-                })?;
-                let mut shape: Vec<u64> = shape_hf.iter().rev().copied().collect();
-                if transform == Transform::Squeeze && shape.len() == 3 && shape[1] == 1 {
-                    shape.remove(1);
-                }
-                let entry = Entry {
-                    label: format!("{name}' in '{file}"),
-                    shard: si,
-                    dtype,
-                    shape,
+                    dtype: info.dtype,
+                    shape: info.shape.iter().map(|&d| d as u64).collect(),
                     bytes: base + start..base + end,
-                    transform,
-                };
-                insert(&mut slots, canonical, expert, entry, &path)?;
+                });
             }
             shards.push(shard);
         }
         if let Some(ix) = &index {
-            let present: BTreeSet<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
+            let present: BTreeSet<&str> = raws.iter().map(|t| t.name.as_str()).collect();
             if let Some((name, file)) = ix.iter().find(|(n, _)| !present.contains(n.as_str())) {
                 return Err(file_err(
                     &dir.join(file),
                     format!("model.safetensors.index.json places tensor '{name}' here, but the file does not hold it"),
                 ));
             }
+        }
+        let by_name: HashMap<&str, &Raw> = raws.iter().map(|r| (r.name.as_str(), r)).collect();
+
+        // Pass 2: map names, attach scales.
+        let mut slots: HashMap<String, Slot> = HashMap::new();
+        let mut tensors = Vec::with_capacity(raws.len());
+        for raw in &raws {
+            let name = raw.name.as_str();
+            let path = dir.join(&raw.file);
+            let companion = quant::companion_of(name);
+            // compressed-tensors names the codes `X.weight_packed`
+            let weight_name = match name.strip_suffix(".weight_packed") {
+                Some(base) => format!("{base}.weight"),
+                None => name.to_string(),
+            };
+            let target = match companion {
+                Some(_) => Target::Skip("a scale"),
+                None => names::map(&weight_name, n_layer, config.tied),
+            };
+            let used_as = match (&target, companion) {
+                (_, Some((_, suffix))) if quant::is_activation_scale(suffix) => Err(
+                    "an activation scale (W4A4): rill keeps its own activation precision"
+                        .to_string(),
+                ),
+                (_, Some((base, _))) => Ok(format!("scales of {base}")),
+                (Target::Tensor { name: c, .. }, None) => Ok(c.clone()),
+                (Target::Expert { name: c, expert }, None) => Ok(format!("{c} (expert {expert})")),
+                (Target::Skip(why), None) => Err(why.to_string()),
+                (Target::Unknown, None) => Err("not a tensor rill knows".to_string()),
+            };
+            tensors.push(HfTensor {
+                name: name.to_string(),
+                file: raw.file.clone(),
+                dtype: raw.dtype.to_string(),
+                shape: raw.shape.clone(),
+                bytes: (raw.bytes.end - raw.bytes.start) as u64,
+                used_as,
+            });
+            let (canonical, transform, expert) = match target {
+                Target::Tensor { name, transform } => (name, transform, None),
+                Target::Expert { name, expert } => (name, Transform::None, Some(expert)),
+                Target::Skip(_) | Target::Unknown => continue,
+            };
+            let base = weight_name.strip_suffix(".weight").unwrap_or(&weight_name);
+            let (dtype, shape_hf, scales) = encoding(raw, base, &by_name, &shards, scheme, &path)?;
+            let mut shape: Vec<u64> = shape_hf.iter().rev().copied().collect();
+            if transform == Transform::Squeeze && shape.len() == 3 && shape[1] == 1 {
+                shape.remove(1);
+            }
+            let entry = Entry {
+                label: format!("{name}' in '{}", raw.file),
+                shard: raw.shard,
+                dtype,
+                shape,
+                bytes: raw.bytes.clone(),
+                scales,
+                transform,
+            };
+            insert(&mut slots, canonical, expert, entry, &path)?;
         }
         // The MTP head binds when the folder holds its weights (some
         // releases declare it and drop the tensors).
@@ -212,10 +269,16 @@ impl HfSource {
         Ok(HfSource {
             dir: dir.to_path_buf(),
             config,
+            scheme,
             shards,
             slots,
             tensors,
         })
+    }
+
+    /// How the folder is quantized.
+    pub fn scheme(&self) -> quant::Scheme {
+        self.scheme
     }
 
     pub fn dir(&self) -> &Path {
@@ -243,14 +306,165 @@ impl HfSource {
     }
 
     fn entry_ref<'a>(&'a self, e: &'a Entry) -> TensorRef<'a> {
+        let scales = match &e.scales {
+            None => Scales::None,
+            Some(s) => {
+                let data = &self.shards[s.shard].map[s.bytes.clone()];
+                match s.kind {
+                    ScaleKind::Tiles { rows, cols } => Scales::Tiles {
+                        data,
+                        dtype: s.dtype,
+                        tile_rows: rows,
+                        tile_cols: cols,
+                        row0: 0,
+                    },
+                    ScaleKind::Groups { group, global } => Scales::Groups {
+                        data,
+                        dtype: s.dtype,
+                        group,
+                        global,
+                    },
+                }
+            }
+        };
         TensorRef {
             name: &e.label,
             dtype: e.dtype,
             shape: &e.shape,
             data: &self.shards[e.shard].map[e.bytes.clone()],
-            scales: Scales::None,
+            scales,
         }
     }
+}
+
+/// The rill encoding of a scale tensor.
+fn scale_dtype(d: Dtype) -> Option<DType> {
+    match d {
+        Dtype::F8_E4M3 => Some(DType::F8E4M3),
+        other => plain_dtype(other),
+    }
+}
+
+/// The encoding of weight `raw` (`base`: its name without `.weight`), its
+/// shape in elements (file order) and its scales: as stored for F32 / F16
+/// / BF16, with its companions for FP8 and NVFP4 codes.
+fn encoding(
+    raw: &Raw,
+    base: &str,
+    by_name: &HashMap<&str, &Raw>,
+    shards: &[Shard],
+    scheme: quant::Scheme,
+    path: &Path,
+) -> Result<(DType, Vec<u64>, Option<EntryScales>), ModelError> {
+    let err = |tensor: &str, why: String| ModelError::CheckpointTensor {
+        file: path.display().to_string(),
+        tensor: tensor.to_string(),
+        why,
+    };
+    if let Some(d) = plain_dtype(raw.dtype) {
+        return Ok((d, raw.shape.clone(), None));
+    }
+    let companion = |suffix: &str| by_name.get(format!("{base}.{suffix}").as_str()).copied();
+    let matrix = |shape: &[u64]| -> Result<(usize, usize), ModelError> {
+        match shape {
+            [o, i] => Ok((*o as usize, *i as usize)),
+            _ => Err(err(
+                &raw.name,
+                format!("a quantized weight of shape {shape:?}, not 2-D"),
+            )),
+        }
+    };
+    let scale_of = |s: &Raw, kind: ScaleKind, want: u64| -> Result<EntryScales, ModelError> {
+        let dtype = scale_dtype(s.dtype)
+            .ok_or_else(|| err(&s.name, format!("scales of dtype {}", s.dtype)))?;
+        let count: u64 = s.shape.iter().product();
+        if count != want || dtype.bytes_for(want) != Some((s.bytes.end - s.bytes.start) as u64) {
+            return Err(err(
+                &s.name,
+                format!(
+                    "{count} scales of shape {:?} for '{}' (expected {want})",
+                    s.shape, raw.name
+                ),
+            ));
+        }
+        Ok(EntryScales {
+            shard: s.shard,
+            bytes: s.bytes.clone(),
+            dtype,
+            kind,
+        })
+    };
+    match raw.dtype {
+        Dtype::F8_E4M3 => {
+            let (o, i) = matrix(&raw.shape)?;
+            if let Some(s) = companion("weight_scale_inv") {
+                let (br, bc) = match scheme {
+                    quant::Scheme::Fp8 { block } => block,
+                    _ => (128, 128),
+                };
+                let want = (o.div_ceil(br) * i.div_ceil(bc)) as u64;
+                let sc = scale_of(s, ScaleKind::Tiles { rows: br, cols: bc }, want)?;
+                return Ok((DType::F8E4M3, raw.shape.clone(), Some(sc)));
+            }
+            if let Some(s) = companion("weight_scale") {
+                // ModelOpt FP8: one scale for the whole tensor, one tile.
+                let sc = scale_of(s, ScaleKind::Tiles { rows: o.max(1), cols: i.max(1) }, 1)?;
+                return Ok((DType::F8E4M3, raw.shape.clone(), Some(sc)));
+            }
+            Err(err(&raw.name, "an F8_E4M3 weight without its weight_scale_inv or weight_scale".into()))
+        }
+        Dtype::U8 => {
+            let (o, half) = matrix(&raw.shape)?;
+            let i = 2 * half;
+            let s = companion("weight_scale").ok_or_else(|| {
+                err(&raw.name, "packed FP4 codes without their weight_scale".into())
+            })?;
+            let n_groups = match s.shape[..] {
+                [so, sg] if so as usize == o && sg > 0 && i % sg as usize == 0 => sg as usize,
+                _ => {
+                    return Err(err(
+                        &s.name,
+                        format!("NVFP4 scales of shape {:?} for codes of shape [{o}, {half}]", s.shape),
+                    ))
+                }
+            };
+            let global = match (companion("weight_scale_2"), companion("weight_global_scale")) {
+                (Some(g), _) => read_scalar(g, shards).map_err(|why| err(&g.name, why))?,
+                // compressed-tensors stores the reciprocal
+                (None, Some(g)) => 1.0 / read_scalar(g, shards).map_err(|why| err(&g.name, why))?,
+                (None, None) => {
+                    return Err(err(
+                        &raw.name,
+                        "NVFP4 codes without weight_scale_2 or weight_global_scale".into(),
+                    ))
+                }
+            };
+            let kind = ScaleKind::Groups {
+                group: i / n_groups,
+                global,
+            };
+            let sc = scale_of(s, kind, (o * n_groups) as u64)?;
+            Ok((DType::E2M1, vec![o as u64, i as u64], Some(sc)))
+        }
+        other => Err(err(
+            &raw.name,
+            format!("dtype {other}: rill reads F32, F16, BF16, F8_E4M3 (FP8) and packed U8 (NVFP4) weights"),
+        )),
+    }
+}
+
+/// The value of a one-element F32 / BF16 / F16 tensor.
+fn read_scalar(t: &Raw, shards: &[Shard]) -> Result<f32, String> {
+    let count: u64 = t.shape.iter().product();
+    let d = plain_dtype(t.dtype).filter(|_| count == 1).ok_or_else(|| {
+        format!(
+            "a global scale must be one F32 / BF16 / F16 value, not {} {:?}",
+            t.dtype, t.shape
+        )
+    })?;
+    let mut v = [0f32];
+    rill_kernels::quant::dequantize(d, &shards[t.shard].map[t.bytes.clone()], &mut v);
+    Ok(v[0])
 }
 
 /// Put `entry` in its slot; two tensors for one place is an error.
