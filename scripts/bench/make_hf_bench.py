@@ -3,7 +3,8 @@
 benchmark of issue #17 (`rill bench -m DIR` beside `rill bench -m FILE.gguf`).
 
     PY=~/.cache/rill-oracle/venv/bin/python
-    $PY scripts/bench/make_hf_bench.py /tmp/rill-hf-bench      # -> DIR/hf (folder), DIR/model.bf16.gguf
+    $PY scripts/bench/make_hf_bench.py /tmp/rill-hf-bench      # -> DIR/hf (the folder)
+    $PY scripts/fixtures/convert.py DIR/hf --outtype bf16 --no-mtp --outfile DIR/model.bf16.gguf
 
 Geometry: the `realdims` preset of scripts/fixtures/models.py (Qwen3.5-35B-A3B per-layer shapes: hidden 2048,
 16/2 attention heads of 256, GDN 16 key / 32 value heads of 128, 64 experts top-8 of FF 512 + shared 512;
