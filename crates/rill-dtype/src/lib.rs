@@ -43,9 +43,20 @@ pub enum DType {
     TQ1_0,
     TQ2_0,
     MXFP4,
+    /// FP8 E4M3 (OCP "FN": no infinities, 0x7F/0xFF NaN), one byte per
+    /// value: Hugging Face FP8 checkpoints, with block scales stored apart.
+    F8E4M3,
+    /// FP4 E2M1 codes two per byte, the low nibble first: NVFP4
+    /// checkpoints (ModelOpt, compressed-tensors), with per-16 scales
+    /// stored apart. Not GGUF's NVFP4 blocks (scales inside, another order).
+    E2M1,
 }
 
-/// Every known encoding, for iteration.
+/// Encodings only Hugging Face checkpoints use (GGUF has no type id for
+/// them); not in [`ALL`].
+pub const CHECKPOINT_ONLY: [DType; 2] = [DType::F8E4M3, DType::E2M1];
+
+/// Every known encoding of GGUF files, for iteration.
 pub const ALL: [DType; 32] = [
     DType::F32,
     DType::F16,
@@ -86,7 +97,8 @@ impl DType {
     pub fn block_len(self) -> usize {
         use DType::*;
         match self {
-            F32 | F16 | BF16 | F64 | I8 | I16 | I32 | I64 => 1,
+            F32 | F16 | BF16 | F64 | I8 | I16 | I32 | I64 | F8E4M3 => 1,
+            E2M1 => 2,
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4NL | MXFP4 => 32,
             Q2K | Q3K | Q4K | Q5K | Q6K | Q8K | IQ2XXS | IQ2XS | IQ3XXS | IQ1S | IQ3S | IQ2S
             | IQ4XS | IQ1M | TQ1_0 | TQ2_0 => 256,
@@ -100,7 +112,7 @@ impl DType {
             F32 | I32 => 4,
             F16 | BF16 | I16 => 2,
             F64 | I64 => 8,
-            I8 => 1,
+            I8 | F8E4M3 | E2M1 => 1,
             Q4_0 => 18,
             Q4_1 => 20,
             Q5_0 => 22,
@@ -174,6 +186,8 @@ impl DType {
             TQ1_0 => "TQ1_0",
             TQ2_0 => "TQ2_0",
             MXFP4 => "MXFP4",
+            F8E4M3 => "F8_E4M3",
+            E2M1 => "E2M1",
         }
     }
 }
@@ -190,10 +204,14 @@ mod tests {
 
     #[test]
     fn names_are_unique() {
-        let mut names: Vec<&str> = ALL.iter().map(|t| t.name()).collect();
+        let mut names: Vec<&str> = ALL
+            .iter()
+            .chain(&CHECKPOINT_ONLY)
+            .map(|t| t.name())
+            .collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), ALL.len());
+        assert_eq!(names.len(), ALL.len() + CHECKPOINT_ONLY.len());
     }
 
     #[test]

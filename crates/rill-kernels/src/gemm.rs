@@ -266,7 +266,9 @@ unsafe fn fused_rows(
         Isa::Neon => |d, w, nr, x, nt, c, o| unsafe { neon::canon_tile(d, w, nr, x, nt, c, o) },
         _ => return false,
     };
-    if n == 0 || n > CANON_TOKENS || w.cols == 0 {
+    // Separate scale tensors are multiplied in as rows are decoded (the
+    // blocked path).
+    if n == 0 || n > CANON_TOKENS || w.cols == 0 || w.scales != crate::Scales::None {
         return false;
     }
     let mut res = [0f32; CANON_ROWS * CANON_TOKENS];

@@ -1,6 +1,7 @@
 //! Numeric kernels. They know tensors and encodings, nothing of models or files.
 //!
 //! - [`quant`]: decoding of every supported weight encoding, fused decode+dot.
+//! - `scaled`: separate scale tensors (FP8 tiles, NVFP4 groups) applied as rows are decoded.
 //! - [`attention`]: causal grouped-query softmax attention over a KV cache, blocked.
 //! - [`gdn`]: the gated delta rule, token by token and chunkwise.
 //! - [`matmul`]: weight matrix × activations, threaded over output rows
@@ -17,6 +18,7 @@ pub mod matmul;
 pub mod ops;
 pub mod q8;
 pub mod quant;
+mod scaled;
 pub mod simd;
 mod small;
 pub mod threads;

@@ -36,12 +36,14 @@ pub enum Scales<'a> {
     None,
     /// One scale per `tile_rows × tile_cols` tile, tiles row-major
     /// (`⌈rows / tile_rows⌉ × ⌈cols / tile_cols⌉`; FP8 block quantization:
-    /// 128 × 128), each `dtype` (F32 or BF16).
+    /// 128 × 128), each `dtype` (F32 or BF16). `row0`: where row 0 of the
+    /// matrix lies inside its first tile (a view cut inside a tile).
     Tiles {
         data: &'a [u8],
         dtype: DType,
         tile_rows: usize,
         tile_cols: usize,
+        row0: usize,
     },
     /// One scale per `group` consecutive values of a row (NVFP4: 16), each
     /// `dtype`, times one `global` scale for the whole tensor.
@@ -54,8 +56,7 @@ pub enum Scales<'a> {
 }
 
 impl<'a> Scales<'a> {
-    /// The scales of rows `start..end` of a `rows × cols` matrix. Tile
-    /// scales can only be cut at tile boundaries.
+    /// The scales of rows `start..end` of a `rows × cols` matrix.
     fn slice_rows(self, start: usize, end: usize, cols: usize) -> Scales<'a> {
         match self {
             Scales::None => Scales::None,
@@ -64,18 +65,17 @@ impl<'a> Scales<'a> {
                 dtype,
                 tile_rows,
                 tile_cols,
+                row0,
             } => {
-                assert!(
-                    start.is_multiple_of(tile_rows),
-                    "tile scales cut inside a tile"
-                );
                 let row_bytes = cols.div_ceil(tile_cols) * dtype.block_bytes();
-                let (t0, t1) = (start / tile_rows, end.div_ceil(tile_rows));
+                let (a, b) = (row0 + start, row0 + end);
+                let (t0, t1) = (a / tile_rows, b.div_ceil(tile_rows));
                 Scales::Tiles {
                     data: &data[t0 * row_bytes..t1 * row_bytes],
                     dtype,
                     tile_rows,
                     tile_cols,
+                    row0: a % tile_rows,
                 }
             }
             Scales::Groups {
@@ -133,9 +133,11 @@ impl<'a> MatRef<'a> {
         }
     }
 
-    /// Decode row `r` into `out` (`cols` values).
+    /// Decode row `r` into `out` (`cols` values), its separate scales
+    /// multiplied in.
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         quant::dequantize(self.dtype, self.row(r), out);
+        crate::scaled::apply(self.scales, r, out);
     }
 }
 
@@ -259,8 +261,6 @@ pub fn matmul_many_on(isa: Isa, precision: Precision, threads: &Threads, jobs: &
     let mut total = 0;
     let mut max_cols = 1;
     for j in jobs.iter() {
-        // The binder refuses such matrices until a kernel decodes them.
-        assert_eq!(j.w.scales, Scales::None, "separate scale tensors");
         match j.pick {
             None => assert_eq!(j.x.len(), j.n * j.w.cols, "activation size"),
             Some(pick) => {

@@ -71,6 +71,9 @@ pub struct ModelInfo {
     /// The model's recommended sampling (`general.sampling.*`, as llama.cpp's
     /// converter writes it from `generation_config.json`).
     pub sampling: SamplingHints,
+    /// Tensors of the source the model does not use, with why (a Hugging
+    /// Face folder's vision tower); empty for GGUF files.
+    pub skipped: Vec<(String, String)>,
     /// The bound architecture (set once the model is bound).
     pub arch: Option<Arch>,
     /// Weight bytes one decoded token reads (set once the model is bound).
@@ -116,9 +119,15 @@ impl ModelInfo {
             chat_template: text("tokenizer.chat_template"),
             sampling: SamplingHints::of_gguf(file),
             template_problem,
+            skipped: Vec::new(),
             arch: None,
             decode_weight_bytes: 0,
         }
+    }
+
+    /// Whether the source is a Hugging Face folder.
+    pub fn is_folder(&self) -> bool {
+        self.format.starts_with("Hugging Face")
     }
 
     pub(crate) fn with_model(mut self, model: &Model) -> ModelInfo {

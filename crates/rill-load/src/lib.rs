@@ -6,6 +6,7 @@
 //! format: a new format is a new [`ModelSource`] variant and a
 //! [`rill_model::WeightSource`] implementation, and nothing above changes.
 
+mod folder;
 mod info;
 
 pub use info::{human_count, ModelInfo, SamplingHints, TensorSummary};
@@ -13,7 +14,7 @@ pub use info::{human_count, ModelInfo, SamplingHints, TensorSummary};
 use indicatif::{ProgressBar, ProgressStyle};
 use rill_chat::ChatTemplate;
 use rill_gguf::{GgufFile, MetaValue};
-use rill_model::{GgufSource, Model, ModelError, WeightSource, WithMtpHead};
+use rill_model::{GgufSource, HfSource, Model, ModelError, WeightSource, WithMtpHead};
 use rill_tokenizer::{Tokenizer, TokenizerError};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,7 +22,9 @@ use std::sync::Arc;
 /// Where a model comes from.
 #[derive(Clone, Debug)]
 pub enum ModelSource {
-    /// A GGUF file on disk (any file of a split set), memory-mapped.
+    /// A path on disk, memory-mapped: a GGUF file (any file of a split
+    /// set), or a Hugging Face model folder (`config.json`, safetensors,
+    /// `tokenizer.json`).
     File(PathBuf),
     /// A GGUF file inside the program (`include_bytes!`), read in place.
     Static {
@@ -109,19 +112,12 @@ pub struct Loaded {
 /// Open `source`, parse it once, and bind the model, the tokenizer and the
 /// chat template.
 pub fn load(source: &ModelSource, options: &LoadOptions) -> Result<Loaded, LoadError> {
+    if let Some(dir) = folder_of(source) {
+        return load_folder(source, dir, options);
+    }
     let label = source.label();
     let file = open_gguf(source)?;
-    match options.prefault {
-        Prefault::Lazy => {}
-        Prefault::Now => prefault(&file, true),
-        Prefault::Background => {
-            let file = file.clone();
-            // Detached: it only reads; the mapping outlives it through the Arc.
-            let _ = std::thread::Builder::new()
-                .name("rill-prefault".into())
-                .spawn(move || prefault(&file, false));
-        }
-    }
+    start_prefault(options.prefault, file.clone(), gguf_regions);
     let tokenizer = Tokenizer::from_gguf(&file).map_err(|error| LoadError::Tokenizer {
         source_label: label.clone(),
         error,
@@ -139,9 +135,7 @@ pub fn load(source: &ModelSource, options: &LoadOptions) -> Result<Loaded, LoadE
         None => gguf,
         Some(head_source) => {
             let head_file = open_gguf(head_source)?;
-            if options.prefault == Prefault::Now {
-                prefault(&head_file, true);
-            }
+            start_prefault(options.prefault, head_file.clone(), gguf_regions);
             let head = Arc::new(GgufSource::new(head_file, head_source.label()));
             let joined = WithMtpHead::new(gguf, head).map_err(|error| LoadError::Model {
                 source_label: head_source.label(),
@@ -163,10 +157,62 @@ pub fn load(source: &ModelSource, options: &LoadOptions) -> Result<Loaded, LoadE
     })
 }
 
+/// The folder a source names, when it is a Hugging Face folder.
+fn folder_of(source: &ModelSource) -> Option<&std::path::Path> {
+    match source {
+        ModelSource::File(p) if p.is_dir() => Some(p),
+        _ => None,
+    }
+}
+
+fn load_folder(
+    source: &ModelSource,
+    dir: &std::path::Path,
+    options: &LoadOptions,
+) -> Result<Loaded, LoadError> {
+    let src = Arc::new(folder::open_source(dir)?);
+    start_prefault(options.prefault, src.clone(), folder_regions);
+    let tokenizer = folder::tokenizer(dir, &src)?;
+    let t = folder::template(dir, &tokenizer)?;
+    let template = t.template;
+    let info = folder::info(source, dir, &src, t.problem, t.source)?;
+    let model = Model::from_source(src).map_err(|error| LoadError::Model {
+        source_label: source.label(),
+        error,
+    })?;
+    let info = info.with_model(&model);
+    Ok(Loaded {
+        model,
+        tokenizer,
+        template,
+        info,
+    })
+}
+
 /// A source described whether or not it binds (`rill inspect` shows files
 /// rill cannot run, and why): its description, and the bound model's
 /// hyperparameters or the reason it does not bind.
 pub fn inspect(source: &ModelSource) -> Result<(ModelInfo, Result<Model, LoadError>), LoadError> {
+    if let Some(dir) = folder_of(source) {
+        let src = Arc::new(folder::open_source(dir)?);
+        let t = match folder::tokenizer(dir, &src) {
+            Ok(tok) => folder::template(dir, &tok)?,
+            Err(e) => folder::FolderTemplate {
+                problem: Some(e.to_string()),
+                ..Default::default()
+            },
+        };
+        let info = folder::info(source, dir, &src, t.problem, t.source)?;
+        let model = Model::from_source(src).map_err(|error| LoadError::Model {
+            source_label: source.label(),
+            error,
+        });
+        let info = match &model {
+            Ok(m) => info.with_model(m),
+            Err(_) => info,
+        };
+        return Ok((info, model));
+    }
     let label = source.label();
     let file = open_gguf(source)?;
     let info = ModelInfo::of_gguf(source, &file, None);
@@ -212,13 +258,42 @@ fn chat_template(
     ChatTemplate::new(source, text(tok.bos_id()), text(tok.eos_id())).map(Some)
 }
 
-/// Touch every page of the weights once (with a progress bar if `show`).
-fn prefault(file: &GgufFile, show: bool) {
-    let total: u64 = file
-        .tensors()
+/// Read the weights' pages as `when` says: not now, now with a progress
+/// bar, or on a background thread that holds `owner` (the mapping) while
+/// it reads. `regions` lists the bytes of `owner`.
+fn start_prefault<S: Send + Sync + 'static>(
+    when: Prefault,
+    owner: Arc<S>,
+    regions: fn(&S) -> Vec<&[u8]>,
+) {
+    match when {
+        Prefault::Lazy => {}
+        Prefault::Now => prefault(&regions(&owner), true),
+        Prefault::Background => {
+            // Detached: it only reads, and owns an `Arc` of the mapping.
+            let _ = std::thread::Builder::new()
+                .name("rill-prefault".into())
+                .spawn(move || prefault(&regions(&owner), false));
+        }
+    }
+}
+
+/// The tensor bytes of a GGUF file.
+fn gguf_regions(file: &GgufFile) -> Vec<&[u8]> {
+    file.tensors()
         .iter()
-        .filter_map(|t| file.try_tensor_data(t).ok().map(|d| d.len() as u64))
-        .sum();
+        .filter_map(|t| file.try_tensor_data(t).ok())
+        .collect()
+}
+
+/// The mapped files of a folder.
+fn folder_regions(src: &HfSource) -> Vec<&[u8]> {
+    src.mapped().collect()
+}
+
+/// Touch every page of `regions` once (with a progress bar if `show`).
+fn prefault(regions: &[&[u8]], show: bool) {
+    let total: u64 = regions.iter().map(|d| d.len() as u64).sum();
     let bar = if show {
         ProgressBar::new(total)
     } else {
@@ -231,10 +306,7 @@ fn prefault(file: &GgufFile, show: bool) {
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let mut sink = 0u8;
-    for t in file.tensors() {
-        let Ok(data) = file.try_tensor_data(t) else {
-            continue;
-        };
+    for data in regions {
         for chunk in data.chunks(1 << 20) {
             for page in chunk.iter().step_by(4096) {
                 // SAFETY: reading a valid reference; volatile keeps the read.

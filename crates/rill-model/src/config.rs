@@ -1,4 +1,5 @@
-//! Hyperparameters, read from a GGUF's metadata (`{arch}.*` keys).
+//! Hyperparameters, read from a GGUF's metadata (`{arch}.*` keys); a
+//! Hugging Face folder's `config.json` is read by `source::hf`.
 //!
 //! Nothing here is tied to a model size: every dimension comes from the file,
 //! and the binder cross-checks them against the tensor shapes.
@@ -109,6 +110,10 @@ pub struct ModelConfig {
     // Mixture of experts (zero experts for dense models).
     pub n_expert: usize,
     pub n_expert_used: usize,
+    /// How GDN value heads pair with key heads in this source's weights:
+    /// GGUF files follow their converter ([`Arch::value_head_order`]),
+    /// Hugging Face checkpoints keep the grouped order for every architecture.
+    pub value_head_order: HeadOrder,
 }
 
 impl ModelConfig {
@@ -184,12 +189,15 @@ impl ModelConfig {
             ssm_n_v_heads: m.usize("ssm.time_step_rank")?,
             n_expert: m.opt_usize("expert_count")?.unwrap_or(0),
             n_expert_used: m.opt_usize("expert_used_count")?.unwrap_or(0),
+            value_head_order: arch.value_head_order(),
         };
-        cfg.validate(&m)?;
+        cfg.validate(m.opt_usize("ssm.inner_size")?)?;
         Ok(cfg)
     }
 
-    fn validate(&self, m: &Meta) -> Result<(), ModelError> {
+    /// Check the hyperparameters against each other; `ssm_inner`, when the
+    /// source states it, must be the GDN value width.
+    pub(crate) fn validate(&self, ssm_inner: Option<usize>) -> Result<(), ModelError> {
         let bad = |s: String| Err(ModelError::Inconsistent(s));
         if self.n_embd == 0 || self.n_layer == 0 {
             return bad("zero embedding length or layer count".into());
@@ -228,10 +236,10 @@ impl ModelConfig {
                     self.conv_kernel
                 ));
             }
-            if let Some(inner) = m.opt_usize("ssm.inner_size")? {
+            if let Some(inner) = ssm_inner {
                 if inner != self.ssm_value_dim() {
                     return bad(format!(
-                        "ssm.inner_size {inner} != {nv} value heads × {}",
+                        "GDN inner size {inner} != {nv} value heads × {}",
                         self.ssm_head_dim
                     ));
                 }
@@ -247,6 +255,19 @@ impl ModelConfig {
         }
         Ok(())
     }
+}
+
+/// Layers `0..n_layer` with every `interval`-th one full attention.
+pub(crate) fn interval_layer_kinds(n_layer: usize, interval: usize) -> Vec<LayerKind> {
+    (0..n_layer)
+        .map(|i| {
+            if (i + 1) % interval == 0 {
+                LayerKind::Attention
+            } else {
+                LayerKind::Recurrent
+            }
+        })
+        .collect()
 }
 
 /// Layer kinds: an explicit per-layer list wins over the interval rule.
@@ -288,15 +309,7 @@ fn layer_kinds(m: &Meta, n_layer: usize) -> Result<Vec<LayerKind>, ModelError> {
             why: "must be positive".into(),
         });
     }
-    Ok((0..n_layer)
-        .map(|i| {
-            if (i + 1) % interval == 0 {
-                LayerKind::Attention
-            } else {
-                LayerKind::Recurrent
-            }
-        })
-        .collect())
+    Ok(interval_layer_kinds(n_layer, interval))
 }
 
 /// Typed access to `{arch}.*` metadata.

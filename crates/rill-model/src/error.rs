@@ -25,6 +25,17 @@ pub enum ModelError {
     Inconsistent(String),
     #[error("{0}")]
     NotMtpHead(String),
+    /// A file of a Hugging Face folder that rill cannot use (missing, not
+    /// JSON, not safetensors, an unsupported setting).
+    #[error("{file}: {why}")]
+    Checkpoint { file: String, why: String },
+    /// One tensor of a Hugging Face folder that rill cannot use.
+    #[error("{file}: tensor '{tensor}': {why}")]
+    CheckpointTensor {
+        file: String,
+        tensor: String,
+        why: String,
+    },
 }
 
 /// Why a forward pass was refused.

@@ -21,5 +21,5 @@ pub use error::{ForwardError, ModelError};
 pub use forward::{BatchItem, MtpItem, MtpOptions, Outputs, Rows, StepOutputs};
 pub use model::Model;
 pub use scratch::Runner;
-pub use source::{GgufSource, TensorRef, WeightSource, WithMtpHead};
+pub use source::{GgufSource, HfSource, TensorRef, WeightSource, WithMtpHead};
 pub use state::{RewindError, SequenceState, MAX_REWIND_ROWS};

@@ -228,7 +228,7 @@ fn bind_layer(
         LayerKind::Recurrent => Mixer::Recurrent(GdnWeights::bind(b, config, &p)?),
     };
     let ffn = match config.arch {
-        Arch::Qwen35 => Ffn::Dense(DenseWeights::bind(b, config, &p)?),
+        Arch::Qwen35 => Ffn::Dense(Box::new(DenseWeights::bind(b, config, &p)?)),
         Arch::Qwen35Moe | Arch::Qwen3Next => Ffn::Moe(Box::new(MoeWeights::bind(b, config, &p)?)),
     };
     Ok(Layer {

@@ -39,48 +39,149 @@ impl Bytes {
     }
 }
 
+/// A matrix's separate scale tensor ([`Scales`]), held like its [`Bytes`].
+#[derive(Clone, Copy)]
+enum StoredScales {
+    None,
+    Tiles {
+        bytes: Bytes,
+        dtype: DType,
+        tile_rows: usize,
+        tile_cols: usize,
+        row0: usize,
+    },
+    Groups {
+        bytes: Bytes,
+        dtype: DType,
+        group: usize,
+        global: f32,
+    },
+}
+
+impl StoredScales {
+    fn of(s: Scales<'_>) -> StoredScales {
+        match s {
+            Scales::None => StoredScales::None,
+            Scales::Tiles {
+                data,
+                dtype,
+                tile_rows,
+                tile_cols,
+                row0,
+            } => StoredScales::Tiles {
+                bytes: Bytes::of(data),
+                dtype,
+                tile_rows,
+                tile_cols,
+                row0,
+            },
+            Scales::Groups {
+                data,
+                dtype,
+                group,
+                global,
+            } => StoredScales::Groups {
+                bytes: Bytes::of(data),
+                dtype,
+                group,
+                global,
+            },
+        }
+    }
+
+    fn view(&self) -> Scales<'_> {
+        match *self {
+            StoredScales::None => Scales::None,
+            StoredScales::Tiles {
+                ref bytes,
+                dtype,
+                tile_rows,
+                tile_cols,
+                row0,
+            } => Scales::Tiles {
+                data: bytes.as_slice(),
+                dtype,
+                tile_rows,
+                tile_cols,
+                row0,
+            },
+            StoredScales::Groups {
+                ref bytes,
+                dtype,
+                group,
+                global,
+            } => Scales::Groups {
+                data: bytes.as_slice(),
+                dtype,
+                group,
+                global,
+            },
+        }
+    }
+
+    fn byte_len(&self) -> usize {
+        match self {
+            StoredScales::None => 0,
+            StoredScales::Tiles { bytes, .. } | StoredScales::Groups { bytes, .. } => bytes.len,
+        }
+    }
+}
+
 /// A 2-D weight: `rows` output features of `cols` inputs each.
 pub(crate) struct Matrix {
     pub dtype: DType,
     pub rows: usize,
     pub cols: usize,
     bytes: Bytes,
+    scales: StoredScales,
 }
 
 impl Matrix {
     pub fn view(&self) -> MatRef<'_> {
-        MatRef::new(self.dtype, self.rows, self.cols, self.bytes.as_slice())
+        MatRef {
+            scales: self.scales.view(),
+            ..MatRef::new(self.dtype, self.rows, self.cols, self.bytes.as_slice())
+        }
     }
 
-    /// Bytes of the encoded matrix.
+    /// Bytes of the encoded matrix and its scales.
     pub fn byte_len(&self) -> usize {
-        self.bytes.len
+        self.bytes.len + self.scales.byte_len()
     }
 }
 
-/// A stack of expert matrices (`[cols, rows, n_expert]` in ggml order).
-pub(crate) struct Experts {
-    all: Matrix,
-    rows: usize,
+/// A stack of expert matrices: one tensor `[cols, rows, n_expert]` (ggml
+/// order), or one `[cols, rows]` tensor per expert (a Hugging Face
+/// checkpoint's `experts.{e}.*`), each read where it lies.
+pub(crate) enum Experts {
+    Stacked { all: Matrix, rows: usize },
+    PerExpert(Vec<Matrix>),
 }
 
 impl Experts {
     /// Bytes of one expert's matrix.
     pub fn bytes_per_expert(&self) -> usize {
-        self.all.byte_len() / (self.all.rows / self.rows.max(1)).max(1)
+        match self {
+            Experts::Stacked { all, rows } => all.byte_len() / (all.rows / rows.max(&1)).max(1),
+            Experts::PerExpert(parts) => parts.first().map_or(0, Matrix::byte_len),
+        }
     }
 
     pub fn expert(&self, e: usize) -> MatRef<'_> {
-        self.all
-            .view()
-            .slice_rows(e * self.rows, (e + 1) * self.rows)
+        match self {
+            Experts::Stacked { all, rows } => all.view().slice_rows(e * rows, (e + 1) * rows),
+            Experts::PerExpert(parts) => parts[e].view(),
+        }
     }
 
     /// Expert `e`, rows `start..end` (a fused gate/up tensor holds both halves).
     pub fn expert_rows(&self, e: usize, start: usize, end: usize) -> MatRef<'_> {
-        self.all
-            .view()
-            .slice_rows(e * self.rows + start, e * self.rows + end)
+        match self {
+            Experts::Stacked { all, rows } => {
+                all.view().slice_rows(e * rows + start, e * rows + end)
+            }
+            Experts::PerExpert(parts) => parts[e].view().slice_rows(start, end),
+        }
     }
 }
 
@@ -94,6 +195,12 @@ pub(crate) fn decode_vector(t: &TensorRef, n: usize) -> Result<Vec<f32>, ModelEr
         ..*t
     };
     check(&flat, &want)?;
+    if t.scales != Scales::None {
+        return Err(ModelError::UnsupportedType {
+            name: t.name.into(),
+            dtype: t.dtype,
+        });
+    }
     if !n.is_multiple_of(t.dtype.block_len())
         || t.data.len() != t.dtype.bytes_for(n as u64).unwrap_or(0) as usize
     {
@@ -117,7 +224,9 @@ fn check(t: &TensorRef, want: &[u64]) -> Result<DType, ModelError> {
             want: want.to_vec(),
         });
     }
-    if !quant::is_supported(t.dtype) || t.scales != Scales::None {
+    // Separate scales come only with the codes of checkpoints that have them.
+    let scaled_codes = matches!(t.dtype, DType::F8E4M3 | DType::E2M1);
+    if !quant::is_supported(t.dtype) || (t.scales != Scales::None && !scaled_codes) {
         return Err(ModelError::UnsupportedType {
             name: t.name.to_string(),
             dtype: t.dtype,
@@ -142,9 +251,17 @@ impl Binder<'_> {
             .ok_or_else(|| ModelError::MissingTensor(name.to_string()))
     }
 
-    /// The shape of a tensor (ggml order), if present.
+    /// The shape of a tensor (ggml order), if present; a per-expert list
+    /// has the stacked shape `[.., n_expert]`.
     pub fn shape(&self, name: &str) -> Result<Option<Vec<u64>>, ModelError> {
-        Ok(self.source.tensor(name)?.map(|t| t.shape.to_vec()))
+        if let Some(t) = self.source.tensor(name)? {
+            return Ok(Some(t.shape.to_vec()));
+        }
+        Ok(self.source.expert_tensors(name)?.and_then(|parts| {
+            let mut shape = parts.first()?.shape.to_vec();
+            shape.push(parts.len() as u64);
+            Some(shape)
+        }))
     }
 
     /// A `rows × cols` matrix (ggml shape `[cols, rows]`).
@@ -156,6 +273,7 @@ impl Binder<'_> {
             rows,
             cols,
             bytes: Bytes::of(t.data),
+            scales: StoredScales::of(t.scales),
         })
     }
 
@@ -167,14 +285,37 @@ impl Binder<'_> {
         rows: usize,
         cols: usize,
     ) -> Result<Experts, ModelError> {
+        if let Some(parts) = self.source.expert_tensors(name)? {
+            if parts.len() != n_expert {
+                return Err(ModelError::Inconsistent(format!(
+                    "{name}: {} experts stored, {n_expert} expected",
+                    parts.len()
+                )));
+            }
+            let mats = parts
+                .iter()
+                .map(|t| {
+                    let dtype = check(t, &[cols as u64, rows as u64])?;
+                    Ok(Matrix {
+                        dtype,
+                        rows,
+                        cols,
+                        bytes: Bytes::of(t.data),
+                        scales: StoredScales::of(t.scales),
+                    })
+                })
+                .collect::<Result<Vec<_>, ModelError>>()?;
+            return Ok(Experts::PerExpert(mats));
+        }
         let t = self.get(name)?;
         let dtype = check(&t, &[cols as u64, rows as u64, n_expert as u64])?;
-        Ok(Experts {
+        Ok(Experts::Stacked {
             all: Matrix {
                 dtype,
                 rows: rows * n_expert,
                 cols,
                 bytes: Bytes::of(t.data),
+                scales: StoredScales::of(t.scales),
             },
             rows,
         })
@@ -189,6 +330,12 @@ impl Binder<'_> {
     pub fn small(&self, name: &str, shape: &[u64]) -> Result<Vec<f32>, ModelError> {
         let t = self.get(name)?;
         let dtype = check(&t, shape)?;
+        if t.scales != Scales::None {
+            return Err(ModelError::UnsupportedType {
+                name: name.into(),
+                dtype,
+            });
+        }
         let n: u64 = shape.iter().product();
         let mut out = vec![0f32; n as usize];
         quant::dequantize(dtype, t.data, &mut out);

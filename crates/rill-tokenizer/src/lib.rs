@@ -8,7 +8,8 @@
 //! 3. pre-tokenized by the `qwen35` / `qwen2` split rules ([`pretokenize`]);
 //! 4. each piece's UTF-8 bytes are BPE-encoded by merge rank ([`bpe`]).
 //!
-//! Build one from a GGUF ([`Tokenizer::from_gguf`]) or from plain parts
+//! Build one from a GGUF ([`Tokenizer::from_gguf`]), a Hugging Face `tokenizer.json`
+//! ([`Tokenizer::from_hf_json`]) or from plain parts
 //! ([`Tokenizer::from_parts`]). Decode with [`Tokenizer::decode`] or, token by token,
 //! [`StreamDecoder`].
 //!
@@ -28,6 +29,7 @@ mod bpe;
 pub mod bytes;
 mod decode;
 mod gguf;
+mod hf;
 pub mod nfc;
 pub mod pretokenize;
 mod special;
@@ -68,6 +70,8 @@ pub enum TokenizerError {
     UnknownId(u32),
     #[error("reading GGUF: {0}")]
     Gguf(String),
+    #[error("{0}")]
+    Json(String),
 }
 
 /// GGUF token types (`tokenizer.ggml.token_type`, llama.cpp's `llama_token_type`).
@@ -372,6 +376,23 @@ impl Tokenizer {
     /// vocabulary's turn-end tokens (see `END_OF_GENERATION_TEXTS`), ascending.
     pub fn eog_ids(&self) -> &[u32] {
         &self.eog
+    }
+
+    /// Also end generations at `ids` (a folder's `generation_config.json`
+    /// names its eos ids there). Ids outside the vocabulary are refused.
+    pub fn add_eog(&mut self, ids: &[u32]) -> Result<(), TokenizerError> {
+        for &id in ids {
+            if id as usize >= self.tokens.len() {
+                return Err(TokenizerError::BadSpecialId {
+                    what: "generation eos",
+                    id: id as u64,
+                });
+            }
+        }
+        self.eog.extend_from_slice(ids);
+        self.eog.sort_unstable();
+        self.eog.dedup();
+        Ok(())
     }
 
     pub fn is_eog(&self, id: u32) -> bool {

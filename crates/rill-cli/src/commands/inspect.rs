@@ -1,4 +1,5 @@
-//! `rill inspect`: what is in a model file.
+//! `rill inspect`: what is in a model file or folder: the architecture, the
+//! encoding per tensor class, what is skipped and why, the hyperparameters.
 
 use crate::load;
 use anyhow::Result;
@@ -9,7 +10,8 @@ use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model file (GGUF; any file of a split set). Default: the demo model
+    /// Model: a GGUF file (any file of a split set) or a Hugging Face
+    /// folder (config.json + safetensors). Default: the demo model
     /// inside the binary.
     model: Option<PathBuf>,
     /// Also list every metadata key and tensor.
@@ -47,6 +49,9 @@ pub fn run(a: Args) -> Result<()> {
             *bytes as f64 * 8.0 / (*elems).max(1) as f64
         );
     }
+
+    print_classes(&info);
+    print_skipped(&info);
 
     match model {
         Ok(model) => {
@@ -97,6 +102,14 @@ pub fn run(a: Args) -> Result<()> {
         Err(e) => println!("model:       cannot be run: {e}"),
     }
 
+    if let Some(q) = info
+        .metadata
+        .iter()
+        .find(|(k, _)| k.contains("quantization_config"))
+    {
+        println!("quantization: {} = {}", q.0, q.1);
+    }
+
     if a.verbose {
         println!("metadata:");
         for (k, v) in &info.metadata {
@@ -108,4 +121,89 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A tensor's class: its name with every numeric part (layer, expert) as
+/// `N` and a folder's language-model prefix dropped
+/// (`layers.N.mlp.experts.N.up_proj.weight`, `blk.N.attn_q.weight`).
+fn tensor_class(name: &str) -> String {
+    let name = name
+        .strip_prefix("model.language_model.")
+        .or_else(|| name.strip_prefix("model."))
+        .unwrap_or(name);
+    name.split('.')
+        .map(|p| {
+            if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) {
+                "N"
+            } else {
+                p
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// The encoding of each tensor class (what a quantized release keeps in
+/// which precision).
+fn print_classes(info: &rill_load::ModelInfo) {
+    let skipped: std::collections::HashSet<&str> =
+        info.skipped.iter().map(|(n, _)| n.as_str()).collect();
+    let mut classes: BTreeMap<String, BTreeMap<&str, usize>> = BTreeMap::new();
+    for t in info
+        .tensors
+        .iter()
+        .filter(|t| !skipped.contains(t.name.as_str()))
+    {
+        *classes
+            .entry(tensor_class(&t.name))
+            .or_default()
+            .entry(&t.encoding)
+            .or_default() += 1;
+    }
+    println!("encoding per tensor class:");
+    for (class, types) in &classes {
+        let list: Vec<String> = types.iter().map(|(t, n)| format!("{t} ×{n}")).collect();
+        println!("  {class:<48} {}", list.join(", "));
+    }
+}
+
+/// What the model does not use, grouped by reason.
+fn print_skipped(info: &rill_load::ModelInfo) {
+    if info.skipped.is_empty() {
+        return;
+    }
+    let mut by_reason: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (name, why) in &info.skipped {
+        by_reason.entry(why).or_default().push(name);
+    }
+    println!("skipped:     {} tensors", info.skipped.len());
+    for (why, names) in &by_reason {
+        let shown: Vec<&str> = names.iter().take(3).copied().collect();
+        let more = names.len().saturating_sub(shown.len());
+        println!(
+            "  {} ({why}): {}{}",
+            names.len(),
+            shown.join(", "),
+            if more > 0 {
+                format!(", … {more} more")
+            } else {
+                String::new()
+            }
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tensor_class;
+
+    #[test]
+    fn classes_fold_layers_and_experts() {
+        assert_eq!(
+            tensor_class("model.language_model.layers.12.mlp.experts.7.up_proj.weight"),
+            "layers.N.mlp.experts.N.up_proj.weight"
+        );
+        assert_eq!(tensor_class("blk.3.attn_q.weight"), "blk.N.attn_q.weight");
+        assert_eq!(tensor_class("mtp.fc.weight"), "mtp.fc.weight");
+    }
 }

@@ -18,7 +18,8 @@ use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model file (GGUF; any file of a split set). Default: the demo model
+    /// Model: a GGUF file (any file of a split set) or a Hugging Face
+    /// folder (config.json + safetensors). Default: the demo model
     /// inside the binary.
     #[arg(short, long, env = "RILL_MODEL")]
     model: Option<PathBuf>,

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct TokenizeArgs {
-    /// Model file (GGUF) whose tokenizer to use. Default: the demo model.
+    /// Model (GGUF file or Hugging Face folder) whose tokenizer to use.
+    /// Default: the demo model.
     #[arg(short, long)]
     model: Option<PathBuf>,
     /// Text to tokenize.
@@ -27,7 +28,8 @@ pub struct TokenizeArgs {
 
 #[derive(clap::Args)]
 pub struct DetokenizeArgs {
-    /// Model file (GGUF) whose tokenizer to use. Default: the demo model.
+    /// Model (GGUF file or Hugging Face folder) whose tokenizer to use.
+    /// Default: the demo model.
     #[arg(short, long)]
     model: Option<PathBuf>,
     /// Comma-separated token ids.

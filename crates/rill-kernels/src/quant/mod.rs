@@ -27,6 +27,7 @@ use rill_dtype::DType;
 use crate::simd::Isa;
 
 pub mod float;
+pub mod fp8;
 pub mod iq4;
 pub mod k_quants;
 pub mod legacy;
@@ -55,6 +56,8 @@ pub fn is_supported(dtype: DType) -> bool {
             | IQ4NL
             | IQ4XS
             | MXFP4
+            | F8E4M3
+            | E2M1
     )
 }
 
@@ -123,6 +126,8 @@ fn dequantize_scalar(dtype: DType, src: &[u8], dst: &mut [f32]) {
         IQ4NL => dequantize_blocks(src, dst, iq4::decode_iq4_nl),
         IQ4XS => dequantize_blocks(src, dst, iq4::decode_iq4_xs),
         MXFP4 => dequantize_blocks(src, dst, mxfp4::decode_mxfp4),
+        F8E4M3 => fp8::dequantize_f8e4m3(src, dst),
+        E2M1 => fp8::dequantize_e2m1(src, dst),
         _ => unsupported(dtype),
     }
 }
@@ -193,6 +198,12 @@ fn dot_scalar(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
         IQ4NL => dot_blocks(row, x, iq4::decode_iq4_nl),
         IQ4XS => dot_blocks(row, x, iq4::decode_iq4_xs),
         MXFP4 => dot_blocks(row, x, mxfp4::decode_mxfp4),
+        F8E4M3 => dot_blocks(row, x, |b: &[u8; 1], o: &mut [f32; 1]| {
+            o[0] = fp8::E4M3[b[0] as usize]
+        }),
+        E2M1 => dot_blocks(row, x, |b: &[u8; 1], o: &mut [f32; 2]| {
+            fp8::dequantize_e2m1(b, o)
+        }),
         _ => unsupported(dtype),
     }
 }

@@ -11,7 +11,7 @@ use rill_kernels::{matmul, matmul_in, matmul_many_in, MatJob, MatRef, Threads};
 
 pub(crate) enum Ffn {
     Moe(Box<MoeWeights>),
-    Dense(DenseWeights),
+    Dense(Box<DenseWeights>),
 }
 
 /// Gate and up projections of the experts: two tensors, or one fused

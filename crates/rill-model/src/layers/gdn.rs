@@ -99,7 +99,7 @@ impl GdnWeights {
             a: b.vector(&format!("{p}.ssm_a"), nv)?,
             norm: b.vector(&format!("{p}.ssm_norm.weight"), dv)?,
             out: b.matrix(&format!("{p}.ssm_out.weight"), h, nv * dv)?,
-            order: c.arch.value_head_order(),
+            order: c.value_head_order,
         })
     }
 }

@@ -11,13 +11,16 @@
 //! - [`GgufSource`]: a GGUF file already is in that form (identity map).
 //! - [`WithMtpHead`]: a trunk source with the MTP head's block from another
 //!   (an MTP-only GGUF, `--mtp-model`).
-//! - A safetensors folder would rename, add the +1 to norms, take
-//!   `-exp(A_log)`, squeeze the conv and split fused projections here.
+//! - [`HfSource`]: a Hugging Face folder (config.json + safetensors) renames,
+//!   adds the +1 to norms, takes `-exp(A_log)`, squeezes the conv, and hands
+//!   per-expert tensors out as a list ([`WeightSource::expert_tensors`]).
 
 mod gguf;
+pub mod hf;
 mod with_mtp;
 
 pub use gguf::GgufSource;
+pub use hf::HfSource;
 pub use with_mtp::WithMtpHead;
 
 use crate::config::ModelConfig;
@@ -57,6 +60,13 @@ pub trait WeightSource: Send + Sync {
     /// has none, an error when it has one rill cannot read (unknown type,
     /// data outside the file).
     fn tensor(&self, name: &str) -> Result<Option<TensorRef<'_>>, ModelError>;
+
+    /// A stack of expert matrices (`blk.N.ffn_gate_exps.weight`) that the
+    /// source holds one tensor per expert, in expert order; `Ok(None)` when
+    /// it holds no such list (a stacked tensor comes from [`Self::tensor`]).
+    fn expert_tensors(&self, _name: &str) -> Result<Option<Vec<TensorRef<'_>>>, ModelError> {
+        Ok(None)
+    }
 
     /// A 1-D tensor of `n` values decoded to f32, with the source's
     /// transforms applied. The default decodes the stored values as they

@@ -92,6 +92,10 @@ impl WeightSource for WithMtpHead {
         self.source_of(name).tensor(name)
     }
 
+    fn expert_tensors(&self, name: &str) -> Result<Option<Vec<TensorRef<'_>>>, ModelError> {
+        self.source_of(name).expert_tensors(name)
+    }
+
     fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>, ModelError> {
         self.source_of(name).vector(name, n)
     }

@@ -1,0 +1,261 @@
+//! A Hugging Face `config.json` as rill's [`ModelConfig`] (research/wave2.md
+//! §B.6): Qwen3.5 / 3.6 nest the text model's settings in `text_config`
+//! (the folder is a vision-language model), Qwen3-Next keeps them flat.
+
+use crate::config::{interval_layer_kinds, Arch, HeadOrder, LayerKind, ModelConfig};
+use crate::error::ModelError;
+use serde_json::Value;
+
+/// What `config.json` says, beyond the hyperparameters.
+#[derive(Clone, Debug)]
+pub struct HfConfig {
+    /// `n_nextn` is 0 here: the source sets it once it knows whether the
+    /// folder holds the head's weights ([`HfConfig::mtp_layers`]).
+    pub model: ModelConfig,
+    /// `architectures[0]` (`Qwen3_5MoeForConditionalGeneration`).
+    pub architecture: String,
+    /// `mtp_num_hidden_layers`: MTP layers the checkpoint declares.
+    pub mtp_layers: usize,
+    /// `tie_word_embeddings`: the LM head is the embedding.
+    pub tied: bool,
+    /// `quantization_config` (top level or in `text_config`), as written.
+    pub quantization: Option<Value>,
+    /// `vocab_size`: rows of the embedding.
+    pub vocab_size: usize,
+}
+
+/// Reads typed fields of one JSON object, errors naming the file and key.
+struct Fields<'a> {
+    obj: &'a Value,
+    file: &'a str,
+}
+
+impl Fields<'_> {
+    fn err(&self, why: String) -> ModelError {
+        ModelError::Checkpoint {
+            file: self.file.to_string(),
+            why,
+        }
+    }
+
+    fn opt_usize(&self, key: &str) -> Result<Option<usize>, ModelError> {
+        match self.obj.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v.as_u64().map(|x| Some(x as usize)).ok_or_else(|| {
+                self.err(format!("`{key}` must be a non-negative integer, not {v}"))
+            }),
+        }
+    }
+
+    fn usize(&self, key: &str) -> Result<usize, ModelError> {
+        self.opt_usize(key)?
+            .ok_or_else(|| self.err(format!("`{key}` is missing")))
+    }
+
+    fn opt_f64(&self, key: &str) -> Result<Option<f64>, ModelError> {
+        match self.obj.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| self.err(format!("`{key}` must be a number, not {v}"))),
+        }
+    }
+
+    fn opt_bool(&self, key: &str) -> Result<Option<bool>, ModelError> {
+        match self.obj.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_bool()
+                .map(Some)
+                .ok_or_else(|| self.err(format!("`{key}` must be true or false, not {v}"))),
+        }
+    }
+
+    fn opt_str(&self, key: &str) -> Option<&str> {
+        self.obj.get(key).and_then(Value::as_str)
+    }
+}
+
+/// The architecture a `model_type` names.
+fn arch_of(model_type: &str) -> Option<Arch> {
+    match model_type {
+        "qwen3_5_moe" | "qwen3_5_moe_text" => Some(Arch::Qwen35Moe),
+        "qwen3_5" | "qwen3_5_text" => Some(Arch::Qwen35),
+        "qwen3_next" => Some(Arch::Qwen3Next),
+        _ => None,
+    }
+}
+
+/// Parse `config.json` (`file` names it in messages).
+pub fn parse(text: &str, file: &str) -> Result<HfConfig, ModelError> {
+    let root: Value = serde_json::from_str(text).map_err(|e| ModelError::Checkpoint {
+        file: file.to_string(),
+        why: format!("not valid JSON: {e}"),
+    })?;
+    let top = Fields { obj: &root, file };
+    let text_cfg = root.get("text_config").filter(|v| v.is_object());
+    let t = Fields {
+        obj: text_cfg.unwrap_or(&root),
+        file,
+    };
+    let model_type = t
+        .opt_str("model_type")
+        .or_else(|| top.opt_str("model_type"))
+        .unwrap_or("?");
+    let arch = arch_of(model_type)
+        .or_else(|| top.opt_str("model_type").and_then(arch_of))
+        .ok_or_else(|| {
+            ModelError::UnsupportedArch(format!("Hugging Face model_type {model_type}"))
+        })?;
+    let architecture = root
+        .get("architectures")
+        .and_then(Value::as_array)
+        .and_then(|a| a.first())
+        .and_then(Value::as_str)
+        .unwrap_or("?")
+        .to_string();
+
+    let n_layer = t.usize("num_hidden_layers")?;
+    let n_embd = t.usize("hidden_size")?;
+    let n_head = t.usize("num_attention_heads")?;
+    let n_head_kv = t.opt_usize("num_key_value_heads")?.unwrap_or(n_head);
+    let head_dim = match t.opt_usize("head_dim")? {
+        Some(d) => d,
+        None => n_embd / n_head.max(1),
+    };
+    if t.opt_bool("attn_output_gate")? == Some(false) {
+        return Err(t.err(
+            "`attn_output_gate: false`: rill runs the gated attention of this family only".into(),
+        ));
+    }
+
+    // RoPE: `rope_parameters` (transformers 5) or the older top-level keys
+    // with `rope_scaling`.
+    let rope = t
+        .obj
+        .get("rope_parameters")
+        .filter(|v| v.is_object())
+        .or_else(|| t.obj.get("rope_scaling").filter(|v| v.is_object()));
+    let rope_f = rope.map(|r| Fields { obj: r, file });
+    let rope_key = |k: &str| -> Result<Option<f64>, ModelError> {
+        if let Some(r) = &rope_f {
+            if let Some(v) = r.opt_f64(k)? {
+                return Ok(Some(v));
+            }
+        }
+        t.opt_f64(k)
+    };
+    let rope_theta = rope_key("rope_theta")?.unwrap_or(10000.0);
+    // The family's default (transformers' config classes), when the file is silent.
+    let partial = rope_key("partial_rotary_factor")?.unwrap_or(0.25);
+    if let Some(r) = &rope_f {
+        let kind = r.opt_str("rope_type").or_else(|| r.opt_str("type"));
+        if let Some(kind) = kind.filter(|k| *k != "default") {
+            return Err(t.err(format!(
+                "RoPE type `{kind}`: rill runs the default rotary embedding only"
+            )));
+        }
+    }
+    let n_rot = (head_dim as f64 * partial).round() as usize;
+
+    let layer_kinds = match t.obj.get("layer_types") {
+        Some(Value::Array(a)) => {
+            if a.len() < n_layer {
+                return Err(t.err(format!(
+                    "`layer_types` has {} entries for {n_layer} layers",
+                    a.len()
+                )));
+            }
+            a[..n_layer]
+                .iter()
+                .map(|v| match v.as_str() {
+                    Some("linear_attention") => Ok(LayerKind::Recurrent),
+                    Some("full_attention") => Ok(LayerKind::Attention),
+                    _ => Err(t.err(format!(
+                        "`layer_types` entry {v} is neither linear_attention nor full_attention"
+                    ))),
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        }
+        _ => {
+            let interval = t.opt_usize("full_attention_interval")?.unwrap_or(4);
+            if interval == 0 {
+                return Err(t.err("`full_attention_interval` must be positive".into()));
+            }
+            interval_layer_kinds(n_layer, interval)
+        }
+    };
+
+    let dk = t.opt_usize("linear_key_head_dim")?.unwrap_or(0);
+    let dv = t.opt_usize("linear_value_head_dim")?.unwrap_or(dk);
+    if dk != dv {
+        return Err(t.err(format!(
+            "GDN key head dim {dk} != value head dim {dv} (rill needs them equal)"
+        )));
+    }
+    let (n_expert, n_expert_used) = match arch {
+        Arch::Qwen35 => (0, 0),
+        _ => (t.usize("num_experts")?, t.usize("num_experts_per_tok")?),
+    };
+    if arch == Arch::Qwen3Next {
+        // rill renormalises the top-k router weights, as Qwen3.5 always does.
+        if t.opt_bool("norm_topk_prob")? == Some(false) {
+            return Err(t.err(
+                "`norm_topk_prob: false`: rill always renormalises the top-k experts".into(),
+            ));
+        }
+        if t.opt_usize("decoder_sparse_step")?.unwrap_or(1) != 1 {
+            return Err(t.err(
+                "`decoder_sparse_step` other than 1: rill runs experts in every layer".into(),
+            ));
+        }
+        let dense_layers = t.obj.get("mlp_only_layers").and_then(Value::as_array);
+        if dense_layers.is_some_and(|a| !a.is_empty()) {
+            return Err(t.err("`mlp_only_layers`: rill runs experts in every layer".into()));
+        }
+    }
+    let vocab_size = t.usize("vocab_size")?;
+    let tied = t
+        .opt_bool("tie_word_embeddings")?
+        .or(top.opt_bool("tie_word_embeddings")?)
+        .unwrap_or(false);
+    let quantization = t
+        .obj
+        .get("quantization_config")
+        .or_else(|| root.get("quantization_config"))
+        .filter(|v| !v.is_null())
+        .cloned();
+
+    let model = ModelConfig {
+        arch,
+        n_layer,
+        n_nextn: 0,
+        n_embd,
+        n_vocab: vocab_size,
+        n_ctx_train: t.opt_usize("max_position_embeddings")?.unwrap_or(0),
+        rms_eps: t.opt_f64("rms_norm_eps")?.unwrap_or(1e-6) as f32,
+        layer_kinds,
+        n_head,
+        n_head_kv,
+        head_dim,
+        rope_theta: rope_theta as f32,
+        n_rot,
+        conv_kernel: t.opt_usize("linear_conv_kernel_dim")?.unwrap_or(4),
+        ssm_head_dim: dk,
+        ssm_n_k_heads: t.opt_usize("linear_num_key_heads")?.unwrap_or(0),
+        ssm_n_v_heads: t.opt_usize("linear_num_value_heads")?.unwrap_or(0),
+        n_expert,
+        n_expert_used,
+        value_head_order: HeadOrder::Grouped,
+    };
+    model.validate(None)?;
+    Ok(HfConfig {
+        model,
+        architecture,
+        mtp_layers: t.opt_usize("mtp_num_hidden_layers")?.unwrap_or(0),
+        tied,
+        quantization,
+        vocab_size,
+    })
+}
