@@ -6,6 +6,7 @@ use crate::error::ModelError;
 use crate::scratch::{Buf, Exec};
 use crate::weights::{Binder, Matrix};
 use rill_kernels::attention::{attend_causal, AttnShape};
+use rill_kernels::kv::KvSide;
 use rill_kernels::ops::{mul_sigmoid_inplace, rms_norm_inplace};
 use rill_kernels::threads::SharedMut;
 use rill_kernels::{matmul_in, matmul_many_in, MatJob};
@@ -272,8 +273,8 @@ fn attend(
         q,
         m,
         pos0,
-        k_cache,
-        v_cache,
+        KvSide::f32(k_cache),
+        KvSide::f32(v_cache),
         &mut scratch,
         attn,
     );
