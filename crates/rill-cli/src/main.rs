@@ -4,6 +4,7 @@ mod chat_prompt;
 mod commands;
 mod demo;
 mod drive;
+mod kv_args;
 mod load;
 mod npy;
 
@@ -42,7 +43,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(kv_args::expand_short_flags(std::env::args()));
     let result = match cli.command {
         Command::Logits(a) => commands::logits::run(a),
         Command::Inspect(a) => commands::inspect::run(a),

@@ -45,6 +45,8 @@ pub struct Args {
     /// exact.
     #[arg(long)]
     precision: Option<Precision>,
+    #[command(flatten)]
+    kv: crate::kv_args::KvArgs,
     /// Sequences decoded together in the generation test (one batched step
     /// per token for all of them, as the server does); tg reports the
     /// aggregate tokens/s.
@@ -126,6 +128,7 @@ pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.reps > 0, "-r must be at least 1");
     let t0 = Instant::now();
     let (loaded, precision) = load::open(&a.model, a.precision, rill_load::Prefault::Now)?;
+    let kv = a.kv.resolve(precision, &loaded.model)?;
     let load_s = t0.elapsed().as_secs_f64();
     let info = loaded.info;
     let (n_vocab, arch) = (loaded.model.config.n_vocab, loaded.model.config.arch);
@@ -145,6 +148,7 @@ pub fn run(a: Args) -> Result<()> {
             cache_bytes: 0,
             threads: a.threads,
             precision,
+            kv,
             ..EngineConfig::default()
         },
     );

@@ -50,6 +50,8 @@ pub struct Args {
     /// exact.
     #[arg(long)]
     precision: Option<Precision>,
+    #[command(flatten)]
+    kv: crate::kv_args::KvArgs,
     /// Print speed figures after each reply.
     #[arg(long)]
     timings: bool,
@@ -61,6 +63,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<()> {
     let (loaded, precision) = load::open(&a.model, a.precision, rill_load::Prefault::Background)?;
+    let kv = a.kv.resolve(precision, &loaded.model)?;
     let tmpl = template(&loaded.template, &loaded.info)?;
     let tok = Arc::new(loaded.tokenizer);
     let sampler = a.sampling.config();
@@ -75,6 +78,7 @@ pub fn run(a: Args) -> Result<()> {
             cache_bytes: a.cache_ram << 20,
             threads: a.threads,
             precision,
+            kv,
             ..EngineConfig::default()
         },
     );

@@ -92,6 +92,8 @@ pub struct Args {
     /// exact.
     #[arg(long)]
     precision: Option<Precision>,
+    #[command(flatten)]
+    kv: crate::kv_args::KvArgs,
     /// Context size in tokens (default: prompt + n_predict).
     #[arg(short = 'c', long)]
     ctx_size: Option<usize>,
@@ -114,6 +116,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<()> {
     let (loaded, precision) = load::open(&a.model, a.precision, rill_load::Prefault::Lazy)?;
+    let kv = a.kv.resolve(precision, &loaded.model)?;
     let tok = Arc::new(loaded.tokenizer);
     let prompt = if a.chat {
         let tmpl = crate::chat_prompt::template(&loaded.template, &loaded.info)?;
@@ -146,6 +149,7 @@ pub fn run(a: Args) -> Result<()> {
             cache_bytes: 0,
             threads: a.threads,
             precision,
+            kv,
             ..EngineConfig::default()
         },
     );

@@ -55,6 +55,8 @@ pub struct Args {
     /// exact.
     #[arg(long, env = "RILL_PRECISION")]
     precision: Option<Precision>,
+    #[command(flatten)]
+    kv: crate::kv_args::KvArgs,
     /// Name of the model in the API (default: the file name without
     /// extension); repeat to accept several names.
     #[arg(long, env = "RILL_ALIAS")]
@@ -110,6 +112,7 @@ pub fn run(a: Args) -> Result<()> {
     let cors_origins =
         rill_server::wire::CorsOrigins::parse(&a.cors_origins).map_err(anyhow::Error::msg)?;
     let (loaded, precision) = load::open(&a.model, a.precision, rill_load::Prefault::Background)?;
+    let kv = a.kv.resolve(precision, &loaded.model)?;
     if loaded.template.is_none() {
         match &loaded.info.template_problem {
             Some(p) => tracing::warn!("{p}: /v1/chat/completions is off"),
@@ -173,6 +176,7 @@ pub fn run(a: Args) -> Result<()> {
         cache_interval: prefill_chunk * 4,
         threads: a.threads,
         precision,
+        kv,
     };
     let engine = Arc::new(Engine::start(model, tok.clone(), engine_config));
     let mut aliases = a.alias.clone();
