@@ -7,6 +7,7 @@ mod drive;
 mod kv_args;
 mod load;
 mod npy;
+mod ppl;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -36,6 +37,9 @@ enum Command {
     Bench(commands::bench::Args),
     /// Serve the model over an OpenAI-compatible HTTP API.
     Serve(commands::serve::Args),
+    /// Perplexity of a text (llama-perplexity's method), or KL divergence
+    /// against a saved base run.
+    Perplexity(commands::perplexity::Args),
     /// Print the token ids of a text.
     Tokenize(commands::tokenize::TokenizeArgs),
     /// Print the text of token ids.
@@ -51,6 +55,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => commands::bench::run(a),
         Command::Chat(a) => commands::chat::run(a),
         Command::Serve(a) => commands::serve::run(a),
+        Command::Perplexity(a) => commands::perplexity::run(a),
         Command::Tokenize(a) => commands::tokenize::run_tokenize(a),
         Command::Detokenize(a) => commands::tokenize::run_detokenize(a),
     };

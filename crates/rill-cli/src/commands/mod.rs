@@ -2,6 +2,7 @@ pub mod bench;
 pub mod chat;
 pub mod inspect;
 pub mod logits;
+pub mod perplexity;
 pub mod run;
 pub mod serve;
 pub mod tokenize;
