@@ -320,3 +320,38 @@ fn bench_reports_prefill_and_decode_speed() {
         );
     }
 }
+
+#[test]
+fn context_zero_is_the_models_trained_context() {
+    let m = fixtures().join("qwen35.f32.gguf");
+    let out = rill(&[
+        "run",
+        "-m",
+        m.to_str().unwrap(),
+        "-p",
+        "Hello",
+        "-n",
+        "2",
+        "--temp",
+        "0",
+        "-c",
+        "0",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    let info = ok(&["inspect", m.to_str().unwrap()]);
+    let trained = info
+        .lines()
+        .find_map(|l| l.split("context").nth(1))
+        .and_then(|r| r.split_whitespace().find_map(|w| w.parse::<usize>().ok()))
+        .expect("inspect prints the trained context");
+    assert!(
+        err.contains(&format!("context {trained} (the model's trained context)")),
+        "{err}"
+    );
+}

@@ -28,7 +28,7 @@ pub struct Args {
     /// The text to measure (plain UTF-8, e.g. wikitext-2's wiki.test.raw).
     #[arg(short = 'f', long)]
     file: Option<PathBuf>,
-    /// Tokens per window.
+    /// Tokens per window (0 = the model's trained context).
     #[arg(short = 'c', long, default_value_t = 512)]
     ctx_size: usize,
     /// Evaluate at most this many windows (default: all the text holds).
@@ -170,7 +170,7 @@ pub fn run(a: Args) -> Result<()> {
         .with_context(|| format!("cannot read {} as UTF-8 text", path.display()))?;
     let mut tokens: Vec<u32> = bos.into_iter().collect();
     tokens.extend(tok.encode(&text, false));
-    let n_ctx = a.ctx_size;
+    let n_ctx = load::context(a.ctx_size, model)?;
     ensure!(n_ctx >= 4, "-c must be at least 4 tokens");
     ensure!(
         tokens.len() >= 2 * n_ctx,

@@ -94,7 +94,8 @@ pub struct Args {
     precision: Option<Precision>,
     #[command(flatten)]
     kv: crate::kv_args::KvArgs,
-    /// Context size in tokens (default: prompt + n_predict).
+    /// Context size in tokens (default: prompt + n_predict; 0 = the
+    /// model's trained context).
     #[arg(short = 'c', long)]
     ctx_size: Option<usize>,
     /// Print one JSON object (prompt_tokens, tokens, text, timings) instead of streaming.
@@ -130,7 +131,10 @@ pub fn run(a: Args) -> Result<()> {
     } else {
         tok.encode_prompt(&a.prompt)
     };
-    let ctx = a.ctx_size.unwrap_or(prompt.len() + a.n_predict);
+    let ctx = match a.ctx_size {
+        Some(c) => load::context(c, &loaded.model)?,
+        None => prompt.len() + a.n_predict,
+    };
     anyhow::ensure!(
         prompt.len() < ctx,
         "the prompt has {} tokens, more than the context size {ctx}",
