@@ -22,6 +22,10 @@ pub struct KvArgs {
     /// values in f16 (0 = off).
     #[arg(long, default_value_t = DEFAULT_KV_WINDOW, env = "RILL_KV_WINDOW")]
     pub kv_window: usize,
+    /// Store a quantized cache's rows unrotated (by default K, with Q, and
+    /// V are Walsh–Hadamard-rotated first, as llama.cpp does).
+    #[arg(long, env = "RILL_NO_KV_ROTATION")]
+    pub no_kv_rotation: bool,
 }
 
 fn parse_kv_type(s: &str) -> Result<KvType, String> {
@@ -34,6 +38,7 @@ impl KvArgs {
         KvConfig {
             sinks: self.kv_sinks,
             window: self.kv_window,
+            rotate: !self.no_kv_rotation,
             ..KvConfig::choose(precision, self.cache_type_k, self.cache_type_v)
         }
     }

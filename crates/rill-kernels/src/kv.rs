@@ -138,6 +138,41 @@ fn encode_q5_1(x: &[f32; 32], out: &mut [u8]) {
     out[4..8].copy_from_slice(&qh.to_le_bytes());
 }
 
+/// The orthonormal Walsh–Hadamard transform of every block of `n` values
+/// of `x` (`n` a power of two), in place: `x ← H x / √n`. It is its own
+/// inverse and keeps dot products, so keys and queries rotated alike give
+/// the same scores, and values rotated before the cache are rotated back in
+/// the attention's output. Rotated rows spread an outlier channel over the
+/// block, which a block quantizer's shared scale then rounds far better.
+pub fn hadamard(x: &mut [f32], n: usize) {
+    assert!(n.is_power_of_two() && x.len().is_multiple_of(n));
+    let norm = 1.0 / (n as f32).sqrt();
+    for b in x.chunks_exact_mut(n) {
+        let mut h = 1;
+        while h < n {
+            for i in (0..n).step_by(2 * h) {
+                for j in i..i + h {
+                    let (a, c) = (b[j], b[j + h]);
+                    b[j] = a + c;
+                    b[j + h] = a - c;
+                }
+            }
+            h *= 2;
+        }
+        b.iter_mut().for_each(|v| *v *= norm);
+    }
+}
+
+/// The Hadamard block for a head of `head_dim` values: the largest power of
+/// two dividing it, at most `max`.
+pub fn hadamard_block(head_dim: usize, max: usize) -> usize {
+    let mut n = 1;
+    while head_dim.is_multiple_of(2 * n) && 2 * n <= max {
+        n *= 2;
+    }
+    n
+}
+
 /// The rows of one side (K or V) of a cache: f32 values, or encoded rows
 /// of `n_head_kv × head_dim` values per position.
 #[derive(Clone, Copy, Debug)]
@@ -321,6 +356,37 @@ mod tests {
         assert!(back.iter().zip(&x).all(|(a, b)| (a - b).abs() < 0.02));
         let d = half::f16::from_f32(4.0 / 127.0).to_f32();
         assert_eq!(back[0], d * -127.0);
+    }
+
+    #[test]
+    fn hadamard_is_orthonormal_and_its_own_inverse() {
+        let x = noise(3, 4 * 64);
+        // Against the Sylvester matrix: H[i][j] = (−1)^popcount(i & j) / √n.
+        let n = 64;
+        let mut y = x.clone();
+        hadamard(&mut y, n);
+        for (b, yb) in x.chunks(n).zip(y.chunks(n)) {
+            for (i, &yi) in yb.iter().enumerate() {
+                let want: f32 = (0..n)
+                    .map(|j| {
+                        if (i & j).count_ones() % 2 == 0 {
+                            b[j]
+                        } else {
+                            -b[j]
+                        }
+                    })
+                    .sum::<f32>()
+                    / (n as f32).sqrt();
+                assert!((yi - want).abs() < 1e-5);
+            }
+        }
+        let norm = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>();
+        assert!((norm(&x) - norm(&y)).abs() < 1e-3);
+        hadamard(&mut y, n);
+        assert!(x.iter().zip(&y).all(|(a, b)| (a - b).abs() < 1e-6));
+        assert_eq!(hadamard_block(256, 256), 256);
+        assert_eq!(hadamard_block(256, 64), 64);
+        assert_eq!(hadamard_block(96, 256), 32);
     }
 
     #[test]

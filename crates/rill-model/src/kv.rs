@@ -12,7 +12,7 @@
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use rill_dtype::DType;
-use rill_kernels::kv::{encode, encoded_len, ExactRows, KvRows, KvSide};
+use rill_kernels::kv::{encode, encoded_len, hadamard_block, ExactRows, KvRows, KvSide};
 use rill_kernels::Precision;
 
 /// An encoding of KV cache rows, by llama.cpp's `-ctk` / `-ctv` names.
@@ -51,6 +51,11 @@ impl KvType {
             DType::Q4_0 => "q4_0",
             _ => unreachable!("a KvType holds a KV encoding"),
         }
+    }
+
+    /// Whether the type is block-quantized (its rows are rotated first).
+    pub fn is_quantized(self) -> bool {
+        matches!(self.0, DType::Q8_0 | DType::Q5_1 | DType::Q4_0)
     }
 
     /// Whether rows of this type keep f16 sinks and a recent window
@@ -99,6 +104,11 @@ pub struct KvConfig {
     pub sinks: usize,
     /// A query reads its last `window` keys / values of such a side in f16.
     pub window: usize,
+    /// Rotate the rows of a block-quantized side by a Walsh–Hadamard
+    /// transform before they are stored (as llama.cpp does by default):
+    /// K with Q over the head (up to 256 values), V in blocks of 64 with
+    /// the attention output rotated back.
+    pub rotate: bool,
 }
 
 impl KvConfig {
@@ -109,6 +119,7 @@ impl KvConfig {
             v: t,
             sinks: DEFAULT_KV_SINKS,
             window: DEFAULT_KV_WINDOW,
+            rotate: true,
         }
     }
 
@@ -155,11 +166,14 @@ impl KvConfig {
     /// A short description (`K q8_0, V q4_0 (f16 sinks 4, window 256)`).
     pub fn describe(&self) -> String {
         let exact = self.k.keeps_exact_rows() || self.v.keeps_exact_rows();
-        let extra = if exact && self.sinks + self.window > 0 {
+        let mut extra = if exact && self.sinks + self.window > 0 {
             format!(" (f16 sinks {}, window {})", self.sinks, self.window)
         } else {
             String::new()
         };
+        if self.rotate && (self.k.is_quantized() || self.v.is_quantized()) {
+            extra.push_str(", Hadamard-rotated");
+        }
         if self.k == self.v {
             format!("{}{extra}", self.k)
         } else {
@@ -178,6 +192,9 @@ pub(crate) struct KvStore {
     dtype: DType,
     /// Values per position (`n_head_kv × head_dim`).
     per_pos: usize,
+    /// Walsh–Hadamard block the rows are rotated by before they are
+    /// stored (1: not rotated).
+    rotation: usize,
     /// The rows when the type is f32.
     values: Vec<f32>,
     /// The rows, encoded, for every other type.
@@ -197,7 +214,7 @@ struct ExactStore {
 }
 
 impl KvStore {
-    pub fn new(t: KvType, per_pos: usize, kv: &KvConfig) -> KvStore {
+    pub fn new(t: KvType, per_pos: usize, rotation: usize, kv: &KvConfig) -> KvStore {
         let exact = (t.keeps_exact_rows() && kv.sinks + kv.window > 0).then(|| {
             Box::new(ExactStore {
                 sinks: kv.sinks,
@@ -210,10 +227,21 @@ impl KvStore {
         KvStore {
             dtype: t.dtype(),
             per_pos,
+            rotation: if kv.rotate && t.is_quantized() {
+                rotation
+            } else {
+                1
+            },
             values: Vec::new(),
             bytes: Vec::new(),
             exact,
         }
+    }
+
+    /// The Walsh–Hadamard block the caller rotates rows by before it
+    /// appends them (1: none).
+    pub fn rotation(&self) -> usize {
+        self.rotation
     }
 
     /// Positions held.
@@ -381,10 +409,10 @@ pub(crate) struct KvCache {
 
 impl KvCache {
     pub fn new(model: &ModelConfig, kv: &KvConfig) -> KvCache {
-        let per_pos = model.n_head_kv * model.head_dim;
+        let (per_pos, hd) = (model.n_head_kv * model.head_dim, model.head_dim);
         KvCache {
-            k: KvStore::new(kv.k, per_pos, kv),
-            v: KvStore::new(kv.v, per_pos, kv),
+            k: KvStore::new(kv.k, per_pos, hadamard_block(hd, 256), kv),
+            v: KvStore::new(kv.v, per_pos, hadamard_block(hd, 64), kv),
         }
     }
 
@@ -449,9 +477,9 @@ mod tests {
             ..KvConfig::uniform(KvType::Q4_0)
         };
         let all = rows(1, 300 * per_pos);
-        let mut one = KvStore::new(KvType::Q4_0, per_pos, &kv);
+        let mut one = KvStore::new(KvType::Q4_0, per_pos, 1, &kv);
         one.append(&all, 300);
-        let mut steps = KvStore::new(KvType::Q4_0, per_pos, &kv);
+        let mut steps = KvStore::new(KvType::Q4_0, per_pos, 1, &kv);
         let mut p = 0;
         for m in [1usize, 5, 100, 1, 1, 93, 99].iter().cycle() {
             let m = (*m).min(300 - p);
@@ -512,7 +540,7 @@ mod tests {
                 window: 0,
                 ..KvConfig::uniform(t)
             };
-            let mut s = KvStore::new(t, per_pos, &kv);
+            let mut s = KvStore::new(t, per_pos, 1, &kv);
             s.append(&rows(2, 10 * per_pos), 10);
             assert_eq!(s.bytes(), t.bytes_for(10 * per_pos));
         }

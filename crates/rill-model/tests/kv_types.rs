@@ -23,7 +23,12 @@ fn kv(k: KvType, v: KvType, sinks: usize, window: usize) -> KvConfig {
         v,
         sinks,
         window,
+        rotate: false,
     }
+}
+
+fn rotated(c: KvConfig) -> KvConfig {
+    KvConfig { rotate: true, ..c }
 }
 
 /// The logits of every position of `ids`, prefilled in chunks of `chunk`.
@@ -60,10 +65,12 @@ fn every_kv_type_stays_near_the_f32_cache_and_the_errors_order_by_bits() {
         let q8_q5 = err(kv(T::Q8_0, T::Q5_1, 0, 0));
         let q4 = err(kv(T::Q4_0, T::Q4_0, 0, 0));
         let q4_sw = err(kv(T::Q4_0, T::Q4_0, 4, 256));
+        let q8_rot = err(rotated(kv(T::Q8_0, T::Q8_0, 0, 0)));
+        let q4_rot = err(rotated(kv(T::Q4_0, T::Q4_0, 0, 0)));
         eprintln!(
             "{name}: mean |Δ| / mean |logit| vs f32 KV over {} positions: f16 {f16:.2e}, bf16 \
              {bf16:.2e}, q8_0 {q8:.2e}, q8_0/q5_1 {q8_q5:.2e}, q4_0 {q4:.2e}, q4_0 + f16 \
-             sinks 4 / window 256 {q4_sw:.2e}",
+             sinks 4 / window 256 {q4_sw:.2e}; Hadamard-rotated q8_0 {q8_rot:.2e}, q4_0 {q4_rot:.2e}",
             ids.len()
         );
         assert!(f16 < 2e-3, "{name}: f16 {f16:e}");
@@ -80,6 +87,18 @@ fn every_kv_type_stays_near_the_f32_cache_and_the_errors_order_by_bits() {
             "{name}: sinks + window {q4_sw:e} vs none {q4:e}"
         );
         assert!(q4_sw > 0.0, "{name}: the q4_0 rows are read");
+        // Random weights have no outlier channels for the rotation to
+        // spread: it only has to stay as good.
+        assert!(
+            q8_rot < 2.0 * q8 && q4_rot < 2.0 * q4,
+            "{name}: rotated {q8_rot:e} {q4_rot:e}"
+        );
+        assert!(
+            q8_rot != q8 && q4_rot != q4,
+            "{name}: the rotation is applied"
+        );
+        let f16_rot = err(rotated(kv(T::F16, T::F16, 0, 0)));
+        assert_eq!(f16_rot, f16, "{name}: an f16 cache is not rotated");
     }
 }
 
@@ -121,6 +140,7 @@ fn quantized_caches_keep_the_bits_across_chunks_decode_and_snapshots() {
             kv(KvType::Q8_0, KvType::Q8_0, 0, 0),
             kv(KvType::Q4_0, KvType::Q5_1, 4, 100),
             kv(KvType::BF16, KvType::Q4_0, 2, 70),
+            rotated(kv(KvType::Q4_0, KvType::Q8_0, 4, 100)),
         ] {
             let whole = logits(&model, &run, c, &ids, 400);
             // Chunks of whole GDN chunks (64): the f32 cache's own bits too.

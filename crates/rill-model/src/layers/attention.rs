@@ -7,6 +7,7 @@ use crate::kv::KvCache;
 use crate::scratch::{Buf, Exec};
 use crate::weights::{Binder, Matrix};
 use rill_kernels::attention::{attend_causal, AttnShape};
+use rill_kernels::kv::hadamard;
 use rill_kernels::ops::{mul_sigmoid_inplace, rms_norm_inplace};
 use rill_kernels::threads::SharedMut;
 use rill_kernels::{matmul_in, matmul_many_in, MatJob};
@@ -199,6 +200,17 @@ pub(crate) fn forward<'s, 'w>(
             }
         });
         let (a, b) = (s.rows.start, s.rows.end);
+        // A quantized cache stores rotated rows (kv.rs, `KvConfig::rotate`):
+        // Q and K alike (the scores do not change), V with the output
+        // rotated back below.
+        let (kr, vr) = (s.kv.k.rotation(), s.kv.v.rotation());
+        if kr > 1 {
+            hadamard(&mut q[a * nh * hd..b * nh * hd], kr);
+            hadamard(&mut k[a * nkv * hd..b * nkv * hd], kr);
+        }
+        if vr > 1 {
+            hadamard(&mut v[a * nkv * hd..b * nkv * hd], vr);
+        }
         s.kv.k.append(&k[a * nkv * hd..b * nkv * hd], s.capacity);
         s.kv.v.append(&v[a * nkv * hd..b * nkv * hd], s.capacity);
         attend(
@@ -210,6 +222,9 @@ pub(crate) fn forward<'s, 'w>(
             s.kv,
             &mut attn[a * nh * hd..b * nh * hd],
         );
+        if vr > 1 {
+            hadamard(&mut attn[a * nh * hd..b * nh * hd], vr);
+        }
     }
     let attn_ptr = SharedMut::new(&mut attn);
     threads.for_ranges(n, 8, |t0, t1| {
