@@ -6,7 +6,8 @@
 For each engine: a base run with an f32 KV cache (`--kl-divergence-base`), then one run per KV
 type against it (`--kl-divergence`): mean KL divergence, ln(PPL/PPL_base), same-top %. llama.cpp
 runs as it does by default (Hadamard rotation of Q/K/V when the cache is quantized) and with
-LLAMA_ATTN_ROT_DISABLE=1. rill's 4-bit rows run without and with its f16 sinks/window. The base
+LLAMA_ATTN_ROT_DISABLE=1. rill's quantized rows run with and without the rotation, its 4-bit ones without and with
+its f16 sinks/window. The base
 files are each engine's own, so each engine's KV error is measured against its own f32 cache.
 """
 import argparse
@@ -87,8 +88,11 @@ def rill_rows(a, common, work, rows):
     rows.append(("rill", "f32", {"ppl": json.loads(out.strip().splitlines()[-1])["ppl"]}))
     for t in a.types.split(","):
         variants = [("", [])]
+        if t in ("q8_0", "q4_0", "q5_1"):
+            variants = [("", []), (" no-rot", ["--no-kv-rotation"])]
         if t in ("q4_0", "q5_1"):
-            variants = [(" no sinks/window", ["--kv-sinks", "0", "--kv-window", "0"]),
+            off = ["--kv-sinks", "0", "--kv-window", "0"]
+            variants = [(" no sinks/window", off), (" no-rot no sinks/window", off + ["--no-kv-rotation"]),
                         (" + f16 sinks 4 / window 256", [])]
         for tag, extra in variants:
             out = run([a.rill, "perplexity", *common, "-ctk", t, "-ctv", t, *extra,
