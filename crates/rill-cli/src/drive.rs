@@ -82,4 +82,12 @@ pub fn print_timings(d: &Done) {
         d.decode_ms / steps.max(1) as f64,
         d.decode_tok_s()
     );
+    if d.drafted_tokens > 0 {
+        eprintln!(
+            "      draft: {:>5} tokens drafted by the MTP head, {:>5} accepted ({:.1}%)",
+            d.drafted_tokens,
+            d.accepted_tokens,
+            100.0 * d.accepted_tokens as f64 / d.drafted_tokens as f64
+        );
+    }
 }

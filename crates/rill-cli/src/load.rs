@@ -26,7 +26,20 @@ pub fn open(
     precision: Option<Precision>,
     prefault: Prefault,
 ) -> Result<(Loaded, Precision)> {
-    let options = LoadOptions { prefault };
+    open_with_head(model, None, precision, prefault)
+}
+
+/// [`open`], with the MTP head from a separate MTP-only file when given.
+pub fn open_with_head(
+    model: &Option<PathBuf>,
+    mtp_model: Option<&std::path::Path>,
+    precision: Option<Precision>,
+    prefault: Prefault,
+) -> Result<(Loaded, Precision)> {
+    let options = LoadOptions {
+        prefault,
+        mtp_model: mtp_model.map(|p| ModelSource::File(p.to_path_buf())),
+    };
     let loaded = rill_load::load(&source(model)?, &options)?;
     let precision = precision.unwrap_or_else(Precision::fastest);
     let integer = rill_kernels::q8::has_integer_kernels();

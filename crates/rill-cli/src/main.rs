@@ -8,6 +8,7 @@ mod kv_args;
 mod load;
 mod npy;
 mod ppl;
+mod spec_args;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -355,3 +355,108 @@ fn context_zero_is_the_models_trained_context() {
         "{err}"
     );
 }
+
+/// Speculation as a user runs it: the head of a separate MTP-only file
+/// (`--mtp-model`) drafts, greedy tokens are those of `--spec off`, `rill
+/// bench` reports acceptance, and a file that is no such head is refused.
+#[test]
+fn speculation_with_a_separate_head_file_and_in_bench() {
+    let trunk = fixtures().join("qwen35moe_mtp.trunk.f32.gguf");
+    let head = fixtures().join("qwen35moe_mtp.mtp-only.f32.gguf");
+    let (trunk, head) = (trunk.to_str().unwrap(), head.to_str().unwrap());
+    let run = |extra: &[&str]| -> Value {
+        let mut args = vec!["run", "-m", trunk, "-p", "hello there", "-n", "16"];
+        args.extend_from_slice(&["--temp", "0", "--ignore-eos", "--json", "-t", "2"]);
+        args.extend_from_slice(extra);
+        serde_json::from_str(&ok(&args)).expect("one JSON object")
+    };
+    let plain = run(&[]);
+    assert_eq!(plain["timings"]["draft_n"], 0, "no head: no drafts");
+    let spec = run(&[
+        "--mtp-model",
+        head,
+        "--spec",
+        "mtp",
+        "--draft-max",
+        "3",
+        "--draft-fixed",
+    ]);
+    assert!(spec["timings"]["draft_n"].as_u64().unwrap() > 0, "{spec}");
+    assert_eq!(spec["tokens"], plain["tokens"], "greedy is unchanged");
+    let off = run(&["--mtp-model", head, "--spec", "off"]);
+    assert_eq!(off["timings"]["draft_n"], 0);
+
+    let out = rill(&[
+        "run",
+        "-m",
+        trunk,
+        "--mtp-model",
+        trunk,
+        "-p",
+        "x",
+        "-n",
+        "2",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no MTP layer") && !err.contains("panicked"),
+        "{err}"
+    );
+    let out = rill(&[
+        "run",
+        "-m",
+        trunk,
+        "--draft-max",
+        "99",
+        "-p",
+        "x",
+        "-n",
+        "2",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+
+    let whole = fixtures().join("qwen35moe_mtp.f32.gguf");
+    let out = ok(&[
+        "bench",
+        "-m",
+        whole.to_str().unwrap(),
+        "-p",
+        "0",
+        "-n",
+        "16",
+        "-r",
+        "1",
+        "-t",
+        "2",
+        "--draft-fixed",
+        "--spec",
+        "mtp",
+        "--json",
+    ]);
+    let v: Value = serde_json::from_str(&out).expect("one JSON object");
+    assert_eq!(v["spec"]["draft_max"], 3, "{v}");
+    // By default (auto) a model this small drafts nothing: it runs from the
+    // cache, where verifying drafts costs as much as decoding them.
+    let auto = ok(&[
+        "bench",
+        "-m",
+        whole.to_str().unwrap(),
+        "-p",
+        "0",
+        "-n",
+        "8",
+        "-r",
+        "1",
+        "--json",
+    ]);
+    let auto: Value = serde_json::from_str(&auto).expect("one JSON object");
+    assert_eq!(auto["spec"]["drafted"], 0, "{auto}");
+    assert!(
+        auto["spec"]["setting"].as_str().unwrap().contains("cache"),
+        "{auto}"
+    );
+    assert!(v["spec"]["drafted"].as_u64().unwrap() > 0, "{v}");
+    let a = v["spec"]["acceptance"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&a), "{v}");
+}

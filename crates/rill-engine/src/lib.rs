@@ -9,6 +9,8 @@
 //! - `sequence`: one sequence's state machine (prefill chunks, sampling,
 //!   logprobs, end of generation, stop strings, finish reasons, the context
 //!   limit, cancellation).
+//! - [`speculation`]: speculative decoding with the model's MTP head
+//!   (draft, verify in the shared step, accept and rewind).
 //! - [`prefix_cache`]: snapshots of sequence state looked up by token prefix.
 //! - [`stop`]: stop strings that may span token boundaries.
 
@@ -18,9 +20,11 @@ pub mod prefix_cache;
 pub mod request;
 pub mod scheduler;
 mod sequence;
+pub mod speculation;
 pub mod stop;
 
 pub use metrics::Metrics;
 pub use request::{ConstraintRequest, Done, Event, FinishReason, Request, SubmitError, TokenInfo};
 pub use rill_grammar::GrammarSpec;
 pub use scheduler::{Engine, EngineConfig, Handle};
+pub use speculation::SpecConfig;

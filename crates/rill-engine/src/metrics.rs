@@ -24,6 +24,15 @@ pub struct Metrics {
     /// Generation throughput over the last engine step, tokens/s × 1000.
     pub decode_tok_s_milli: AtomicU64,
     pub steps_total: AtomicU64,
+    /// Verify steps that checked a draft.
+    pub spec_drafts_total: AtomicU64,
+    /// Tokens drafted by the MTP head.
+    pub spec_draft_tokens_total: AtomicU64,
+    /// Drafted tokens the target kept.
+    pub spec_accepted_tokens_total: AtomicU64,
+    /// Drafts kept at each draft position (0-based): position `i` counts
+    /// verify steps that kept at least `i + 1` drafts.
+    pub spec_accepted_per_position: [AtomicU64; crate::speculation::MAX_DRAFT],
 }
 
 impl Metrics {
@@ -139,6 +148,36 @@ impl Metrics {
             "Forward steps run.",
             g(&self.steps_total),
         );
+        put(
+            "spec_decode_drafts_total",
+            "counter",
+            "Verify steps that checked a draft of the MTP head.",
+            g(&self.spec_drafts_total),
+        );
+        put(
+            "spec_decode_draft_tokens_total",
+            "counter",
+            "Tokens drafted by the MTP head.",
+            g(&self.spec_draft_tokens_total),
+        );
+        put(
+            "spec_decode_accepted_tokens_total",
+            "counter",
+            "Drafted tokens the target accepted.",
+            g(&self.spec_accepted_tokens_total),
+        );
+        let _ = writeln!(
+            s,
+            "# HELP rill_spec_decode_accepted_tokens_per_pos Drafts accepted at each draft position.\n\
+             # TYPE rill_spec_decode_accepted_tokens_per_pos counter"
+        );
+        for (i, a) in self.spec_accepted_per_position.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "rill_spec_decode_accepted_tokens_per_pos{{position=\"{i}\"}} {}",
+                a.load(Relaxed)
+            );
+        }
         s
     }
 }

@@ -43,6 +43,10 @@ pub struct Request {
     pub cache_points: Vec<usize>,
     /// Structured output: a grammar the generated text must follow.
     pub constraint: Option<ConstraintRequest>,
+    /// Most tokens the MTP head drafts per step for this request (`None`:
+    /// the engine's setting; `Some(0)`: no speculation), capped by the
+    /// engine's own maximum.
+    pub draft_max: Option<usize>,
 }
 
 /// A grammar for the generated text, and where it starts.
@@ -68,6 +72,7 @@ impl Request {
             ignore_eos: false,
             cache_points: Vec::new(),
             constraint: None,
+            draft_max: None,
         }
     }
 }
@@ -100,6 +105,10 @@ pub struct Done {
     pub prefill_ms: f64,
     /// First generated token to the end.
     pub decode_ms: f64,
+    /// Tokens the MTP head drafted for this request, and of those, how many
+    /// the target accepted.
+    pub drafted_tokens: usize,
+    pub accepted_tokens: usize,
 }
 
 impl Done {

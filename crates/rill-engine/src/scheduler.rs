@@ -16,9 +16,12 @@ use crate::metrics::Metrics;
 use crate::prefix_cache::PrefixCache;
 use crate::request::{Done, Event, Request, SubmitError};
 use crate::sequence::{Sequence, Submitted, TokenContext};
+use crate::speculation::{SpecConfig, Speculation, MAX_DRAFT};
 use rill_grammar::{Constraint, GrammarError, GrammarSpec, Grammars};
 use rill_kernels::{Precision, Threads};
-use rill_model::{BatchItem, KvConfig, Model, Runner, SequenceState, StepOutputs};
+use rill_model::{
+    BatchItem, KvConfig, Model, MtpItem, MtpOptions, Runner, SequenceState, StepOutputs,
+};
 use rill_sampler::Sampler;
 use rill_tokenizer::Tokenizer;
 use std::collections::VecDeque;
@@ -50,6 +53,9 @@ pub struct EngineConfig {
     pub precision: Precision,
     /// How new sequences store their attention KV cache (K and V types).
     pub kv: KvConfig,
+    /// Speculative decoding with the model's MTP head (used when the model
+    /// has one).
+    pub spec: SpecConfig,
 }
 
 impl Default for EngineConfig {
@@ -64,6 +70,7 @@ impl Default for EngineConfig {
             threads: 0,
             precision: Precision::Exact,
             kv: KvConfig::f32(),
+            spec: SpecConfig::default(),
         }
     }
 }
@@ -109,6 +116,8 @@ enum Command {
 pub struct Engine {
     tx: mpsc::Sender<Command>,
     metrics: Arc<Metrics>,
+    /// Why speculation is off (None: it runs).
+    spec_note: Option<String>,
     config: EngineConfig,
     tok: Arc<Tokenizer>,
     /// The vocabulary's token trie for constraints, built on first use.
@@ -120,8 +129,18 @@ pub struct Engine {
 
 impl Engine {
     /// Start the engine thread.
-    pub fn start(model: Arc<Model>, tok: Arc<Tokenizer>, config: EngineConfig) -> Engine {
+    pub fn start(model: Arc<Model>, tok: Arc<Tokenizer>, mut config: EngineConfig) -> Engine {
         let (tx, rx) = mpsc::channel();
+        // Speculation as it will run: off where the model cannot draft, or
+        // (auto) where drafting would not pay.
+        let spec_note = match crate::speculation::drafting_pays(&model, &config.spec) {
+            _ if !config.spec.is_on() => Some("off".to_string()),
+            Err(why) if config.spec.auto || !model.has_mtp() => {
+                config.spec.draft_max = 0;
+                Some(format!("off: {why}"))
+            }
+            _ => None,
+        };
         let metrics = Arc::new(Metrics::default());
         let waiting = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut worker = Worker {
@@ -135,6 +154,7 @@ impl Engine {
             waiting: VecDeque::new(),
             running: Vec::new(),
             outputs: StepOutputs::new(),
+            head_outputs: StepOutputs::new(),
             spans: Vec::new(),
             finished: Vec::new(),
         };
@@ -145,6 +165,7 @@ impl Engine {
         Engine {
             tx,
             metrics,
+            spec_note,
             config,
             tok,
             grammars: std::sync::OnceLock::new(),
@@ -154,8 +175,26 @@ impl Engine {
         }
     }
 
+    /// The configuration as it runs (speculation turned off where it cannot
+    /// or, with `auto`, would not pay).
     pub fn config(&self) -> &EngineConfig {
         &self.config
+    }
+
+    /// How this engine speculates, in words: the drafting it does, or why
+    /// it does not.
+    pub fn speculation(&self) -> String {
+        match &self.spec_note {
+            Some(note) => note.clone(),
+            None => {
+                let s = &self.config.spec;
+                format!(
+                    "MTP head, up to {} drafted tokens per step{}",
+                    s.draft_max,
+                    if s.adaptive { " (adaptive)" } else { "" }
+                )
+            }
+        }
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -258,8 +297,10 @@ struct Worker {
     waiting_count: Arc<std::sync::atomic::AtomicUsize>,
     waiting: VecDeque<Submitted>,
     running: Vec<Sequence>,
-    /// The last step's outputs, in a buffer kept from step to step.
+    /// The last step's outputs, in a buffer kept from step to step, and
+    /// the MTP head's.
     outputs: StepOutputs,
+    head_outputs: StepOutputs,
     /// Each running sequence's prompt rows in this step (None: decoding),
     /// and the step's finished sequences: kept between steps.
     spans: Vec<Option<std::ops::Range<usize>>>,
@@ -340,9 +381,126 @@ impl Worker {
                     continue;
                 }
             };
+            let spec = self.speculation_for(&sub.req, &state);
             self.metrics.requests_running.fetch_add(1, Relaxed);
-            self.running
-                .push(Sequence::new(sub, state, cached, sampler));
+            let seq = Sequence::new(sub, state, cached, sampler);
+            self.running.push(match spec {
+                Some(spec) => seq.with_speculation(spec),
+                None => seq,
+            });
+        }
+    }
+
+    /// A request speculates when the engine and the request allow it, the
+    /// model has an MTP head, and the state's head cache stands where the
+    /// trunk does (a prompt-cache snapshot of a request that did not
+    /// speculate has no head rows).
+    fn speculation_for(&self, req: &Request, state: &SequenceState) -> Option<Speculation> {
+        let mut config = self.config.spec.clone();
+        if let Some(n) = req.draft_max {
+            config.draft_max = config.draft_max.min(n);
+        }
+        config.draft_max = config.draft_max.min(MAX_DRAFT);
+        let head_in_step = state.mtp_position() == Some(state.position());
+        let usable = config.is_on() && self.model.has_mtp() && head_in_step;
+        usable.then(|| Speculation::new(config, self.model.config.n_embd))
+    }
+
+    /// The MTP head's part of a step, before the trunk: every decoding
+    /// sequence that speculates feeds the head its unseen rows and drafts,
+    /// one batched head step per draft position.
+    fn draft(&mut self, spans: &[Option<std::ops::Range<usize>>]) {
+        let mut any = false;
+        for (s, span) in self.running.iter_mut().zip(spans) {
+            if span.is_none() {
+                any |= s.plan_draft();
+            }
+        }
+        if !any {
+            return;
+        }
+        let mut first = true;
+        loop {
+            let mut who = Vec::new();
+            let mut items: Vec<MtpItem> = Vec::new();
+            for (i, (s, span)) in self.running.iter_mut().zip(spans).enumerate() {
+                if span.is_some() {
+                    continue;
+                }
+                let item = if first {
+                    s.first_draft_item()
+                } else {
+                    s.next_draft_item()
+                };
+                if let Some(item) = item {
+                    who.push(i);
+                    items.push(item);
+                }
+            }
+            if items.is_empty() {
+                return;
+            }
+            let vocab = self.config.spec.draft_vocab;
+            let options = MtpOptions {
+                vocab_rows: (vocab > 0).then_some(vocab),
+            };
+            let result = self.model.forward_mtp_with(
+                &self.runner,
+                &mut items,
+                options,
+                &mut self.head_outputs,
+            );
+            drop(items);
+            if let Err(e) = result {
+                self.head_failed(&who, &e);
+                return;
+            }
+            for (j, &i) in who.iter().enumerate() {
+                let (l, h) = (self.head_outputs.logits(j), self.head_outputs.hidden(j));
+                self.running[i].take_draft(l, h);
+            }
+            first = false;
+            if !self.running.iter().any(Sequence::is_drafting) {
+                return;
+            }
+        }
+    }
+
+    /// The head catches up on the prompt rows of this step's prefills
+    /// (before their prompt-cache snapshots are taken, so that a snapshot
+    /// can go on speculating).
+    fn catch_up(&mut self, spans: &[Option<std::ops::Range<usize>>]) {
+        let mut who = Vec::new();
+        let mut items: Vec<MtpItem> = Vec::new();
+        for (i, (s, span)) in self.running.iter_mut().zip(spans).enumerate() {
+            if span.is_some() && s.plan_catch_up() {
+                if let Some(item) = s.first_draft_item() {
+                    who.push(i);
+                    items.push(item);
+                }
+            }
+        }
+        if items.is_empty() {
+            return;
+        }
+        let result = self
+            .model
+            .forward_mtp_into(&self.runner, &mut items, &mut self.head_outputs);
+        drop(items);
+        if let Err(e) = result {
+            self.head_failed(&who, &e);
+        }
+    }
+
+    /// Never expected (the head's inputs are checked as the trunk's are):
+    /// the sequences go on without speculation rather than fail.
+    fn head_failed(&mut self, who: &[usize], e: &rill_model::ForwardError) {
+        tracing::warn!(
+            "MTP head step failed, speculation off for {} sequences: {e}",
+            who.len()
+        );
+        for &i in who {
+            self.running[i].stop_speculating();
         }
     }
 
@@ -378,6 +536,7 @@ impl Worker {
                 .map(|s| s.in_prefill().then(|| s.prefill_span(chunk))),
         );
         let t0 = Instant::now();
+        self.draft(&spans);
         let mut items: Vec<BatchItem> = self
             .running
             .iter_mut()
@@ -401,6 +560,13 @@ impl Worker {
             return;
         }
         self.metrics.steps_total.fetch_add(1, Relaxed);
+        for (i, span) in spans.iter().enumerate() {
+            if let Some(r) = span {
+                let hidden = self.outputs.hidden(i);
+                self.running[i].record_prefill(r, hidden);
+            }
+        }
+        self.catch_up(&spans);
         let n_decode = spans.iter().filter(|s| s.is_none()).count();
         let secs = t0.elapsed().as_secs_f64();
         if n_decode > 0 && secs > 0.0 {
@@ -414,6 +580,7 @@ impl Worker {
         let cx = TokenContext {
             tok: &self.tok,
             metrics: &self.metrics,
+            n_vocab: self.model.config.n_vocab,
         };
         for (i, span) in spans.iter().enumerate() {
             let s = &mut self.running[i];
@@ -435,7 +602,12 @@ impl Worker {
                     continue;
                 }
             }
-            if let Some(end) = s.take_token(self.outputs.logits(i), &cx) {
+            let end = if span.is_none() && s.speculates() {
+                s.take_verified(self.outputs.logits(i), self.outputs.hidden(i), &cx)
+            } else {
+                s.take_token(self.outputs.logits(i), &cx)
+            };
+            if let Some(end) = end {
                 finished.push((i, end));
             }
         }

@@ -10,8 +10,9 @@
 use crate::metrics::Metrics;
 use crate::output::TextOutput;
 use crate::request::{Done, Event, FinishReason, Request, TokenInfo};
+use crate::speculation::{Speculation, MAX_DRAFT};
 use rill_grammar::Constraint;
-use rill_model::{BatchItem, Outputs, SequenceState};
+use rill_model::{BatchItem, MtpItem, Outputs, Rows, SequenceState};
 use rill_sampler::Sampler;
 use rill_tokenizer::Tokenizer;
 use std::ops::Range;
@@ -42,6 +43,8 @@ impl Submitted {
 pub(crate) struct TokenContext<'a> {
     pub tok: &'a Tokenizer,
     pub metrics: &'a Metrics,
+    /// Logits per row (the model's vocabulary).
+    pub n_vocab: usize,
 }
 
 /// A running sequence.
@@ -64,12 +67,23 @@ pub(crate) struct Sequence {
     /// Structured output: the grammar, whether it applies yet, and the
     /// masked copy of the logits row (kept: no allocation per token).
     constraint: Option<Constrained>,
+    /// Speculative decoding with the MTP head, when this sequence uses it.
+    spec: Option<Speculation>,
 }
 
 /// How a step ended a sequence.
 enum End {
     Done(Done),
     Failed(String),
+}
+
+impl End {
+    fn into_result(self) -> Result<Done, String> {
+        match self {
+            End::Done(d) => Ok(d),
+            End::Failed(why) => Err(why),
+        }
+    }
 }
 
 struct Constrained {
@@ -106,6 +120,81 @@ impl Sequence {
             sampler,
             admitted_at: Instant::now(),
             first_token_at: None,
+            spec: None,
+        }
+    }
+
+    /// Speculate with `spec` (the engine checked that the model has a head
+    /// and that the state's head cache is where the trunk is). Not with a
+    /// grammar: its mask would have to follow each draft.
+    pub fn with_speculation(mut self, spec: Speculation) -> Sequence {
+        if self.constraint.is_none() {
+            self.spec = Some(spec);
+        }
+        self
+    }
+
+    pub fn speculates(&self) -> bool {
+        self.spec.is_some()
+    }
+
+    /// Plan this decoding step's draft: how many tokens the context and the
+    /// token budget leave room for. True when the head has rows to take.
+    pub fn plan_draft(&mut self) -> bool {
+        let (Some(spec), Some(next)) = (self.spec.as_mut(), self.next_input) else {
+            return false;
+        };
+        let room = (self.state.capacity() - self.state.position())
+            .saturating_sub(1)
+            .min(self.sub.req.max_tokens.saturating_sub(self.generated + 1))
+            .min(MAX_DRAFT);
+        spec.plan(&self.state, next, room);
+        true
+    }
+
+    /// Plan the head's catch-up on the prompt rows the trunk just took.
+    pub fn plan_catch_up(&mut self) -> bool {
+        match self.spec.as_mut() {
+            Some(spec) => {
+                spec.plan_catch_up(&self.state);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The head's first step of this round for this sequence.
+    pub fn first_draft_item(&mut self) -> Option<MtpItem<'_>> {
+        self.spec.as_mut()?.first_item(&mut self.state)
+    }
+
+    /// The head's next chained draft step for this sequence.
+    pub fn next_draft_item(&mut self) -> Option<MtpItem<'_>> {
+        self.spec.as_mut()?.next_item(&mut self.state)
+    }
+
+    pub fn is_drafting(&self) -> bool {
+        self.spec.as_ref().is_some_and(Speculation::is_extending)
+    }
+
+    /// Take the head's output for this sequence's last draft step.
+    pub fn take_draft(&mut self, logits: &[f32], hidden: &[f32]) {
+        if let Some(spec) = &mut self.spec {
+            spec.take_draft(logits, hidden);
+        }
+    }
+
+    /// Stop speculating (the head failed): decoding goes on plainly.
+    pub fn stop_speculating(&mut self) {
+        self.spec = None;
+    }
+
+    /// A prompt chunk `span` went through the trunk with these hidden rows:
+    /// queue them for the head.
+    pub fn record_prefill(&mut self, span: &Range<usize>, hidden: &[f32]) {
+        if let Some(spec) = &mut self.spec {
+            let tokens = &self.sub.req.prompt[span.clone()];
+            spec.record_prefill(&mut self.state, span.start, tokens, hidden);
         }
     }
 
@@ -138,9 +227,11 @@ impl Sequence {
     /// sampled token, borrowed where they are.
     pub fn batch_item(&mut self, span: Option<&Range<usize>>) -> BatchItem<'_> {
         let prompt = &self.sub.req.prompt;
-        let (tokens, last) = match span {
-            Some(r) => (&prompt[r.clone()], r.end == prompt.len()),
-            None => (
+        let speculating = self.spec.is_some();
+        let (tokens, last) = match (span, &mut self.spec) {
+            (Some(r), _) => (&prompt[r.clone()], r.end == prompt.len()),
+            (None, Some(spec)) => (spec.verify_tokens(), true),
+            (None, None) => (
                 std::slice::from_ref(
                     self.next_input
                         .as_ref()
@@ -149,14 +240,18 @@ impl Sequence {
                 true,
             ),
         };
+        let logits = if last { Rows::Last } else { Rows::None };
+        let outputs = match (span, speculating) {
+            (_, false) => Outputs::logits(logits),
+            // The head reads the trunk's hidden state of every row kept.
+            (Some(_), true) => Outputs::logits(logits).with_hidden_rows(Rows::All),
+            (None, true) => Outputs::logits(Rows::All).with_hidden(),
+        };
         BatchItem {
             state: &mut self.state,
+            rewindable: span.is_none() && tokens.len() > 1,
             tokens,
-            outputs: if last {
-                Outputs::last_logits()
-            } else {
-                Outputs::NONE
-            },
+            outputs,
         }
     }
 
@@ -176,10 +271,42 @@ impl Sequence {
     /// sequence is done: `Ok` with its figures, or `Err` with why it failed
     /// (the worker then sends an error instead of `Done`).
     pub fn take_token(&mut self, row: &[f32], cx: &TokenContext) -> Option<Result<Done, String>> {
-        self.take(row, cx).map(|end| match end {
-            End::Done(d) => Ok(d),
-            End::Failed(why) => Err(why),
-        })
+        self.take(row, cx).map(End::into_result)
+    }
+
+    /// A speculative step's rows came back (`logits` and `hidden` of the
+    /// token fed and each draft): the target's sampler walks them, keeping
+    /// the drafts it agrees with and one token of its own, each sent as it
+    /// is taken; then the state is rewound to the rows kept.
+    pub fn take_verified(
+        &mut self,
+        logits: &[f32],
+        hidden: &[f32],
+        cx: &TokenContext,
+    ) -> Option<Result<Done, String>> {
+        let v = cx.n_vocab.max(1);
+        let rows = logits.len() / v;
+        let start = self.state.position() - rows;
+        let mut kept = 0;
+        for (i, row) in logits.chunks_exact(v).enumerate() {
+            let draft = self.spec.as_ref().and_then(|s| s.draft(i));
+            let id = match draft {
+                Some(d) => self.sampler.verify(row, &self.history, d),
+                None => self.sampler.sample(row, &self.history),
+            };
+            kept = i + 1;
+            if let Some(end) = self.commit(id, row, start + kept, cx) {
+                return Some(end.into_result());
+            }
+            if draft != Some(id) {
+                break;
+            }
+        }
+        let spec = self.spec.as_mut().expect("a verify step speculates");
+        if let Err(e) = spec.settle(&mut self.state, start, kept, hidden, cx.metrics) {
+            return Some(Err(format!("internal error: speculation: {e}")));
+        }
+        None
     }
 
     fn take(&mut self, row: &[f32], cx: &TokenContext) -> Option<End> {
@@ -195,6 +322,14 @@ impl Sequence {
             }
             _ => self.sampler.sample(row, &self.history),
         };
+        let fed = self.state.position();
+        self.commit(id, row, fed, cx)
+    }
+
+    /// Token `id`, drawn from `row` after `context` positions: end of
+    /// generation, the grammar, logprobs, its text, the stop strings and
+    /// the budgets. `Some` when the sequence ends with it.
+    fn commit(&mut self, id: u32, row: &[f32], context: usize, cx: &TokenContext) -> Option<End> {
         if self.first_token_at.is_none() {
             let now = Instant::now();
             self.first_token_at = Some(now);
@@ -248,7 +383,7 @@ impl Sequence {
         }
         // The context holds the prompt and every generated token; the last
         // one sampled is not fed yet.
-        let out_of_room = self.state.position() + 1 >= self.state.capacity();
+        let out_of_room = context + 1 >= self.state.capacity();
         if self.generated >= self.sub.req.max_tokens || out_of_room {
             let finish = if self.send_tail() {
                 FinishReason::Stop
@@ -282,6 +417,8 @@ impl Sequence {
             queue_ms: ms(self.sub.at, self.admitted_at),
             prefill_ms: ms(self.admitted_at, first),
             decode_ms: ms(first, now),
+            drafted_tokens: self.spec.as_ref().map_or(0, |s| s.drafted),
+            accepted_tokens: self.spec.as_ref().map_or(0, |s| s.accepted),
         }
     }
 

@@ -13,7 +13,7 @@ pub use info::{human_count, ModelInfo, SamplingHints, TensorSummary};
 use indicatif::{ProgressBar, ProgressStyle};
 use rill_chat::ChatTemplate;
 use rill_gguf::{GgufFile, MetaValue};
-use rill_model::{GgufSource, Model, ModelError};
+use rill_model::{GgufSource, Model, ModelError, WeightSource, WithMtpHead};
 use rill_tokenizer::{Tokenizer, TokenizerError};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -45,6 +45,9 @@ impl ModelSource {
 #[derive(Clone, Debug, Default)]
 pub struct LoadOptions {
     pub prefault: Prefault,
+    /// The MTP head from a separate MTP-only GGUF (llama.cpp's converter
+    /// with `--mtp`), for a model file without one (`--mtp-model`).
+    pub mtp_model: Option<ModelSource>,
 }
 
 /// When the weights' pages are read from disk.
@@ -131,8 +134,23 @@ pub fn load(source: &ModelSource, options: &LoadOptions) -> Result<Loaded, LoadE
         ),
     };
     let info = ModelInfo::of_gguf(source, &file, template_problem);
-    let gguf = GgufSource::new(file, label.clone());
-    let model = Model::from_source(Arc::new(gguf)).map_err(|error| LoadError::Model {
+    let gguf: Arc<dyn WeightSource> = Arc::new(GgufSource::new(file, label.clone()));
+    let weights = match &options.mtp_model {
+        None => gguf,
+        Some(head_source) => {
+            let head_file = open_gguf(head_source)?;
+            if options.prefault == Prefault::Now {
+                prefault(&head_file, true);
+            }
+            let head = Arc::new(GgufSource::new(head_file, head_source.label()));
+            let joined = WithMtpHead::new(gguf, head).map_err(|error| LoadError::Model {
+                source_label: head_source.label(),
+                error,
+            })?;
+            Arc::new(joined)
+        }
+    };
+    let model = Model::from_source(weights).map_err(|error| LoadError::Model {
         source_label: label,
         error,
     })?;

@@ -23,6 +23,8 @@ pub enum ModelError {
     UnsupportedType { name: String, dtype: DType },
     #[error("inconsistent hyperparameters: {0}")]
     Inconsistent(String),
+    #[error("{0}")]
+    NotMtpHead(String),
 }
 
 /// Why a forward pass was refused.
@@ -38,4 +40,6 @@ pub enum ForwardError {
     NoMtp,
     #[error("MTP hidden rows: {got} values given, {want} expected (n_embd per token)")]
     HiddenRows { got: usize, want: usize },
+    #[error("a rewindable step of {rows} tokens (at most {max})")]
+    RewindRows { rows: usize, max: usize },
 }

@@ -7,17 +7,16 @@
 //! attention over a KV cache and the GDN conv + recurrence run per sequence,
 //! on that sequence's slice of the rows and its own state.
 
-use crate::config::ModelConfig;
+use crate::config::{LayerKind, ModelConfig};
 use crate::error::ForwardError;
 use crate::layers::attention::{self, AttnSeq};
 use crate::layers::gdn::{self, GdnSeq};
 use crate::model::{Mixer, Model};
 use crate::scratch::{Buf, Exec, Reused, Runner};
-use crate::state::{LayerState, SequenceState};
-use crate::weights::Matrix;
+use crate::state::{LayerState, SequenceState, MAX_REWIND_ROWS};
 use rill_kernels::ops::{rms_norm, rms_norm_inplace};
 use rill_kernels::threads::SharedMut;
-use rill_kernels::{matmul_in, Threads};
+use rill_kernels::{matmul_in, MatRef, Threads};
 use std::ops::Range;
 
 /// Which of an item's positions a step returns outputs for.
@@ -31,31 +30,38 @@ pub enum Rows {
     None,
 }
 
-/// What a step returns for one item: which rows, and for each of them the
-/// logits and/or the hidden state after the final norm (what a draft head
-/// such as MTP reads, and what embeddings are made of).
+/// What a step returns for one item: the logits of some of its rows, and
+/// the hidden state after the final norm of some (what a draft head such as
+/// MTP reads, and what embeddings are made of).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Outputs {
-    pub rows: Rows,
-    pub logits: bool,
-    /// The post-final-norm hidden state, `n_embd` values per row.
-    pub hidden: bool,
+    /// The rows whose logits come back.
+    pub logits: Rows,
+    /// The rows whose post-final-norm hidden state (`n_embd` values a row)
+    /// comes back.
+    pub hidden: Rows,
 }
 
 impl Outputs {
     /// Nothing back: the item only advances its state.
     pub const NONE: Outputs = Outputs {
-        rows: Rows::None,
-        logits: false,
-        hidden: false,
+        logits: Rows::None,
+        hidden: Rows::None,
     };
 
     /// The logits of `rows`.
     pub const fn logits(rows: Rows) -> Outputs {
         Outputs {
-            rows,
-            logits: true,
-            hidden: false,
+            logits: rows,
+            hidden: Rows::None,
+        }
+    }
+
+    /// The hidden states of `rows`, no logits.
+    pub const fn hidden(rows: Rows) -> Outputs {
+        Outputs {
+            logits: Rows::None,
+            hidden: rows,
         }
     }
 
@@ -64,16 +70,35 @@ impl Outputs {
         Outputs::logits(Rows::Last)
     }
 
-    /// Also the hidden state of the same rows.
+    /// Also the hidden states of the rows whose logits come back.
     pub const fn with_hidden(self) -> Outputs {
+        self.with_hidden_rows(self.logits)
+    }
+
+    /// Also the hidden states of `rows`.
+    pub const fn with_hidden_rows(self, rows: Rows) -> Outputs {
         Outputs {
-            hidden: true,
+            hidden: rows,
             ..self
         }
     }
 
-    fn wants_rows(&self) -> bool {
-        self.rows != Rows::None && (self.logits || self.hidden)
+    /// The rows that go through the final norm: those of either output.
+    fn normed_rows(&self) -> Rows {
+        match (self.logits, self.hidden) {
+            (Rows::All, _) | (_, Rows::All) => Rows::All,
+            (Rows::Last, _) | (_, Rows::Last) => Rows::Last,
+            _ => Rows::None,
+        }
+    }
+}
+
+/// How many of an item's `span_len` rows `rows` picks.
+fn row_count(rows: Rows, span_len: usize) -> usize {
+    match rows {
+        Rows::All => span_len,
+        Rows::Last => 1,
+        Rows::None => 0,
     }
 }
 
@@ -82,6 +107,23 @@ pub struct BatchItem<'a> {
     pub state: &'a mut SequenceState,
     pub tokens: &'a [u32],
     pub outputs: Outputs,
+    /// Keep what [`SequenceState::rewind`] needs to cut this step back to
+    /// any of its rows (a speculative verify step): the recurrent layers run
+    /// token by token, as decoding does, and keep their state after each
+    /// row. At most [`crate::MAX_REWIND_ROWS`] tokens.
+    pub rewindable: bool,
+}
+
+impl<'a> BatchItem<'a> {
+    /// An ordinary step's item (not rewindable).
+    pub fn new(state: &'a mut SequenceState, tokens: &'a [u32], outputs: Outputs) -> Self {
+        BatchItem {
+            state,
+            tokens,
+            outputs,
+            rewindable: false,
+        }
+    }
 }
 
 /// One sequence's part of an MTP-head step
@@ -100,6 +142,17 @@ pub struct MtpItem<'a> {
     /// Logits (of `x_{p+1}`) and/or the head's output after
     /// `shared_head_norm`.
     pub outputs: Outputs,
+}
+
+/// How an MTP-head step runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MtpOptions {
+    /// Logits of only the first `n` vocabulary rows (the most frequent
+    /// tokens in a BPE vocabulary, whose ids follow merge order): a draft
+    /// only proposes, and the target verifies over the whole vocabulary, so
+    /// a narrower head saves most of the head's LM product on a large
+    /// vocabulary for little acceptance. `None`: the whole vocabulary.
+    pub vocab_rows: Option<usize>,
 }
 
 /// The outputs of a step, in buffers that a caller keeps and passes to
@@ -177,11 +230,7 @@ impl Model {
         outputs: Outputs,
         out: &mut StepOutputs,
     ) -> Result<(), ForwardError> {
-        let mut items = [BatchItem {
-            state,
-            tokens,
-            outputs,
-        }];
+        let mut items = [BatchItem::new(state, tokens, outputs)];
         self.forward_batch_into(run, &mut items, out)
     }
 
@@ -206,7 +255,39 @@ impl Model {
                 capacity: item.state.capacity,
             });
         }
+        if item.rewindable && n > MAX_REWIND_ROWS {
+            return Err(ForwardError::RewindRows {
+                rows: n,
+                max: MAX_REWIND_ROWS,
+            });
+        }
         Ok(())
+    }
+
+    /// Arm (or clear) each item's rewind ring for this step: room for a
+    /// snapshot after each row but the last, reserved once per sequence.
+    fn prepare_rewind(&self, items: &mut [BatchItem]) {
+        let c = &self.config;
+        let conv_len = (c.conv_kernel - 1) * c.conv_dim();
+        let ssm_len = c.ssm_n_v_heads * c.ssm_head_dim * c.ssm_head_dim;
+        let recurrent = c
+            .layer_kinds
+            .iter()
+            .filter(|k| **k == LayerKind::Recurrent)
+            .count();
+        for item in items.iter_mut() {
+            let (pos, ring) = (item.state.pos, &mut item.state.ring);
+            ring.start = pos;
+            ring.rows = 0;
+            if item.rewindable && item.tokens.len() > 1 {
+                let slots = item.tokens.len() - 1;
+                ring.layers.resize_with(recurrent, Default::default);
+                for layer in &mut ring.layers {
+                    layer.reserve(slots, conv_len, ssm_len);
+                }
+                ring.rows = item.tokens.len();
+            }
+        }
     }
 
     /// One step over several sequences. Returns, per item, the logits it
@@ -238,6 +319,7 @@ impl Model {
         for item in items.iter() {
             self.check(item)?;
         }
+        self.prepare_rewind(items);
         let c = &self.config;
         let h = c.n_embd;
         // Row ranges of each item in the step's activation matrix.
@@ -257,6 +339,9 @@ impl Model {
         // The last layer's FFN output, added to the residual stream with the
         // next norm (or after the loop).
         let mut pending: Option<Buf> = None;
+        // The index of the current layer among the recurrent ones (its
+        // rewind ring's layer).
+        let mut recurrent_index = 0;
         for (il, layer) in self.layers.iter().enumerate() {
             let (eps, prev) = (c.rms_eps, pending.take());
             add_then_norm(
@@ -287,19 +372,21 @@ impl Model {
                     attention::forward(w, c, &self.rope_inv_freq, ex, &xn, n, seqs)
                 }
                 Mixer::Recurrent(w) => {
-                    let seqs =
-                        items.iter_mut().zip(spans.iter()).map(|(item, span)| {
-                            match &mut item.state.layers[il] {
-                                LayerState::Recurrent { conv, ssm } => GdnSeq {
-                                    rows: span.clone(),
-                                    conv,
-                                    ssm,
-                                },
-                                _ => {
-                                    unreachable!("state layout is built from the same layer kinds")
-                                }
-                            }
-                        });
+                    let ri = recurrent_index;
+                    recurrent_index += 1;
+                    let seqs = items.iter_mut().zip(spans.iter()).map(|(item, span)| {
+                        let st = &mut *item.state;
+                        let ring = (st.ring.rows > 1).then(|| &mut st.ring.layers[ri]);
+                        match &mut st.layers[il] {
+                            LayerState::Recurrent { conv, ssm } => GdnSeq {
+                                rows: span.clone(),
+                                conv,
+                                ssm,
+                                ring,
+                            },
+                            _ => unreachable!("state layout is built from the same layer kinds"),
+                        }
+                    });
                     gdn::forward(w, c, ex, &xn, n, seqs)
                 }
             };
@@ -318,7 +405,7 @@ impl Model {
 
         // The final norm and the output head, on the rows someone asked
         // for, all at once, straight into the caller's buffers.
-        let head = self.output_matrix();
+        let head = self.output_matrix().view();
         let outputs = |i: usize| items[i].outputs;
         emit(ex, c, &x, &spans, outputs, &self.output_norm, head, out);
         Ok(())
@@ -361,6 +448,18 @@ impl Model {
         &self,
         run: &Runner,
         items: &mut [MtpItem],
+        out: &mut StepOutputs,
+    ) -> Result<(), ForwardError> {
+        self.forward_mtp_with(run, items, MtpOptions::default(), out)
+    }
+
+    /// [`forward_mtp_into`](Self::forward_mtp_into) with `options` (a
+    /// draft's narrower LM head).
+    pub fn forward_mtp_with(
+        &self,
+        run: &Runner,
+        items: &mut [MtpItem],
+        options: MtpOptions,
         out: &mut StepOutputs,
     ) -> Result<(), ForwardError> {
         let m = self.mtp.as_ref().ok_or(ForwardError::NoMtp)?;
@@ -432,7 +531,10 @@ impl Model {
                 s.pos += item.tokens.len();
             }
         }
-        let head = self.mtp_head_matrix(m);
+        let mut head = self.mtp_head_matrix(m).view();
+        if let Some(rows) = options.vocab_rows {
+            head = head.slice_rows(0, rows.clamp(1, c.n_vocab));
+        }
         let outputs = |i: usize| items[i].outputs;
         emit(ex, c, &x, &spans, outputs, &m.shared_head_norm, head, out);
         Ok(())
@@ -450,18 +552,14 @@ fn emit(
     spans: &[Range<usize>],
     outputs: impl Fn(usize) -> Outputs,
     norm: &[f32],
-    head: &Matrix,
+    head: MatRef<'_>,
     out: &mut StepOutputs,
 ) {
     let threads = ex.threads;
-    let (h, v) = (c.n_embd, c.n_vocab);
+    let (h, v) = (c.n_embd, head.rows);
     let mut rows = Reused::take(ex.ws);
     for (i, span) in spans.iter().enumerate() {
-        let o = outputs(i);
-        if !o.wants_rows() {
-            continue;
-        }
-        match o.rows {
+        match outputs(i).normed_rows() {
             Rows::All => rows.extend(span.clone()),
             Rows::Last => rows.push(span.end - 1),
             Rows::None => {}
@@ -477,7 +575,8 @@ fn emit(
         );
     }
     // Which of the normed rows go through the LM head, and where each
-    // item's outputs land.
+    // item's outputs land. An item's normed rows are all its rows or its
+    // last; each output takes all of them or the last.
     let mut logit_rows = Reused::take(ex.ws);
     out.logit_spans.clear();
     out.hidden_spans.clear();
@@ -485,20 +584,13 @@ fn emit(
     let mut at = 0;
     for (i, span) in spans.iter().enumerate() {
         let o = outputs(i);
-        let n_rows = match o.rows {
-            _ if !o.wants_rows() => 0,
-            Rows::All => span.len(),
-            Rows::Last => 1,
-            Rows::None => 0,
-        };
+        let n_rows = row_count(o.normed_rows(), span.len());
         let (lf, hf) = (logit_rows.len(), out.hidden.len());
-        if o.logits {
-            logit_rows.extend(at..at + n_rows);
-        }
-        if o.hidden {
-            out.hidden
-                .extend_from_slice(&normed[at * h..(at + n_rows) * h]);
-        }
+        let n_logits = row_count(o.logits, span.len());
+        logit_rows.extend(at + n_rows - n_logits..at + n_rows);
+        let n_hidden = row_count(o.hidden, span.len());
+        out.hidden
+            .extend_from_slice(&normed[(at + n_rows - n_hidden) * h..(at + n_rows) * h]);
         out.logit_spans.push(lf * v..logit_rows.len() * v);
         out.hidden_spans.push(hf..out.hidden.len());
         at += n_rows;
@@ -521,7 +613,7 @@ fn emit(
         matmul_in(
             ex.precision,
             threads,
-            head.view(),
+            head,
             input,
             logit_rows.len(),
             &mut out.logits,

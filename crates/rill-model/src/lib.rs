@@ -19,9 +19,9 @@ mod weights;
 
 pub use config::{Arch, LayerKind, ModelConfig};
 pub use error::{ForwardError, ModelError};
-pub use forward::{BatchItem, MtpItem, Outputs, Rows, StepOutputs};
+pub use forward::{BatchItem, MtpItem, MtpOptions, Outputs, Rows, StepOutputs};
 pub use kv::{KvConfig, KvType};
 pub use model::Model;
 pub use scratch::Runner;
-pub use source::{GgufSource, TensorRef, WeightSource};
-pub use state::SequenceState;
+pub use source::{GgufSource, TensorRef, WeightSource, WithMtpHead};
+pub use state::{RewindError, SequenceState, MAX_REWIND_ROWS};

@@ -162,6 +162,13 @@ impl Model {
     /// [`decode_weight_bytes`](Self::decode_weight_bytes): `eh_proj`, the
     /// norms, the block (`n_expert_used` routed experts), one embedding row
     /// and the LM head. Zero without a head.
+    /// Bytes of the LM head the MTP head projects with (0 without a head).
+    pub fn mtp_head_bytes(&self) -> u64 {
+        self.mtp
+            .as_ref()
+            .map_or(0, |m| self.mtp_head_matrix(m).byte_len() as u64)
+    }
+
     pub fn mtp_decode_weight_bytes(&self) -> u64 {
         let Some(m) = &self.mtp else { return 0 };
         let c = &self.config;

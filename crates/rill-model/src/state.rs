@@ -43,6 +43,71 @@ pub(crate) struct MtpState {
     pub pos: usize,
     /// Its keys and values, as a trunk attention layer's.
     pub kv: KvCache,
+    /// The hidden row the head pairs with the token at its next position:
+    /// the trunk's post-final-norm hidden of position `pos − 1` (empty:
+    /// zeros, as for position 0). Kept by whoever feeds the head, so that a
+    /// snapshot of the state can go on drafting where it stopped.
+    pub seed: Vec<f32>,
+}
+
+/// Most rows a rewindable step may have (a verify step of a draft of up to
+/// `MAX_REWIND_ROWS − 1` tokens plus the token before it).
+pub const MAX_REWIND_ROWS: usize = 16;
+
+/// The recurrent layers' states after each row of the last rewindable step
+/// (a speculative verify step), so that the step can be cut back to any of
+/// its rows without recomputing or copying the state: [`SequenceState::rewind`]
+/// swaps the chosen slot in as the live state.
+///
+/// Slot `t` holds the state after row `t` of the step, for `t < rows − 1`
+/// (the state after the last row is the live one). The slots are scratch
+/// for one step: a clone of the sequence state (a prompt-cache snapshot)
+/// does not carry them.
+#[derive(Debug, Default)]
+pub(crate) struct RewindRing {
+    /// Position of the step's first row.
+    pub start: usize,
+    /// Rows of the step the slots cover (`0`: nothing to rewind to).
+    pub rows: usize,
+    /// Per recurrent layer (in layer order, attention layers skipped): the
+    /// conv windows and the recurrent matrices of each slot.
+    pub layers: Vec<RingLayer>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct RingLayer {
+    pub conv: Vec<Vec<f32>>,
+    pub ssm: Vec<Vec<f32>>,
+}
+
+impl Clone for RewindRing {
+    /// Snapshots are taken between steps, when the ring holds nothing that
+    /// a copy would need: it starts empty.
+    fn clone(&self) -> RewindRing {
+        RewindRing::default()
+    }
+}
+
+impl RingLayer {
+    /// Room for `slots` snapshots of this shape (allocated once; later calls
+    /// with as many slots or fewer allocate nothing).
+    pub fn reserve(&mut self, slots: usize, conv_len: usize, ssm_len: usize) {
+        while self.conv.len() < slots {
+            self.conv.push(written_zeros(conv_len));
+            self.ssm.push(written_zeros(ssm_len));
+        }
+    }
+}
+
+/// Why a rewind was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "cannot rewind to position {to}: the last rewindable step covered positions {start}..{end}"
+)]
+pub struct RewindError {
+    pub to: usize,
+    pub start: usize,
+    pub end: usize,
 }
 
 /// The state of one sequence: position, recurrent states and KV caches
@@ -54,6 +119,7 @@ pub struct SequenceState {
     pub(crate) layers: Vec<LayerState>,
     pub(crate) mtp: Option<MtpState>,
     pub(crate) kv: KvConfig,
+    pub(crate) ring: RewindRing,
 }
 
 impl SequenceState {
@@ -102,9 +168,49 @@ impl SequenceState {
             mtp: model.has_mtp().then(|| MtpState {
                 pos: 0,
                 kv: KvCache::new(c, &kv),
+                seed: Vec::new(),
             }),
             kv,
+            ring: RewindRing::default(),
         }
+    }
+
+    /// Cut the last rewindable step (a [`crate::BatchItem`] with
+    /// `rewindable` set) back so that the state holds positions `..pos`:
+    /// the recurrent layers take the snapshot of that row (a swap, no copy)
+    /// and the KV caches drop the later rows. `pos` equal to the current
+    /// position changes nothing. Any other position outside the step is
+    /// refused, and the state is left as it was. The MTP head's cache is
+    /// cut apart ([`truncate_mtp`](Self::truncate_mtp)).
+    pub fn rewind(&mut self, pos: usize) -> Result<(), RewindError> {
+        if pos == self.pos {
+            self.ring.rows = 0;
+            return Ok(());
+        }
+        let ring = &mut self.ring;
+        let (start, end) = (ring.start, ring.start + ring.rows);
+        if ring.rows < 2 || pos <= start || pos >= end || end != self.pos {
+            return Err(RewindError {
+                to: pos,
+                start,
+                end: if ring.rows < 2 { start } else { end },
+            });
+        }
+        let slot = pos - start - 1;
+        let mut rings = ring.layers.iter_mut();
+        for layer in &mut self.layers {
+            match layer {
+                LayerState::Recurrent { conv, ssm } => {
+                    let r = rings.next().expect("a ring layer per recurrent layer");
+                    std::mem::swap(conv, &mut r.conv[slot]);
+                    std::mem::swap(ssm, &mut r.ssm[slot]);
+                }
+                LayerState::Attention { kv } => kv.truncate(pos),
+            }
+        }
+        ring.rows = 0;
+        self.pos = pos;
+        Ok(())
     }
 
     /// Positions the MTP head's KV cache holds (`None` without a head).
@@ -112,6 +218,23 @@ impl SequenceState {
     /// trunk's steps.
     pub fn mtp_position(&self) -> Option<usize> {
         self.mtp.as_ref().map(|m| m.pos)
+    }
+
+    /// The hidden row the MTP head pairs with the token at its next
+    /// position ([`mtp_position`](Self::mtp_position)), as last set with
+    /// [`set_mtp_seed`](Self::set_mtp_seed); empty means zeros (a fresh
+    /// sequence). `None` without a head.
+    pub fn mtp_seed(&self) -> Option<&[f32]> {
+        self.mtp.as_ref().map(|m| &m.seed[..])
+    }
+
+    /// Keep `hidden` as the MTP head's seed (see [`mtp_seed`](Self::mtp_seed));
+    /// reuses the allocation. No-op without a head.
+    pub fn set_mtp_seed(&mut self, hidden: &[f32]) {
+        if let Some(m) = &mut self.mtp {
+            m.seed.clear();
+            m.seed.extend_from_slice(hidden);
+        }
     }
 
     /// Drop the MTP head's KV rows at positions `pos..` (draft rows that
@@ -144,7 +267,7 @@ impl SequenceState {
     }
 
     /// Bytes of state held (recurrent states, conv windows, KV caches, the
-    /// MTP head's KV cache).
+    /// MTP head's KV cache, the rewind snapshots).
     pub fn bytes(&self) -> usize {
         let f = std::mem::size_of::<f32>();
         self.layers
@@ -155,5 +278,9 @@ impl SequenceState {
             })
             .sum::<usize>()
             + self.mtp.as_ref().map_or(0, |m| m.kv.bytes())
+            + (self.ring.layers.iter())
+                .flat_map(|l| l.conv.iter().chain(&l.ssm))
+                .map(|v| v.len() * f)
+                .sum::<usize>()
     }
 }

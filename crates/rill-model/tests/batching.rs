@@ -56,6 +56,7 @@ fn a_mixed_batch_equals_each_sequence_alone() {
                         state: st,
                         tokens: t,
                         outputs,
+                        rewindable: false,
                     });
                     who.push(i);
                 }
@@ -112,20 +113,19 @@ fn hidden_states_are_what_the_head_reads() {
                 state: &mut sa,
                 tokens: &p,
                 outputs: Outputs::logits(Rows::All).with_hidden(),
+                rewindable: false,
             },
             BatchItem {
                 state: &mut sb,
                 tokens: &q,
-                outputs: Outputs {
-                    rows: Rows::Last,
-                    logits: false,
-                    hidden: true,
-                },
+                outputs: Outputs::hidden(Rows::Last),
+                rewindable: false,
             },
             BatchItem {
                 state: &mut sc,
                 tokens: &q,
                 outputs: Outputs::NONE,
+                rewindable: false,
             },
         ];
         model
@@ -163,17 +163,7 @@ fn hidden_states_are_what_the_head_reads() {
         let mut again = SequenceState::new(&model, 32);
         let mut all = StepOutputs::new();
         model
-            .forward_into(
-                &run,
-                &mut again,
-                &q,
-                Outputs {
-                    rows: Rows::All,
-                    logits: false,
-                    hidden: true,
-                },
-                &mut all,
-            )
+            .forward_into(&run, &mut again, &q, Outputs::hidden(Rows::All), &mut all)
             .unwrap();
         assert_eq!(out.hidden(1), &all.hidden(0)[(q.len() - 1) * h..], "{name}");
         assert_eq!(sb.position(), q.len());

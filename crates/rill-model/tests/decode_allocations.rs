@@ -66,6 +66,7 @@ fn decode_step<const N: usize>(
         state,
         tokens: next.next().expect("one token each"),
         outputs: Outputs::last_logits(),
+        rewindable: false,
     });
     model.forward_batch_into(run, &mut items, out).unwrap();
 }
@@ -89,6 +90,7 @@ fn decode_and_draft_step<const N: usize>(
         state,
         tokens: next.next().expect("one token each"),
         outputs: Outputs::last_logits().with_hidden(),
+        rewindable: false,
     });
     model.forward_batch_into(run, &mut items, trunk).unwrap();
     // Catch-up: token t with the hidden of the position before it.
@@ -119,6 +121,30 @@ fn decode_and_draft_step<const N: usize>(
     // The draft row is dropped again (as after a rejected draft).
     for st in states.iter_mut() {
         st.truncate_mtp(st.position());
+    }
+}
+
+/// A speculative round's trunk work for each of `N` sequences: a
+/// rewindable verify step of `tokens` (the last sampled token and the
+/// drafts), then a rewind that keeps `keep` of its rows (a rejected draft).
+fn verify_and_rewind_step<const N: usize>(
+    model: &Model,
+    run: &Runner,
+    states: &mut [SequenceState; N],
+    tokens: &[u32],
+    keep: usize,
+    out: &mut StepOutputs,
+) {
+    let mut items = states.each_mut().map(|state| BatchItem {
+        state,
+        tokens,
+        outputs: Outputs::logits(Rows::All).with_hidden(),
+        rewindable: true,
+    });
+    model.forward_batch_into(run, &mut items, out).unwrap();
+    for st in states.iter_mut() {
+        let at = st.position() - tokens.len() + keep;
+        st.rewind(at).unwrap();
     }
 }
 
@@ -219,5 +245,32 @@ fn decode_steps_make_no_heap_allocation() {
             );
             assert_eq!(one[0].mtp_position(), Some(one[0].position()));
         }
+    }
+
+    // Speculative verification: a verify step of four rows and a rewind
+    // to two of them, alone and for two sequences at once, copies no
+    // state and allocates nothing once the rewind slots exist.
+    for f in fixtures("f32") {
+        let model = load(&f);
+        run.precision = Precision::Exact;
+        let name = f["gguf"].as_str().unwrap();
+        let vocab = model.config.n_vocab as u32;
+        let mut out = StepOutputs::new();
+        let mut one = [SequenceState::new(&model, 128)];
+        let mut two = [(); 2].map(|_| SequenceState::new(&model, 128));
+        for step in 0..WARM_UP + 4 {
+            let toks = [0u32, 1, 2, 3].map(|i| (step * 17 + i * 7 + 1) % vocab);
+            let n1 = allocations_in(|| {
+                verify_and_rewind_step(&model, &run, &mut one, &toks, 2, &mut out)
+            });
+            let n2 = allocations_in(|| {
+                verify_and_rewind_step(&model, &run, &mut two, &toks, 3, &mut out)
+            });
+            assert!(
+                step < WARM_UP || (n1 == 0 && n2 == 0),
+                "{name}: verify step {step}: {n1} allocations (one sequence), {n2} (two)"
+            );
+        }
+        assert_eq!(one[0].position(), 2 * (WARM_UP as usize + 4));
     }
 }

@@ -236,11 +236,7 @@ fn the_mtp_heads_cache_takes_the_same_types() {
         let head = |c: KvConfig| {
             let mut st = SequenceState::with_kv(&model, n, c).unwrap();
             let mut out = StepOutputs::new();
-            let o = Outputs {
-                rows: Rows::All,
-                logits: false,
-                hidden: true,
-            };
+            let o = Outputs::hidden(Rows::All);
             model
                 .forward_into(&run, &mut st, &ids, o, &mut out)
                 .unwrap();

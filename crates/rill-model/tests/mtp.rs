@@ -16,11 +16,7 @@ use std::sync::Arc;
 /// The trunk's post-final-norm hidden states of every position of `ids`.
 fn trunk_hidden(model: &Model, run: &Runner, st: &mut SequenceState, ids: &[u32]) -> Vec<f32> {
     let mut out = StepOutputs::new();
-    let o = Outputs {
-        rows: Rows::All,
-        logits: false,
-        hidden: true,
-    };
+    let o = Outputs::hidden(Rows::All);
     model.forward_into(run, st, ids, o, &mut out).unwrap();
     out.hidden(0).to_vec()
 }
@@ -411,4 +407,110 @@ fn the_heads_own_embedding_and_lm_head_are_used_when_present() {
             assert!(m2 != want, "{name}: {extra} is not used");
         }
     }
+}
+
+/// A draft over the first `n` vocabulary entries gives exactly those
+/// columns of the whole head's logits, and the same hidden output.
+#[test]
+fn a_narrower_draft_vocabulary_is_a_prefix_of_the_logits() {
+    let run = Runner::exact(2);
+    for f in fixtures("mtp") {
+        let name = f["name"].as_str().unwrap();
+        let model = load(&f);
+        let (h, v) = (model.config.n_embd, model.config.n_vocab);
+        let ids = [3u32, 9, 27];
+        let hidden = vec![0.25f32; ids.len() * h];
+        let mut outs = Vec::new();
+        for rows in [None, Some(v / 3)] {
+            let mut st = SequenceState::new(&model, 8);
+            let mut out = StepOutputs::new();
+            let mut items = [MtpItem {
+                state: &mut st,
+                tokens: &ids,
+                hidden: &hidden,
+                outputs: Outputs::logits(Rows::All).with_hidden(),
+            }];
+            let options = rill_model::MtpOptions { vocab_rows: rows };
+            model
+                .forward_mtp_with(&run, &mut items, options, &mut out)
+                .unwrap();
+            outs.push((out.logits(0).to_vec(), out.hidden(0).to_vec()));
+        }
+        let n = v / 3;
+        assert_eq!(outs[1].0.len(), ids.len() * n, "{name}");
+        for t in 0..ids.len() {
+            assert!(
+                outs[1].0[t * n..(t + 1) * n] == outs[0].0[t * v..t * v + n],
+                "{name}: row {t}"
+            );
+        }
+        assert_eq!(outs[0].1, outs[1].1, "{name}: hidden");
+    }
+}
+
+/// The head from an MTP-only GGUF (llama.cpp's converter with `--mtp`)
+/// joined to a trunk converted with `--no-mtp` is the same model as the
+/// file that holds both: the same trunk and MTP logits, bit for bit. A file
+/// that is not such a head is refused with a message naming it.
+#[test]
+fn the_head_from_a_separate_mtp_only_file_is_the_same_model() {
+    use rill_model::{GgufSource, Model, WeightSource, WithMtpHead};
+    use std::sync::Arc;
+    let run = Runner::exact(2);
+    let dir = fixtures_dir();
+    let gguf = |name: &str| -> Arc<dyn WeightSource> {
+        let file = rill_gguf::GgufFile::open(&dir.join(name)).unwrap();
+        Arc::new(GgufSource::new(Arc::new(file), name))
+    };
+    let whole = Model::open(&dir.join("qwen35moe_mtp.f32.gguf")).unwrap();
+    let trunk_only = Model::from_source(gguf("qwen35moe_mtp.trunk.f32.gguf")).unwrap();
+    assert!(!trunk_only.has_mtp());
+    let joined = WithMtpHead::new(
+        gguf("qwen35moe_mtp.trunk.f32.gguf"),
+        gguf("qwen35moe_mtp.mtp-only.f32.gguf"),
+    )
+    .unwrap();
+    assert!(joined.describe().contains("mtp-only"));
+    let joined = Model::from_source(Arc::new(joined)).unwrap();
+    assert!(joined.has_mtp());
+    let ids: Vec<u32> = (0..12u32).map(|i| (i * 29 + 3) % 300).collect();
+    let mut outs = Vec::new();
+    for model in [&whole, &joined] {
+        let h = model.config.n_embd;
+        let mut st = SequenceState::new(model, 32);
+        let trunk = trunk_hidden(model, &run, &mut st, &ids);
+        let prev = shifted(&trunk, h);
+        let mut out = StepOutputs::new();
+        let mut items = [MtpItem {
+            state: &mut st,
+            tokens: &ids,
+            hidden: &prev,
+            outputs: Outputs::logits(Rows::All),
+        }];
+        model.forward_mtp_into(&run, &mut items, &mut out).unwrap();
+        outs.push((trunk, out.logits(0).to_vec()));
+    }
+    assert!(
+        outs[0] == outs[1],
+        "the joined model differs from the whole file"
+    );
+
+    // A trunk file is no MTP head.
+    let err = WithMtpHead::new(
+        gguf("qwen35moe_mtp.trunk.f32.gguf"),
+        gguf("qwen35moe_mtp.trunk.f32.gguf"),
+    )
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(err.contains("no MTP layer"), "{err}");
+    // Nor is another model's head.
+    let err = WithMtpHead::new(
+        gguf("qwen35_mtp.f32.gguf"),
+        gguf("qwen35moe_mtp.mtp-only.f32.gguf"),
+    )
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(err.contains("is not an MTP head for"), "{err}");
 }

@@ -145,13 +145,68 @@ impl Sampler {
 
     /// Pick the next token given `logits` (one row) and the tokens so far.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
-        let c = &self.config;
         let mut row = logits.to_vec();
-        apply_penalties(c, &mut row, history);
-
-        if c.temperature == 0.0 {
+        apply_penalties(&self.config, &mut row, history);
+        if self.config.temperature == 0.0 {
             return argmax(&row);
         }
+        let probs = self.distribution(&row);
+        let r = self.rng.next_f64();
+        let mut cum = 0.0;
+        for (i, p) in probs.iter().enumerate() {
+            cum += p;
+            if r < cum {
+                return self.cand[i].0;
+            }
+        }
+        self.cand[self.cand.len() - 1].0
+    }
+
+    /// Speculative verification of `draft`, a token a draft model proposed
+    /// with certainty (greedy drafting: its proposal q is one-hot). With
+    /// p the distribution [`sample`](Self::sample) draws from, the draft is
+    /// kept with probability min(1, p/q) = p(draft); otherwise the token is
+    /// drawn from the normalised residual max(0, p − q), which is p with the
+    /// draft taken out. So the token returned is distributed exactly as
+    /// `sample`'s (Leviathan et al. 2023, Chen et al. 2023); greedy returns
+    /// what `sample` returns. The caller keeps going while the result equals
+    /// the draft.
+    pub fn verify(&mut self, logits: &[f32], history: &[u32], draft: u32) -> u32 {
+        let mut row = logits.to_vec();
+        apply_penalties(&self.config, &mut row, history);
+        if self.config.temperature == 0.0 {
+            return argmax(&row);
+        }
+        let probs = self.distribution(&row);
+        let p_draft = (self.cand.iter().zip(&probs))
+            .find(|(c, _)| c.0 == draft)
+            .map_or(0.0, |(_, &p)| p);
+        if self.rng.next_f64() < p_draft {
+            return draft;
+        }
+        // The residual: every candidate but the draft, renormalised.
+        let r = self.rng.next_f64() * (1.0 - p_draft);
+        let mut cum = 0.0;
+        let mut last = None;
+        for (c, p) in self.cand.iter().zip(&probs) {
+            if c.0 == draft {
+                continue;
+            }
+            cum += p;
+            last = Some(c.0);
+            if r < cum {
+                return c.0;
+            }
+        }
+        // Rounding at the top end, or a distribution that is all draft
+        // (then p_draft = 1 and it was kept above).
+        last.unwrap_or(draft)
+    }
+
+    /// The candidates (`self.cand`, best first) and their probabilities
+    /// after top-k → top-p → min-p → temperature, for a penalised row.
+    fn distribution(&mut self, row: &[f32]) -> Vec<f64> {
+        let c = &self.config;
         self.cand.clear();
         self.cand
             .extend(row.iter().enumerate().map(|(i, &l)| (i as u32, l)));
@@ -179,16 +234,7 @@ impl Sampler {
             keep = keep.min(probs.iter().take_while(|&&p| p >= floor).count().max(1));
         }
         self.cand.truncate(keep.max(1));
-        let probs = softmax(&self.cand, c.temperature);
-        let r = self.rng.next_f64();
-        let mut cum = 0.0;
-        for (i, p) in probs.iter().enumerate() {
-            cum += p;
-            if r < cum {
-                return self.cand[i].0;
-            }
-        }
-        self.cand[self.cand.len() - 1].0
+        softmax(&self.cand, c.temperature)
     }
 }
 

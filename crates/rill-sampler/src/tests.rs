@@ -172,3 +172,51 @@ fn logprobs_pick_the_top_k_best_first_with_ties_to_the_lower_id() {
     assert!(logprobs(&row, 0, 0).top.is_empty());
     assert_eq!(logprobs(&row, 0, 99).top.len(), 5);
 }
+
+/// Speculative verification keeps the sampler's distribution: over many
+/// draws, the tokens `verify` returns for a fixed draft are distributed as
+/// `sample`'s (the exact probabilities), whichever token was drafted — a
+/// likely one, an unlikely one, or one outside the candidates.
+#[test]
+fn verify_preserves_the_distribution() {
+    let logits = [1.0f32, 2.5, 0.3, 2.2, -1.0, 1.9, 0.0, 3.0];
+    let config = SamplerConfig {
+        temperature: 0.8,
+        top_k: 6,
+        seed: 11,
+        ..SamplerConfig::default()
+    };
+    let mut exact = Sampler::new(config.clone()).unwrap();
+    let mut row = logits.to_vec();
+    apply_penalties(&exact.config.clone(), &mut row, &[]);
+    let probs = exact.distribution(&row);
+    let mut want = [0f64; 8];
+    for (c, p) in exact.cand.iter().zip(&probs) {
+        want[c.0 as usize] = *p;
+    }
+    let draws = 200_000;
+    for draft in [7u32, 2, 4] {
+        let mut s = Sampler::new(SamplerConfig {
+            seed: 100 + draft as u64,
+            ..config.clone()
+        })
+        .unwrap();
+        let mut seen = [0usize; 8];
+        for _ in 0..draws {
+            seen[s.verify(&logits, &[], draft) as usize] += 1;
+        }
+        for (t, (&n, &p)) in seen.iter().zip(&want).enumerate() {
+            let f = n as f64 / draws as f64;
+            // Five standard deviations of a binomial frequency.
+            let sd = (p * (1.0 - p) / draws as f64).sqrt();
+            assert!(
+                (f - p).abs() <= 5.0 * sd + 1e-12,
+                "draft {draft}: token {t} drawn {f:.5}, probability {p:.5}"
+            );
+        }
+    }
+    // Greedy verification is the argmax, drafted or not.
+    let mut g = Sampler::new(SamplerConfig::default()).unwrap();
+    assert_eq!(g.verify(&logits, &[], 7), 7);
+    assert_eq!(g.verify(&logits, &[], 1), 7);
+}

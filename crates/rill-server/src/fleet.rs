@@ -213,6 +213,37 @@ impl FleetMetrics {
             "Tokens generated.",
             e.generated_tokens_total.load(Relaxed) as f64,
         );
+        one(
+            "vllm:spec_decode_num_drafts_total",
+            "counter",
+            "Verify steps that checked a draft of the MTP head.",
+            e.spec_drafts_total.load(Relaxed) as f64,
+        );
+        one(
+            "vllm:spec_decode_num_draft_tokens_total",
+            "counter",
+            "Tokens drafted by the MTP head.",
+            e.spec_draft_tokens_total.load(Relaxed) as f64,
+        );
+        one(
+            "vllm:spec_decode_num_accepted_tokens_total",
+            "counter",
+            "Drafted tokens the target accepted.",
+            e.spec_accepted_tokens_total.load(Relaxed) as f64,
+        );
+        let _ = writeln!(
+            s,
+            "# HELP vllm:spec_decode_num_accepted_tokens_per_pos Drafted tokens accepted at each draft position.\n\
+             # TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter"
+        );
+        let positions = cfg.spec.draft_max.min(e.spec_accepted_per_position.len());
+        for (i, a) in e.spec_accepted_per_position[..positions].iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "vllm:spec_decode_num_accepted_tokens_per_pos{{{label},position=\"{i}\"}} {}",
+                a.load(Relaxed)
+            );
+        }
         let _ = writeln!(
             s,
             "# HELP vllm:cache_config_info Sequence-state layout: one block of block_size positions per sequence.\n\

@@ -58,6 +58,17 @@ pub struct Args {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// Start each generation-test request from this text instead of one
+    /// random token (what the MTP head's acceptance depends on).
+    #[arg(long)]
+    gen_prompt: Option<String>,
+    /// Instead of pp/tg: the cost of a rewindable verify step of 2…5
+    /// positions and of an MTP draft step, each relative to a one-token
+    /// decode step, after a context of -p tokens (-r runs each).
+    #[arg(long)]
+    verify_costs: bool,
+    #[command(flatten)]
+    spec: crate::spec_args::SpecArgs,
 }
 
 /// Mean and sample standard deviation.
@@ -127,9 +138,45 @@ fn run_all(engine: &Engine, reqs: Vec<Request>) -> Result<Vec<Done>> {
 pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.reps > 0, "-r must be at least 1");
     let t0 = Instant::now();
-    let (loaded, precision) = load::open(&a.model, a.precision, rill_load::Prefault::Now)?;
+    let (loaded, precision) = load::open_with_head(
+        &a.model,
+        a.spec.mtp_model.as_deref(),
+        a.precision,
+        rill_load::Prefault::Now,
+    )?;
     let kv = a.kv.resolve(precision, &loaded.model)?;
     let load_s = t0.elapsed().as_secs_f64();
+    if a.verify_costs {
+        let run = rill_model::Runner::new(Threads::new(a.threads), precision);
+        let reps = a.reps.max(3) * 10;
+        let costs = super::bench_spec::measure(
+            &loaded.model,
+            &run,
+            a.n_prompt.max(1),
+            reps,
+            a.spec.draft_vocab,
+        )?;
+        if a.json {
+            let rows: Vec<_> = costs
+                .iter()
+                .map(|c| serde_json::json!({"step": c.name, "ms": c.ms}))
+                .collect();
+            println!(
+                "{}",
+                serde_json::json!({"model": loaded.info.label, "costs": rows})
+            );
+        } else {
+            println!(
+                "model: {} ({} threads, {} precision), context {} tokens, {reps} runs each",
+                loaded.info.label,
+                run.threads.count(),
+                precision.name(),
+                a.n_prompt.max(1)
+            );
+            super::bench_spec::print(&costs);
+        }
+        return Ok(());
+    }
     let info = loaded.info;
     let (n_vocab, arch) = (loaded.model.config.n_vocab, loaded.model.config.arch);
     let par = a.parallel.max(1);
@@ -137,21 +184,28 @@ pub fn run(a: Args) -> Result<()> {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
+    let tokenizer = Arc::new(loaded.tokenizer);
+    let gen_prompt = a.gen_prompt.as_deref().map(|t| tokenizer.encode_prompt(t));
+    let gen_prompt_len = gen_prompt.as_ref().map_or(1, Vec::len);
+    let spec = a.spec.config()?;
     let engine = Engine::start(
         Arc::new(loaded.model),
-        Arc::new(loaded.tokenizer),
+        tokenizer,
         EngineConfig {
             max_parallel: par,
-            ctx_size: (a.n_prompt + 1).max(a.n_gen + 2),
+            ctx_size: (a.n_prompt + 1).max(a.n_gen + gen_prompt_len + 1),
             // The whole prompt in one batch, as llama-bench's pp does.
             prefill_chunk: a.n_prompt.max(1),
             cache_bytes: 0,
             threads: a.threads,
             precision,
             kv,
+            spec: spec.clone(),
             ..EngineConfig::default()
         },
     );
+    let has_head = engine.config().spec.is_on();
+    let spec_line = engine.speculation();
     let mut rng = Rng::new(42);
     let mut random_tokens = |n: usize| -> Vec<u32> {
         (0..n)
@@ -174,14 +228,25 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
     let mut tg = Vec::new();
+    let (mut drafted, mut accepted) = (0usize, 0usize);
     if a.n_gen > 0 {
         for rep in 0..=a.reps {
             // One token of prompt, then n_gen decode steps after the first
             // sampled token.
             let reqs = (0..par)
-                .map(|_| request(random_tokens(1), a.n_gen + 1))
+                .map(|_| {
+                    let p = match &gen_prompt {
+                        Some(p) => p.clone(),
+                        None => random_tokens(1),
+                    };
+                    request(p, a.n_gen + 1)
+                })
                 .collect();
             let done = run_all(&engine, reqs)?;
+            if rep > 0 {
+                drafted += done.iter().map(|d| d.drafted_tokens).sum::<usize>();
+                accepted += done.iter().map(|d| d.accepted_tokens).sum::<usize>();
+            }
             // All were submitted together: decoding runs from the last
             // first token to the last end.
             let first = done.iter().map(|d| d.ttft_ms).fold(0.0, f64::max);
@@ -208,6 +273,16 @@ pub fn run(a: Args) -> Result<()> {
         stats(&tg)
     };
     let decode_bw = active * tg_m;
+    let acceptance = if drafted > 0 {
+        accepted as f64 / drafted as f64
+    } else {
+        0.0
+    };
+    let per_position: Vec<u64> = engine.metrics().spec_accepted_per_position
+        [..spec.draft_max.min(rill_engine::speculation::MAX_DRAFT)]
+        .iter()
+        .map(|a| a.load(std::sync::atomic::Ordering::Relaxed))
+        .collect();
 
     if a.json {
         let obj = serde_json::json!({
@@ -222,6 +297,14 @@ pub fn run(a: Args) -> Result<()> {
             "active_weight_bytes_per_token": active,
             "decode_weight_bandwidth_bytes_s": decode_bw,
             "read_bandwidth_bytes_s": bw,
+            "spec": {
+                "draft_max": if has_head { spec.draft_max } else { 0 },
+                "setting": spec_line,
+                "drafted": drafted,
+                "accepted": accepted,
+                "acceptance": acceptance,
+                "accepted_per_position": per_position,
+            },
         });
         println!("{obj}");
         return Ok(());
@@ -246,6 +329,20 @@ pub fn run(a: Args) -> Result<()> {
             format!("tg{}", a.n_gen)
         };
         println!("| {label:<6} | {tg_m:>7.2} ± {tg_sd:>5.2} |");
+    }
+    if drafted > 0 {
+        println!(
+            "speculation (MTP head, up to {} drafts): {accepted} of {drafted} drafted tokens accepted ({:.1}%), accepted per draft position {per_position:?} (warm-up included)",
+            spec.draft_max,
+            100.0 * acceptance
+        );
+    } else if a.n_gen > 0 {
+        let why = if has_head {
+            "off"
+        } else {
+            "the model has no MTP head"
+        };
+        println!("speculation: {why}");
     }
     if let Some(r) = rss {
         println!("peak resident memory: {:.1} MiB", r as f64 / 1048576.0);

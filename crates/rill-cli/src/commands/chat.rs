@@ -59,10 +59,17 @@ pub struct Args {
     /// conversation).
     #[arg(long, default_value_t = 1024)]
     cache_ram: usize,
+    #[command(flatten)]
+    spec: crate::spec_args::SpecArgs,
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (loaded, precision) = load::open(&a.model, a.precision, rill_load::Prefault::Background)?;
+    let (loaded, precision) = load::open_with_head(
+        &a.model,
+        a.spec.mtp_model.as_deref(),
+        a.precision,
+        rill_load::Prefault::Background,
+    )?;
     let kv = a.kv.resolve(precision, &loaded.model)?;
     let ctx_size = load::context(a.ctx_size, &loaded.model)?;
     let tmpl = template(&loaded.template, &loaded.info)?;
@@ -80,6 +87,7 @@ pub fn run(a: Args) -> Result<()> {
             threads: a.threads,
             precision,
             kv,
+            spec: a.spec.config()?,
             ..EngineConfig::default()
         },
     );

@@ -1,4 +1,5 @@
 pub mod bench;
+mod bench_spec;
 pub mod chat;
 pub mod inspect;
 pub mod logits;

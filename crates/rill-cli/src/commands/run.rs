@@ -113,10 +113,17 @@ pub struct Args {
     /// Keep generating past end-of-generation tokens.
     #[arg(long)]
     ignore_eos: bool,
+    #[command(flatten)]
+    spec: crate::spec_args::SpecArgs,
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (loaded, precision) = load::open(&a.model, a.precision, rill_load::Prefault::Lazy)?;
+    let (loaded, precision) = load::open_with_head(
+        &a.model,
+        a.spec.mtp_model.as_deref(),
+        a.precision,
+        rill_load::Prefault::Lazy,
+    )?;
     let kv = a.kv.resolve(precision, &loaded.model)?;
     let tok = Arc::new(loaded.tokenizer);
     let prompt = if a.chat {
@@ -154,6 +161,7 @@ pub fn run(a: Args) -> Result<()> {
             threads: a.threads,
             precision,
             kv,
+            spec: a.spec.config()?,
             ..EngineConfig::default()
         },
     );
@@ -195,6 +203,8 @@ pub fn run(a: Args) -> Result<()> {
                 "predicted_n": d.completion_tokens,
                 "predicted_ms": d.decode_ms,
                 "predicted_per_second": d.decode_tok_s(),
+                "draft_n": d.drafted_tokens,
+                "draft_n_accepted": d.accepted_tokens,
             }
         });
         writeln!(stdout, "{obj}")?;

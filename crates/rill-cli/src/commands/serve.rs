@@ -99,6 +99,8 @@ pub struct Args {
     /// request's own kwargs win), e.g. '{"preserve_thinking": true}'.
     #[arg(long, env = "RILL_CHAT_TEMPLATE_KWARGS")]
     chat_template_kwargs: Option<String>,
+    #[command(flatten)]
+    spec: crate::spec_args::SpecArgs,
 }
 
 /// The model's API id: the file name without `.gguf` and split suffix.
@@ -111,7 +113,12 @@ pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.parallel >= 1, "--parallel must be at least 1");
     let cors_origins =
         rill_server::wire::CorsOrigins::parse(&a.cors_origins).map_err(anyhow::Error::msg)?;
-    let (loaded, precision) = load::open(&a.model, a.precision, rill_load::Prefault::Background)?;
+    let (loaded, precision) = load::open_with_head(
+        &a.model,
+        a.spec.mtp_model.as_deref(),
+        a.precision,
+        rill_load::Prefault::Background,
+    )?;
     let kv = a.kv.resolve(precision, &loaded.model)?;
     let ctx_size = load::context(a.ctx_size, &loaded.model)?;
     anyhow::ensure!(ctx_size >= 2, "--ctx-size must be at least 2");
@@ -169,6 +176,7 @@ pub fn run(a: Args) -> Result<()> {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
+    let spec = a.spec.config()?;
     let engine_config = EngineConfig {
         max_parallel: a.parallel,
         max_queue: a.queue,
@@ -179,8 +187,10 @@ pub fn run(a: Args) -> Result<()> {
         threads: a.threads,
         precision,
         kv,
+        spec,
     };
     let engine = Arc::new(Engine::start(model, tok.clone(), engine_config));
+    let spec_line = engine.speculation();
     let mut aliases = a.alias.clone();
     let file_id = loaded.info.id.clone();
     let id = if aliases.is_empty() {
@@ -234,6 +244,7 @@ pub fn run(a: Args) -> Result<()> {
             }
         );
         tracing::info!("default sampling: {}", sampling_line);
+        tracing::info!("speculative decoding: {spec_line}");
         for line in rill_server::urls::describe(local, !a.no_webui) {
             tracing::info!("{line}");
         }

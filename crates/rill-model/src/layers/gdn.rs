@@ -5,6 +5,7 @@
 use crate::config::{HeadOrder, ModelConfig};
 use crate::error::ModelError;
 use crate::scratch::{Buf, Exec, JobList};
+use crate::state::{RingLayer, MAX_REWIND_ROWS};
 use crate::weights::{Binder, Matrix};
 use rill_kernels::conv::causal_conv_silu;
 use rill_kernels::gdn::{
@@ -238,6 +239,7 @@ fn delta_rule(
     beta: &[f32],
     n: usize,
     ssm: &mut [f32],
+    snapshots: Option<&mut [Vec<f32>]>,
     out: &mut [f32],
 ) {
     let threads = ex.threads;
@@ -249,7 +251,23 @@ fn delta_rule(
     // Per pool thread, room for one head's inputs gathered contiguously
     // (q, k, v, g, β), its output and the chunkwise form's scratch, in one
     // buffer of this thread.
-    let chunk_len = if n > 1 { chunked_scratch_len(d, d) } else { 0 };
+    // A rewindable step runs token by token (the decode form, so a verified
+    // token gets the bits plain decoding gives it) and copies each head's
+    // state after every row but the last into that row's snapshot.
+    let mut slots = [SharedMut::new(&mut [][..]); MAX_REWIND_ROWS];
+    let rewindable = snapshots.is_some();
+    if let Some(snaps) = snapshots {
+        assert!(n <= MAX_REWIND_ROWS && snaps.len() + 1 >= n, "rewind slots");
+        for (slot, snap) in slots.iter_mut().zip(snaps.iter_mut()).take(n - 1) {
+            assert_eq!(snap.len(), ssm.len(), "rewind slot size");
+            *slot = SharedMut::new(snap);
+        }
+    }
+    let chunk_len = if n > 1 && !rewindable {
+        chunked_scratch_len(d, d)
+    } else {
+        0
+    };
     let part = 4 * n * d + 2 * n + chunk_len;
     let mut room = Buf::for_output(ex.ws, threads.count() * part);
     let room_ptr = SharedMut::new(&mut room);
@@ -298,6 +316,28 @@ fn delta_rule(
                 let s = unsafe { std::slice::from_raw_parts_mut(ssm_ptr.at(h * d * d), d * d) };
                 if n == 1 {
                     delta_rule_recurrent(&inputs, s, o);
+                } else if rewindable {
+                    for t in 0..n {
+                        let (a, b) = (t * d, (t + 1) * d);
+                        let row = HeadInputs {
+                            q: &q[a..b],
+                            k: &k[a..b],
+                            v: &v[a..b],
+                            g: &gh[t..t + 1],
+                            beta: &bh[t..t + 1],
+                            d_k: d,
+                            d_v: d,
+                        };
+                        delta_rule_recurrent(&row, s, &mut o[a..b]);
+                        if t + 1 < n {
+                            // SAFETY: head h's part of every slot belongs
+                            // to this task only; the slots outlive the region.
+                            let snap = unsafe {
+                                std::slice::from_raw_parts_mut(slots[t].at(h * d * d), d * d)
+                            };
+                            snap.copy_from_slice(s);
+                        }
+                    }
                 } else {
                     delta_rule_chunked_in(&inputs, s, o, chunk_scratch);
                 }
@@ -317,6 +357,28 @@ pub(crate) struct GdnSeq<'a> {
     pub rows: std::ops::Range<usize>,
     pub conv: &'a mut [f32],
     pub ssm: &'a mut [f32],
+    /// For a rewindable step: where the states after each row but the
+    /// last go (room reserved for the step's rows).
+    pub ring: Option<&'a mut RingLayer>,
+}
+
+/// The conv windows after each row `t < m − 1` of a step, into `slots`:
+/// the last `K − 1` raw inputs up to row `t`, from the window before the
+/// step and the step's raw rows (read before the conv overwrites them).
+fn conv_snapshots(window: &[f32], raw: &[f32], cd: usize, m: usize, slots: &mut [Vec<f32>]) {
+    let keep = window.len() / cd;
+    for (t, slot) in slots.iter_mut().enumerate().take(m.saturating_sub(1)) {
+        // Rows of [window ; raw[..=t]] from t + 1 on.
+        for (j, dst) in slot.chunks_exact_mut(cd).enumerate().take(keep) {
+            let i = t + 1 + j;
+            let src = if i < keep {
+                &window[i * cd..(i + 1) * cd]
+            } else {
+                &raw[(i - keep) * cd..(i - keep + 1) * cd]
+            };
+            dst.copy_from_slice(src);
+        }
+    }
 }
 
 /// GDN mixer for a step of `n` rows (`x` normed) spread over `seqs`: the
@@ -338,6 +400,10 @@ pub(crate) fn forward<'s, 'w>(
         let (a, b) = (s.rows.start, s.rows.end);
         let m = b - a;
         let rows = &mut qkv[a * cd..b * cd];
+        let mut ring = s.ring;
+        if let Some(r) = ring.as_deref_mut() {
+            conv_snapshots(s.conv, rows, cd, m, &mut r.conv);
+        }
         causal_conv_silu(threads, &w.conv, c.conv_kernel, rows, m, s.conv);
         delta_rule(
             w,
@@ -348,6 +414,7 @@ pub(crate) fn forward<'s, 'w>(
             &beta[a * nv..b * nv],
             m,
             s.ssm,
+            ring.map(|r| &mut r.ssm[..]),
             &mut y[a * nv * d..b * nv * d],
         );
     }

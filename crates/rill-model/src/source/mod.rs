@@ -9,12 +9,16 @@
 //! transforms, so the layers never see a file format:
 //!
 //! - [`GgufSource`]: a GGUF file already is in that form (identity map).
+//! - [`WithMtpHead`]: a trunk source with the MTP head's block from another
+//!   (an MTP-only GGUF, `--mtp-model`).
 //! - A safetensors folder would rename, add the +1 to norms, take
 //!   `-exp(A_log)`, squeeze the conv and split fused projections here.
 
 mod gguf;
+mod with_mtp;
 
 pub use gguf::GgufSource;
+pub use with_mtp::WithMtpHead;
 
 use crate::config::ModelConfig;
 use crate::error::ModelError;

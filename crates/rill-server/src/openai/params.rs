@@ -213,6 +213,16 @@ pub fn build_request(
         ignore_eos: f.ignore_eos.unwrap_or(false),
         cache_points: Vec::new(),
         constraint: None,
+        draft_max: match f.speculative_n_max {
+            None => None,
+            Some(n) if n < 0 => {
+                return Err(ApiError::bad_param(
+                    "speculative.n_max",
+                    format!("speculative.n_max must be >= 0 (got {n})"),
+                ))
+            }
+            Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+        },
     })
 }
 

@@ -52,6 +52,9 @@ pub struct Timings {
     pub predicted_ms: f64,
     pub predicted_per_token_ms: f64,
     pub predicted_per_second: f64,
+    /// Tokens the MTP head drafted, and how many were accepted (llama-server's names).
+    pub draft_n: usize,
+    pub draft_n_accepted: usize,
 }
 
 /// `a / b`, or 0 when that is not a finite number.
@@ -82,6 +85,8 @@ impl Timings {
             predicted_ms,
             predicted_per_token_ms: ratio(predicted_ms, after_first),
             predicted_per_second: ratio(after_first * 1e3, predicted_ms),
+            draft_n: d.drafted_tokens,
+            draft_n_accepted: d.accepted_tokens,
         }
     }
 }
@@ -307,6 +312,8 @@ mod tests {
             queue_ms: 0.0,
             prefill_ms: 50.0,
             decode_ms: 200.0,
+            drafted_tokens: 0,
+            accepted_tokens: 0,
         });
         assert_eq!((t.cache_n, t.prompt_n, t.predicted_n), (10, 100, 21));
         assert_eq!((t.prompt_ms, t.predicted_ms), (50.0, 200.0));
@@ -324,6 +331,8 @@ mod tests {
             queue_ms: 0.0,
             prefill_ms: 3.0,
             decode_ms: 0.0,
+            drafted_tokens: 0,
+            accepted_tokens: 0,
         });
         assert_eq!((t.prompt_per_second, t.predicted_per_second), (0.0, 0.0));
         assert_eq!(t.prompt_per_token_ms, 0.0);

@@ -46,6 +46,9 @@ pub struct SamplingFields {
     pub max_tokens: Option<i64>,
     pub n: Option<i64>,
     pub ignore_eos: Option<bool>,
+    /// llama-server's `speculative.n_max`: most tokens the MTP head drafts
+    /// per step for this request (0: no speculation).
+    pub speculative_n_max: Option<i64>,
 }
 
 /// `POST /v1/chat/completions`.
@@ -82,6 +85,9 @@ pub struct ChatCompletionRequest {
     /// Extension: keep generating past end-of-generation tokens.
     #[serde(default)]
     pub ignore_eos: Option<bool>,
+    /// Extension (llama-server's name): most tokens drafted per step.
+    #[serde(default, rename = "speculative.n_max")]
+    pub speculative_n_max: Option<i64>,
     #[serde(default)]
     pub stream: Option<bool>,
     #[serde(default)]
@@ -123,6 +129,7 @@ impl ChatCompletionRequest {
             max_tokens: self.max_completion_tokens.or(self.max_tokens),
             n: self.n,
             ignore_eos: self.ignore_eos,
+            speculative_n_max: self.speculative_n_max,
         }
     }
 
@@ -180,6 +187,9 @@ pub struct CompletionRequest {
     pub best_of: Option<i64>,
     #[serde(default)]
     pub ignore_eos: Option<bool>,
+    /// Extension (llama-server's name): most tokens drafted per step.
+    #[serde(default, rename = "speculative.n_max")]
+    pub speculative_n_max: Option<i64>,
     #[serde(default)]
     pub stream: Option<bool>,
     #[serde(default)]
@@ -215,6 +225,7 @@ impl CompletionRequest {
             max_tokens: self.max_tokens,
             n: self.n,
             ignore_eos: self.ignore_eos,
+            speculative_n_max: self.speculative_n_max,
         }
     }
 

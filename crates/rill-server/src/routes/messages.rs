@@ -344,6 +344,8 @@ mod tests {
             queue_ms: 0.0,
             prefill_ms: 0.0,
             decode_ms: 0.0,
+            drafted_tokens: 0,
+            accepted_tokens: 0,
         }
     }
 
