@@ -82,3 +82,19 @@ fn open_with_head(
 pub fn open_for_tokenizer(model: &Option<PathBuf>) -> Result<Loaded> {
     Ok(rill_load::load(&source(model)?, &LoadOptions::default())?)
 }
+
+/// The context a command runs with: `requested`, or with 0 the model's
+/// trained context (`{arch}.context_length`, as llama.cpp's `-c 0`).
+pub fn context(requested: usize, model: &rill_model::Model) -> Result<usize> {
+    if requested > 0 {
+        return Ok(requested);
+    }
+    let trained = model.config.n_ctx_train;
+    anyhow::ensure!(
+        trained > 0,
+        "-c 0 asks for the model's trained context, but the file does not give one \
+         (context_length): give -c N"
+    );
+    eprintln!("rill: context {trained} (the model's trained context)");
+    Ok(trained)
+}

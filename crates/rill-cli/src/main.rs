@@ -4,8 +4,10 @@ mod chat_prompt;
 mod commands;
 mod demo;
 mod drive;
+mod kv_args;
 mod load;
 mod npy;
+mod ppl;
 mod spec_args;
 
 use clap::{Parser, Subcommand};
@@ -36,6 +38,9 @@ enum Command {
     Bench(commands::bench::Args),
     /// Serve the model over an OpenAI-compatible HTTP API.
     Serve(commands::serve::Args),
+    /// Perplexity of a text (llama-perplexity's method), or KL divergence
+    /// against a saved base run.
+    Perplexity(commands::perplexity::Args),
     /// Print the token ids of a text.
     Tokenize(commands::tokenize::TokenizeArgs),
     /// Print the text of token ids.
@@ -43,7 +48,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(kv_args::expand_short_flags(std::env::args()));
     let result = match cli.command {
         Command::Logits(a) => commands::logits::run(a),
         Command::Inspect(a) => commands::inspect::run(a),
@@ -51,6 +56,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => commands::bench::run(a),
         Command::Chat(a) => commands::chat::run(a),
         Command::Serve(a) => commands::serve::run(a),
+        Command::Perplexity(a) => commands::perplexity::run(a),
         Command::Tokenize(a) => commands::tokenize::run_tokenize(a),
         Command::Detokenize(a) => commands::tokenize::run_detokenize(a),
     };

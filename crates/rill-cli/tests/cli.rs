@@ -149,6 +149,34 @@ fn precision_q8_changes_the_logits_of_a_quantized_file() {
 }
 
 #[test]
+fn cache_type_flags_change_the_kv_cache_as_llama_cpp_spells_them() {
+    let name = "qwen35.f32.gguf";
+    let f32_kv = logits_npy(name, &[]);
+    let q8 = logits_npy(name, &["-ctk", "q8_0", "-ctv=q8_0"]);
+    let q8_long = logits_npy(name, &["--cache-type-k", "q8_0", "--cache-type-v", "q8_0"]);
+    assert_eq!(q8, q8_long, "-ctk/-ctv are --cache-type-k/-v");
+    assert_ne!(q8, f32_kv, "a q8_0 cache rounds K and V");
+    let m = fixtures().join(name);
+    let bad = rill(&[
+        "logits",
+        "-m",
+        m.to_str().unwrap(),
+        "--tokens",
+        "1",
+        "--out",
+        "/tmp/x.npy",
+        "-ctk",
+        "q3_k",
+    ]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("unknown KV cache type 'q3_k'") && err.contains("q4_0"),
+        "{err}"
+    );
+}
+
+#[test]
 fn bad_input_is_a_clear_error_not_a_panic() {
     let m = fixtures().join("qwen35moe.f32.gguf");
     let m = m.to_str().unwrap();
@@ -291,6 +319,41 @@ fn bench_reports_prefill_and_decode_speed() {
             "{v}"
         );
     }
+}
+
+#[test]
+fn context_zero_is_the_models_trained_context() {
+    let m = fixtures().join("qwen35.f32.gguf");
+    let out = rill(&[
+        "run",
+        "-m",
+        m.to_str().unwrap(),
+        "-p",
+        "Hello",
+        "-n",
+        "2",
+        "--temp",
+        "0",
+        "-c",
+        "0",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    let info = ok(&["inspect", m.to_str().unwrap()]);
+    let trained = info
+        .lines()
+        .find_map(|l| l.split("context").nth(1))
+        .and_then(|r| r.split_whitespace().find_map(|w| w.parse::<usize>().ok()))
+        .expect("inspect prints the trained context");
+    assert!(
+        err.contains(&format!("context {trained} (the model's trained context)")),
+        "{err}"
+    );
 }
 
 /// Speculation as a user runs it: the head of a separate MTP-only file

@@ -19,7 +19,9 @@ use crate::sequence::{Sequence, Submitted, TokenContext};
 use crate::speculation::{SpecConfig, Speculation, MAX_DRAFT};
 use rill_grammar::{Constraint, GrammarError, GrammarSpec, Grammars};
 use rill_kernels::{Precision, Threads};
-use rill_model::{BatchItem, Model, MtpItem, MtpOptions, Runner, SequenceState, StepOutputs};
+use rill_model::{
+    BatchItem, KvConfig, Model, MtpItem, MtpOptions, Runner, SequenceState, StepOutputs,
+};
 use rill_sampler::Sampler;
 use rill_tokenizer::Tokenizer;
 use std::collections::VecDeque;
@@ -49,6 +51,8 @@ pub struct EngineConfig {
     /// The matrix products' numerics: a run option of the engine, passed
     /// down to every forward pass.
     pub precision: Precision,
+    /// How new sequences store their attention KV cache (K and V types).
+    pub kv: KvConfig,
     /// Speculative decoding with the model's MTP head (used when the model
     /// has one).
     pub spec: SpecConfig,
@@ -65,6 +69,7 @@ impl Default for EngineConfig {
             cache_interval: 1024,
             threads: 0,
             precision: Precision::Exact,
+            kv: KvConfig::f32(),
             spec: SpecConfig::default(),
         }
     }
@@ -359,7 +364,14 @@ impl Worker {
                 }
                 None => {
                     self.metrics.cache_misses_total.fetch_add(1, Relaxed);
-                    (SequenceState::new(&self.model, self.config.ctx_size), 0)
+                    let ctx = self.config.ctx_size;
+                    match SequenceState::with_kv(&self.model, ctx, self.config.kv) {
+                        Ok(s) => (s, 0),
+                        Err(e) => {
+                            let _ = sub.events.send(Event::Error(e.to_string()));
+                            continue;
+                        }
+                    }
                 }
             };
             let sampler = match Sampler::new(sub.req.sampler.clone()) {

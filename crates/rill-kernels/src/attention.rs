@@ -29,6 +29,7 @@
 //! So a prompt gives the same bits in one step, in chunks, or alone or in a
 //! batch with other sequences, and decode (one row) takes the same path.
 
+use crate::kv::{ExactRows, KvRows, KvSide};
 use crate::simd::{on_widest_vectors, Isa};
 use crate::small::{product_nn, room_len, split, transpose};
 use crate::threads::{SharedMut, Threads};
@@ -60,8 +61,10 @@ impl AttnShape {
 
     /// Lengths of the parts of one thread's scratch: stacked queries, key
     /// tile (transposed), scores, weights, P·V, output accumulator, running
-    /// max, running sum.
-    fn parts(&self) -> [usize; 8] {
+    /// max, running sum; then for a coded cache the decoded key tile, the
+    /// exact rows' key tile (transposed), their scores and weights, and the
+    /// decoded value tiles (coded, exact).
+    fn parts(&self) -> [usize; 14] {
         let rows = self.block_positions() * self.group();
         let hd = self.head_dim;
         [
@@ -73,6 +76,12 @@ impl AttnShape {
             rows * hd,
             rows,
             rows,
+            KEY_TILE * hd,
+            KEY_TILE * hd,
+            rows * KEY_TILE,
+            rows * KEY_TILE,
+            KEY_TILE * hd,
+            KEY_TILE * hd,
         ]
     }
 
@@ -86,8 +95,9 @@ impl AttnShape {
 
 /// Causal softmax attention of `m` query rows at positions `pos0..pos0 + m`
 /// (`q`, `out`: `[m × n_head × head_dim]`) over a cache that already holds
-/// their keys and values (`[pos × n_head_kv × head_dim]`, at least
-/// `pos0 + m` positions). Scores are scaled by `1/√head_dim`.
+/// their keys and values (`[pos × n_head_kv × head_dim]` in the encodings
+/// of `k` and `v`, at least `pos0 + m` positions). Scores are scaled by
+/// `1/√head_dim`. A coded cache is decoded a tile at a time in the scratch.
 #[allow(clippy::too_many_arguments)]
 pub fn attend_causal(
     threads: &Threads,
@@ -95,8 +105,8 @@ pub fn attend_causal(
     q: &[f32],
     m: usize,
     pos0: usize,
-    k_cache: &[f32],
-    v_cache: &[f32],
+    k: KvSide<'_>,
+    v: KvSide<'_>,
     scratch: &mut [f32],
     out: &mut [f32],
 ) {
@@ -107,8 +117,7 @@ pub fn attend_causal(
     );
     assert_eq!(q.len(), m * nh * hd);
     assert_eq!(out.len(), m * nh * hd);
-    let kv_len = (pos0 + m) * nkv * hd;
-    assert!(k_cache.len() >= kv_len && v_cache.len() >= kv_len);
+    assert!(k.positions(nkv * hd) >= pos0 + m && v.positions(nkv * hd) >= pos0 + m);
     let per = shape.scratch_per_thread();
     assert!(scratch.len() >= threads.count() * per);
     let isa = Isa::best();
@@ -130,8 +139,8 @@ pub fn attend_causal(
                 pos0,
                 rows: t0..(t0 + bp).min(m),
                 kvh: j % nkv,
-                k_cache,
-                v_cache,
+                k,
+                v,
             };
             job.run(room, out_ptr);
         }
@@ -147,8 +156,33 @@ struct Job<'a> {
     /// The block's rows (indices into the step's `m` rows).
     rows: std::ops::Range<usize>,
     kvh: usize,
-    k_cache: &'a [f32],
-    v_cache: &'a [f32],
+    k: KvSide<'a>,
+    v: KvSide<'a>,
+}
+
+/// Which versions of a tile's rows a block reads: the coded rows (`lo`)
+/// and/or the exact f16 ones (`hi`).
+#[derive(Clone, Copy)]
+struct Reads {
+    lo: bool,
+    hi: bool,
+}
+
+/// What the queries at positions `first..=last` read of the tile of keys
+/// `k0..k0 + kt` (only keys at or before a query's own position count).
+fn tile_reads(exact: &Option<ExactRows>, first: usize, last: usize, k0: usize, kt: usize) -> Reads {
+    let Some(e) = exact else {
+        return Reads {
+            lo: true,
+            hi: false,
+        };
+    };
+    let k_last = (k0 + kt - 1).min(last);
+    // Some pair (i, j), j ≤ i, with j < sinks or i − j < window.
+    let hi = k0 < e.sinks || (e.window > 0 && k_last + e.window > first);
+    // Every such pair exact: the whole tile is sinks, or in every query's window.
+    let all_hi = k_last < e.sinks || (e.window > 0 && k0 + e.window > last);
+    Reads { lo: !all_hi, hi }
 }
 
 impl Job<'_> {
@@ -163,10 +197,12 @@ impl Job<'_> {
     #[inline(always)]
     fn body(&self, room: &mut [f32], out: SharedMut<f32>) {
         let (nh, nkv, hd) = (self.shape.n_head, self.shape.n_head_kv, self.shape.head_dim);
+        let geo = (nkv, hd, self.kvh);
         let group = self.shape.group();
         let scale = 1.0 / (hd as f32).sqrt();
         let n = self.rows.len() * group;
-        let [qb, kb, s, p, pv, o, mx, l] = split(room, self.shape.parts());
+        let [qb, kb, s, p, pv, o, mx, l, kd, kb_hi, s_hi, p_hi, vd, vd_hi] =
+            split(room, self.shape.parts());
         // Query row r is (position t0 + r / group, head kvh·group + r % group):
         // the group's heads are adjacent in q, so a position is one copy.
         for (i, t) in self.rows.clone().enumerate() {
@@ -178,25 +214,55 @@ impl Job<'_> {
         o[..n * hd].fill(0.0);
         mx[..n].fill(f32::NEG_INFINITY);
         l[..n].fill(0.0);
-        let end = self.pos0 + self.rows.end;
+        let (first, last) = (self.pos0 + self.rows.start, self.pos0 + self.rows.end - 1);
+        let end = last + 1;
         let mut k0 = 0;
         while k0 < end {
             let kt = KEY_TILE.min(end - k0);
-            let first = (k0 * nkv + self.kvh) * hd;
+            let first_value = (k0 * nkv + self.kvh) * hd;
+            let kr = tile_reads(&self.k.exact, first, last, k0, kt);
+            let vr = tile_reads(&self.v.exact, first, last, k0, kt);
             // The tile's keys transposed, `[hd × KEY_TILE]`: the right factor
             // of the scores' product.
-            transpose(&self.k_cache[first..], nkv * hd, (kt, hd), kb, KEY_TILE);
-            product_nn((qb, hd), (kb, KEY_TILE), (n, hd, kt), (s, kt));
+            if kr.lo {
+                match self.k.rows {
+                    KvRows::F32(c) => {
+                        transpose(&c[first_value..], nkv * hd, (kt, hd), kb, KEY_TILE)
+                    }
+                    KvRows::Coded { .. } => {
+                        self.k.decode_rows(geo, k0, kt, kd, hd);
+                        transpose(kd, hd, (kt, hd), kb, KEY_TILE);
+                    }
+                }
+                product_nn((qb, hd), (kb, KEY_TILE), (n, hd, kt), (s, kt));
+            }
+            if kr.hi {
+                self.k.decode_exact_rows(geo, k0, kt, kd, hd);
+                transpose(kd, hd, (kt, hd), kb_hi, KEY_TILE);
+                product_nn((qb, hd), (kb_hi, KEY_TILE), (n, hd, kt), (s_hi, kt));
+            }
             for r in 0..n {
-                let pos = self.pos0 + self.rows.start + r / group;
+                let pos = first + r / group;
                 // Keys of this tile at or before the row's position.
                 let valid = (pos + 1).saturating_sub(k0).min(kt);
                 let pr = &mut p[r * KEY_TILE..(r + 1) * KEY_TILE];
                 pr.fill(0.0);
+                if vr.hi {
+                    p_hi[r * KEY_TILE..(r + 1) * KEY_TILE].fill(0.0);
+                }
                 if valid == 0 {
                     continue;
                 }
                 let sr = &mut s[r * kt..r * kt + valid];
+                if let (true, Some(e)) = (kr.hi, &self.k.exact) {
+                    // Each score from the version of its key this query reads.
+                    let shr = &s_hi[r * kt..r * kt + valid];
+                    for (j, (a, &b)) in sr.iter_mut().zip(shr).enumerate() {
+                        if e.reads_exact(pos, k0 + j) {
+                            *a = b;
+                        }
+                    }
+                }
                 sr.iter_mut().for_each(|v| *v *= scale);
                 // Sixteen running maxima, then theirs: the same maximum
                 // (exact in any order), in vector lanes.
@@ -215,26 +281,51 @@ impl Job<'_> {
                     *pj = (sj - new_max).exp();
                     sum += *pj;
                 }
+                if let (true, Some(e)) = (vr.hi, &self.v.exact) {
+                    // Weights of the values this query reads exact move to
+                    // the exact product.
+                    let phr = &mut p_hi[r * KEY_TILE..r * KEY_TILE + valid];
+                    for (j, (a, b)) in pr.iter_mut().zip(phr).enumerate() {
+                        if e.reads_exact(pos, k0 + j) {
+                            (*a, *b) = (0.0, *a);
+                        }
+                    }
+                }
                 l[r] = l[r] * alpha + sum;
                 if alpha != 1.0 {
                     o[r * hd..(r + 1) * hd].iter_mut().for_each(|v| *v *= alpha);
                 }
             }
-            product_nn(
-                (p, KEY_TILE),
-                (&self.v_cache[first..], nkv * hd),
-                (n, kt, hd),
-                (pv, hd),
-            );
-            for r in 0..n {
-                let pos = self.pos0 + self.rows.start + r / group;
-                if pos < k0 {
-                    // Not one of its keys: the row stays exactly as it was.
+            // P·V: the coded values' product, then the exact values'. A row
+            // whose weights of one kind are all 0 gets exactly +0 from it,
+            // which leaves its accumulator as it was (module doc).
+            for lo in [true, false] {
+                let (reads, weights) = if lo { (vr.lo, &*p) } else { (vr.hi, &*p_hi) };
+                if !reads {
                     continue;
                 }
-                let (or, pvr) = (&mut o[r * hd..(r + 1) * hd], &pv[r * hd..(r + 1) * hd]);
-                // + 0.0: −0 → +0 (module doc, Invariance).
-                or.iter_mut().zip(pvr).for_each(|(a, &b)| *a += b + 0.0);
+                let values: (&[f32], usize) = match (lo, self.v.rows) {
+                    (true, KvRows::F32(c)) => (&c[first_value..], nkv * hd),
+                    (true, KvRows::Coded { .. }) => {
+                        self.v.decode_rows(geo, k0, kt, vd, hd);
+                        (&*vd, hd)
+                    }
+                    (false, _) => {
+                        self.v.decode_exact_rows(geo, k0, kt, vd_hi, hd);
+                        (&*vd_hi, hd)
+                    }
+                };
+                product_nn((weights, KEY_TILE), values, (n, kt, hd), (pv, hd));
+                for r in 0..n {
+                    let pos = first + r / group;
+                    if pos < k0 {
+                        // Not one of its keys: the row stays exactly as it was.
+                        continue;
+                    }
+                    let (or, pvr) = (&mut o[r * hd..(r + 1) * hd], &pv[r * hd..(r + 1) * hd]);
+                    // + 0.0: −0 → +0 (module doc, Invariance).
+                    or.iter_mut().zip(pvr).for_each(|(a, &b)| *a += b + 0.0);
+                }
             }
             k0 += kt;
         }

@@ -4,6 +4,7 @@
 //! - `scaled`: separate scale tensors (FP8 tiles, NVFP4 groups) applied as rows are decoded.
 //! - [`attention`]: causal grouped-query softmax attention over a KV cache, blocked.
 //! - [`gdn`]: the gated delta rule, token by token and chunkwise.
+//! - [`kv`]: KV cache encodings (f16, bf16, q8_0, q5_1, q4_0) and the view attention reads.
 //! - [`matmul`]: weight matrix × activations, threaded over output rows
 //!   (blocked microkernels in `gemm`, one canonical order per output).
 //! - [`q8`]: the opt-in products with 8-bit activations ([`Precision::Q8`]).
@@ -14,6 +15,7 @@ pub mod attention;
 pub mod conv;
 pub mod gdn;
 mod gemm;
+pub mod kv;
 pub mod matmul;
 pub mod ops;
 pub mod q8;

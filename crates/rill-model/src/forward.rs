@@ -360,12 +360,11 @@ impl Model {
                     let seqs = items.iter_mut().zip(spans.iter()).map(|(item, span)| {
                         let (pos, capacity) = (item.state.pos, item.state.capacity);
                         match &mut item.state.layers[il] {
-                            LayerState::Attention { k, v } => AttnSeq {
+                            LayerState::Attention { kv } => AttnSeq {
                                 rows: span.clone(),
                                 pos,
                                 capacity,
-                                k_cache: k,
-                                v_cache: v,
+                                kv,
                             },
                             _ => unreachable!("state layout is built from the same layer kinds"),
                         }
@@ -515,8 +514,7 @@ impl Model {
                 rows: span.clone(),
                 pos: s.pos,
                 capacity,
-                k_cache: &mut s.k,
-                v_cache: &mut s.v,
+                kv: &mut s.kv,
             }
         });
         let mixed = attention::forward(w, c, &self.rope_inv_freq, ex, &xn, n, seqs);

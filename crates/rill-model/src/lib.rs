@@ -9,6 +9,7 @@
 pub mod config;
 mod error;
 mod forward;
+pub mod kv;
 mod layers;
 mod model;
 mod scratch;
@@ -19,6 +20,7 @@ mod weights;
 pub use config::{Arch, LayerKind, ModelConfig};
 pub use error::{ForwardError, ModelError};
 pub use forward::{BatchItem, MtpItem, MtpOptions, Outputs, Rows, StepOutputs};
+pub use kv::{KvConfig, KvType};
 pub use model::Model;
 pub use scratch::Runner;
 pub use source::{GgufSource, HfSource, TensorRef, WeightSource, WithMtpHead};

@@ -5,6 +5,8 @@
 //! sequence. The whole value is `Clone`, which is how snapshots are taken.
 
 use crate::config::{LayerKind, ModelConfig};
+use crate::error::ModelError;
+use crate::kv::{KvCache, KvConfig};
 use crate::model::Model;
 
 #[derive(Clone, Debug)]
@@ -16,10 +18,9 @@ pub(crate) enum LayerState {
         ssm: Vec<f32>,
     },
     Attention {
-        /// Post-norm, post-RoPE keys: `[pos × n_head_kv × head_dim]`.
-        k: Vec<f32>,
-        /// Values: `[pos × n_head_kv × head_dim]`.
-        v: Vec<f32>,
+        /// Post-norm, post-RoPE keys and the values, `[pos × n_head_kv ×
+        /// head_dim]` each, in the sequence's [`KvConfig`] types.
+        kv: KvCache,
     },
 }
 
@@ -36,14 +37,12 @@ fn written_zeros(n: usize) -> Vec<f32> {
 /// The MTP head's own KV cache (its one attention layer). Its rows sit at
 /// the trunk's positions, but it is fed after the trunk (and runs ahead of
 /// it while drafting), so it keeps its own position.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(crate) struct MtpState {
-    /// Positions the head has seen (rows of `k` and `v`).
+    /// Positions the head has seen (rows of its cache).
     pub pos: usize,
-    /// Post-norm, post-RoPE keys: `[pos × n_head_kv × head_dim]`.
-    pub k: Vec<f32>,
-    /// Values: `[pos × n_head_kv × head_dim]`.
-    pub v: Vec<f32>,
+    /// Its keys and values, as a trunk attention layer's.
+    pub kv: KvCache,
     /// The hidden row the head pairs with the token at its next position:
     /// the trunk's post-final-norm hidden of position `pos − 1` (empty:
     /// zeros, as for position 0). Kept by whoever feeds the head, so that a
@@ -119,12 +118,35 @@ pub struct SequenceState {
     pub(crate) capacity: usize,
     pub(crate) layers: Vec<LayerState>,
     pub(crate) mtp: Option<MtpState>,
+    pub(crate) kv: KvConfig,
     pub(crate) ring: RewindRing,
 }
 
 impl SequenceState {
-    /// An empty state for `model` that can hold up to `capacity` positions.
+    /// An empty state for `model` that can hold up to `capacity` positions,
+    /// its KV cache in f32 (the exact reference).
     pub fn new(model: &Model, capacity: usize) -> SequenceState {
+        Self::build(model, capacity, KvConfig::f32())
+    }
+
+    /// An empty state whose attention layers (and MTP head) store K and V
+    /// as `kv` says. Refused when the model's head dimension is not a whole
+    /// number of the types' blocks.
+    pub fn with_kv(
+        model: &Model,
+        capacity: usize,
+        kv: KvConfig,
+    ) -> Result<SequenceState, ModelError> {
+        kv.check(&model.config)?;
+        Ok(Self::build(model, capacity, kv))
+    }
+
+    /// How this state stores its KV cache.
+    pub fn kv_config(&self) -> KvConfig {
+        self.kv
+    }
+
+    fn build(model: &Model, capacity: usize, kv: KvConfig) -> SequenceState {
         let c: &ModelConfig = &model.config;
         let layers = c
             .layer_kinds
@@ -135,8 +157,7 @@ impl SequenceState {
                     ssm: written_zeros(c.ssm_n_v_heads * c.ssm_head_dim * c.ssm_head_dim),
                 },
                 LayerKind::Attention => LayerState::Attention {
-                    k: Vec::new(),
-                    v: Vec::new(),
+                    kv: KvCache::new(c, &kv),
                 },
             })
             .collect();
@@ -144,7 +165,12 @@ impl SequenceState {
             pos: 0,
             capacity,
             layers,
-            mtp: model.has_mtp().then(MtpState::default),
+            mtp: model.has_mtp().then(|| MtpState {
+                pos: 0,
+                kv: KvCache::new(c, &kv),
+                seed: Vec::new(),
+            }),
+            kv,
             ring: RewindRing::default(),
         }
     }
@@ -179,11 +205,7 @@ impl SequenceState {
                     std::mem::swap(conv, &mut r.conv[slot]);
                     std::mem::swap(ssm, &mut r.ssm[slot]);
                 }
-                LayerState::Attention { k, v } => {
-                    let per = k.len() / self.pos.max(1);
-                    k.truncate(pos * per);
-                    v.truncate(pos * per);
-                }
+                LayerState::Attention { kv } => kv.truncate(pos),
             }
         }
         ring.rows = 0;
@@ -221,9 +243,7 @@ impl SequenceState {
     pub fn truncate_mtp(&mut self, pos: usize) {
         if let Some(m) = &mut self.mtp {
             if pos < m.pos {
-                let per = m.k.len() / m.pos.max(1);
-                m.k.truncate(pos * per);
-                m.v.truncate(pos * per);
+                m.kv.truncate(pos);
                 m.pos = pos;
             }
         }
@@ -249,19 +269,18 @@ impl SequenceState {
     /// Bytes of state held (recurrent states, conv windows, KV caches, the
     /// MTP head's KV cache, the rewind snapshots).
     pub fn bytes(&self) -> usize {
-        let floats: usize = self
-            .layers
+        let f = std::mem::size_of::<f32>();
+        self.layers
             .iter()
             .map(|l| match l {
-                LayerState::Recurrent { conv, ssm } => conv.len() + ssm.len(),
-                LayerState::Attention { k, v } => k.len() + v.len(),
+                LayerState::Recurrent { conv, ssm } => (conv.len() + ssm.len()) * f,
+                LayerState::Attention { kv } => kv.bytes(),
             })
             .sum::<usize>()
-            + self.mtp.as_ref().map_or(0, |m| m.k.len() + m.v.len())
+            + self.mtp.as_ref().map_or(0, |m| m.kv.bytes())
             + (self.ring.layers.iter())
                 .flat_map(|l| l.conv.iter().chain(&l.ssm))
-                .map(Vec::len)
-                .sum::<usize>();
-        floats * std::mem::size_of::<f32>()
+                .map(|v| v.len() * f)
+                .sum::<usize>()
     }
 }

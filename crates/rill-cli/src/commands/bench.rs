@@ -47,6 +47,8 @@ pub struct Args {
     /// exact.
     #[arg(long)]
     precision: Option<Precision>,
+    #[command(flatten)]
+    kv: crate::kv_args::KvArgs,
     /// Sequences decoded together in the generation test (one batched step
     /// per token for all of them, as the server does); tg reports the
     /// aggregate tokens/s.
@@ -139,6 +141,7 @@ pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.reps > 0, "-r must be at least 1");
     let t0 = Instant::now();
     let (loaded, precision) = load::open_to_decode(&a.model, &a.spec, a.precision, Prefault::Now)?;
+    let kv = a.kv.resolve(precision, &loaded.model)?;
     let load_s = t0.elapsed().as_secs_f64();
     if a.verify_costs {
         let run = rill_model::Runner::new(Threads::new(a.threads), precision);
@@ -193,6 +196,7 @@ pub fn run(a: Args) -> Result<()> {
             cache_bytes: 0,
             threads: a.threads,
             precision,
+            kv,
             spec: spec.clone(),
             ..EngineConfig::default()
         },

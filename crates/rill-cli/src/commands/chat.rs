@@ -37,7 +37,7 @@ pub struct Args {
     /// Most tokens per reply.
     #[arg(short = 'n', long, default_value_t = 2048)]
     n_predict: usize,
-    /// Context size in tokens.
+    /// Context size in tokens (0 = the model's trained context).
     #[arg(short = 'c', long, default_value_t = 8192)]
     ctx_size: usize,
     #[command(flatten)]
@@ -52,6 +52,8 @@ pub struct Args {
     /// exact.
     #[arg(long)]
     precision: Option<Precision>,
+    #[command(flatten)]
+    kv: crate::kv_args::KvArgs,
     /// Print speed figures after each reply.
     #[arg(long)]
     timings: bool,
@@ -66,6 +68,8 @@ pub struct Args {
 pub fn run(a: Args) -> Result<()> {
     let (loaded, precision) =
         load::open_to_decode(&a.model, &a.spec, a.precision, Prefault::Background)?;
+    let kv = a.kv.resolve(precision, &loaded.model)?;
+    let ctx_size = load::context(a.ctx_size, &loaded.model)?;
     let tmpl = template(&loaded.template, &loaded.info)?;
     let tok = Arc::new(loaded.tokenizer);
     let sampler = a.sampling.config();
@@ -76,10 +80,11 @@ pub fn run(a: Args) -> Result<()> {
         tok.clone(),
         EngineConfig {
             max_parallel: 1,
-            ctx_size: a.ctx_size,
+            ctx_size,
             cache_bytes: a.cache_ram << 20,
             threads: a.threads,
             precision,
+            kv,
             spec: a.spec.config()?,
             ..EngineConfig::default()
         },
@@ -134,11 +139,11 @@ pub fn run(a: Args) -> Result<()> {
         }
         messages.push(Message::user(user));
         let prompt = render(tmpl, &tok, &messages, a.no_think.then_some(false))?;
-        if prompt.tokens.len() + 1 >= a.ctx_size {
+        if prompt.tokens.len() + 1 >= ctx_size {
             eprintln!(
                 "the conversation ({} tokens) no longer fits the context ({}); start again with a larger -c",
                 prompt.tokens.len(),
-                a.ctx_size
+                ctx_size
             );
             messages.pop();
             continue;
@@ -147,7 +152,7 @@ pub fn run(a: Args) -> Result<()> {
         sampler.seed = sampler.seed.wrapping_add(turn);
         turn += 1;
         let req = Request {
-            max_tokens: a.n_predict.min(a.ctx_size - prompt.tokens.len()),
+            max_tokens: a.n_predict.min(ctx_size - prompt.tokens.len()),
             cache_points: prompt.history_end.into_iter().collect(),
             ..Request::new(prompt.tokens.clone(), sampler)
         };

@@ -30,6 +30,8 @@ pub struct Args {
     /// references) or `q8` (8-bit activations, llama.cpp's numerics).
     #[arg(long, default_value = "exact")]
     precision: Precision,
+    #[command(flatten)]
+    kv: crate::kv_args::KvArgs,
     /// Feed the tokens one at a time instead of as one batch (checks the
     /// decode path: state and KV cache).
     #[arg(long)]
@@ -55,9 +57,10 @@ pub fn parse_tokens(s: &str) -> Result<Vec<u32>> {
 pub fn run(a: Args) -> Result<()> {
     let tokens = parse_tokens(&a.tokens)?;
     let (loaded, precision) = load::open(&a.model, Some(a.precision), rill_load::Prefault::Lazy)?;
+    let kv = a.kv.resolve(precision, &loaded.model)?;
     let model = loaded.model;
     let run = Runner::new(Threads::new(a.threads), precision);
-    let mut state = SequenceState::new(&model, tokens.len());
+    let mut state = SequenceState::with_kv(&model, tokens.len(), kv)?;
     let logits = if a.one_by_one {
         let mut all = Vec::with_capacity(tokens.len() * model.config.n_vocab);
         for &t in &tokens {

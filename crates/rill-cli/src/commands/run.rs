@@ -94,7 +94,10 @@ pub struct Args {
     /// exact.
     #[arg(long)]
     precision: Option<Precision>,
-    /// Context size in tokens (default: prompt + n_predict).
+    #[command(flatten)]
+    kv: crate::kv_args::KvArgs,
+    /// Context size in tokens (default: prompt + n_predict; 0 = the
+    /// model's trained context).
     #[arg(short = 'c', long)]
     ctx_size: Option<usize>,
     /// Print one JSON object (prompt_tokens, tokens, text, timings) instead of streaming.
@@ -118,6 +121,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<()> {
     let (loaded, precision) = load::open_to_decode(&a.model, &a.spec, a.precision, Prefault::Lazy)?;
+    let kv = a.kv.resolve(precision, &loaded.model)?;
     let tok = Arc::new(loaded.tokenizer);
     let prompt = if a.chat {
         let tmpl = crate::chat_prompt::template(&loaded.template, &loaded.info)?;
@@ -131,7 +135,10 @@ pub fn run(a: Args) -> Result<()> {
     } else {
         tok.encode_prompt(&a.prompt)
     };
-    let ctx = a.ctx_size.unwrap_or(prompt.len() + a.n_predict);
+    let ctx = match a.ctx_size {
+        Some(c) => load::context(c, &loaded.model)?,
+        None => prompt.len() + a.n_predict,
+    };
     anyhow::ensure!(
         prompt.len() < ctx,
         "the prompt has {} tokens, more than the context size {ctx}",
@@ -150,6 +157,7 @@ pub fn run(a: Args) -> Result<()> {
             cache_bytes: 0,
             threads: a.threads,
             precision,
+            kv,
             spec: a.spec.config()?,
             ..EngineConfig::default()
         },

@@ -32,7 +32,8 @@ pub struct Args {
     /// Sequences generated together.
     #[arg(long, default_value_t = 4, env = "RILL_PARALLEL")]
     parallel: usize,
-    /// Positions per sequence (prompt + generated tokens).
+    /// Positions per sequence (prompt + generated tokens; 0 = the model's
+    /// trained context).
     #[arg(short = 'c', long, default_value_t = 8192, env = "RILL_CTX_SIZE")]
     ctx_size: usize,
     /// Require `Authorization: Bearer KEY` on /v1/*.
@@ -57,6 +58,8 @@ pub struct Args {
     /// exact.
     #[arg(long, env = "RILL_PRECISION")]
     precision: Option<Precision>,
+    #[command(flatten)]
+    kv: crate::kv_args::KvArgs,
     /// Name of the model in the API (default: the file name without
     /// extension); repeat to accept several names.
     #[arg(long, env = "RILL_ALIAS")]
@@ -110,11 +113,13 @@ pub fn run(a: Args) -> Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     anyhow::ensure!(a.parallel >= 1, "--parallel must be at least 1");
-    anyhow::ensure!(a.ctx_size >= 2, "--ctx-size must be at least 2");
     let cors_origins =
         rill_server::wire::CorsOrigins::parse(&a.cors_origins).map_err(anyhow::Error::msg)?;
     let (loaded, precision) =
         load::open_to_decode(&a.model, &a.spec, a.precision, Prefault::Background)?;
+    let kv = a.kv.resolve(precision, &loaded.model)?;
+    let ctx_size = load::context(a.ctx_size, &loaded.model)?;
+    anyhow::ensure!(ctx_size >= 2, "--ctx-size must be at least 2");
     if loaded.template.is_none() {
         match &loaded.info.template_problem {
             Some(p) => tracing::warn!("{p}: /v1/chat/completions is off"),
@@ -173,12 +178,13 @@ pub fn run(a: Args) -> Result<()> {
     let engine_config = EngineConfig {
         max_parallel: a.parallel,
         max_queue: a.queue,
-        ctx_size: a.ctx_size,
+        ctx_size,
         prefill_chunk,
         cache_bytes: a.cache_ram << 20,
         cache_interval: prefill_chunk * 4,
         threads: a.threads,
         precision,
+        kv,
         spec,
     };
     let engine = Arc::new(Engine::start(model, tok.clone(), engine_config));
@@ -226,7 +232,7 @@ pub fn run(a: Args) -> Result<()> {
         tracing::info!(
             "serving {id} on http://{local} (slots {}, context {} per slot, {} threads, precision {}{})",
             a.parallel,
-            a.ctx_size,
+            ctx_size,
             threads,
             precision.name(),
             if precision == Precision::Q8 && rill_kernels::q8::has_integer_kernels() {

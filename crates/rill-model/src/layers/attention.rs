@@ -3,9 +3,11 @@
 
 use crate::config::ModelConfig;
 use crate::error::ModelError;
+use crate::kv::KvCache;
 use crate::scratch::{Buf, Exec};
 use crate::weights::{Binder, Matrix};
 use rill_kernels::attention::{attend_causal, AttnShape};
+use rill_kernels::kv::hadamard;
 use rill_kernels::ops::{mul_sigmoid_inplace, rms_norm_inplace};
 use rill_kernels::threads::SharedMut;
 use rill_kernels::{matmul_in, matmul_many_in, MatJob};
@@ -107,8 +109,7 @@ pub(crate) struct AttnSeq<'a> {
     pub pos: usize,
     /// Positions the sequence can hold.
     pub capacity: usize,
-    pub k_cache: &'a mut Vec<f32>,
-    pub v_cache: &'a mut Vec<f32>,
+    pub kv: &'a mut KvCache,
 }
 
 /// Attention for a step of `n` rows (`x` normed) spread over `seqs`: the
@@ -199,19 +200,31 @@ pub(crate) fn forward<'s, 'w>(
             }
         });
         let (a, b) = (s.rows.start, s.rows.end);
-        let full = s.capacity * nkv * hd;
-        append(s.k_cache, &k[a * nkv * hd..b * nkv * hd], full);
-        append(s.v_cache, &v[a * nkv * hd..b * nkv * hd], full);
+        // A quantized cache stores rotated rows (kv.rs, `KvConfig::rotate`):
+        // Q and K alike (the scores do not change), V with the output
+        // rotated back below.
+        let (kr, vr) = (s.kv.k.rotation(), s.kv.v.rotation());
+        if kr > 1 {
+            hadamard(&mut q[a * nh * hd..b * nh * hd], kr);
+            hadamard(&mut k[a * nkv * hd..b * nkv * hd], kr);
+        }
+        if vr > 1 {
+            hadamard(&mut v[a * nkv * hd..b * nkv * hd], vr);
+        }
+        s.kv.k.append(&k[a * nkv * hd..b * nkv * hd], s.capacity);
+        s.kv.v.append(&v[a * nkv * hd..b * nkv * hd], s.capacity);
         attend(
             c,
             ex,
             &q[a * nh * hd..b * nh * hd],
             b - a,
             s.pos,
-            s.k_cache,
-            s.v_cache,
+            s.kv,
             &mut attn[a * nh * hd..b * nh * hd],
         );
+        if vr > 1 {
+            hadamard(&mut attn[a * nh * hd..b * nh * hd], vr);
+        }
     }
     let attn_ptr = SharedMut::new(&mut attn);
     threads.for_ranges(n, 8, |t0, t1| {
@@ -225,25 +238,6 @@ pub(crate) fn forward<'s, 'w>(
     out
 }
 
-/// Append `new` to a KV cache. When the cache has to grow, it grows at once
-/// to `full` values (every position the sequence can hold), so that decode
-/// steps never reallocate it. The allocator maps a block that large lazily:
-/// its pages take memory only once written.
-fn append(cache: &mut Vec<f32>, new: &[f32], full: usize) {
-    let need = cache.len() + new.len();
-    if cache.capacity() < need
-        && cache
-            .try_reserve_exact(full.max(need) - cache.len())
-            .is_err()
-    {
-        // An allocator that refuses the whole context's address space at
-        // once (strict overcommit, a huge --ctx-size) still gets the usual
-        // amortised growth.
-        cache.reserve(need - cache.len());
-    }
-    cache.extend_from_slice(new);
-}
-
 /// Causal GQA softmax attention of `m` query rows at positions `pos0..`
 /// over the cache (which already holds them): blocked products in
 /// `rill_kernels::attention`, with a scratch whose size does not depend on
@@ -255,8 +249,7 @@ fn attend(
     q: &[f32],
     m: usize,
     pos0: usize,
-    k_cache: &[f32],
-    v_cache: &[f32],
+    kv: &KvCache,
     attn: &mut [f32],
 ) {
     let threads = ex.threads;
@@ -272,8 +265,8 @@ fn attend(
         q,
         m,
         pos0,
-        k_cache,
-        v_cache,
+        kv.k.side(),
+        kv.v.side(),
         &mut scratch,
         attn,
     );
