@@ -90,6 +90,7 @@ impl AttnShape {
 /// `pos0 + m` positions). Scores are scaled by `1/√head_dim`.
 #[allow(clippy::too_many_arguments)]
 pub fn attend_causal(
+    isa: Isa,
     threads: &Threads,
     shape: AttnShape,
     q: &[f32],
@@ -111,7 +112,7 @@ pub fn attend_causal(
     assert!(k_cache.len() >= kv_len && v_cache.len() >= kv_len);
     let per = shape.scratch_per_thread();
     assert!(scratch.len() >= threads.count() * per);
-    let isa = Isa::best();
+    isa.check();
     let bp = shape.block_positions();
     let blocks = m.div_ceil(bp);
     let scratch_ptr = SharedMut::new(scratch);
@@ -186,7 +187,7 @@ impl Job<'_> {
             // The tile's keys transposed, `[hd × KEY_TILE]`: the right factor
             // of the scores' product.
             transpose(&self.k_cache[first..], nkv * hd, (kt, hd), kb, KEY_TILE);
-            product_nn((qb, hd), (kb, KEY_TILE), (n, hd, kt), (s, kt));
+            product_nn(self.isa, (qb, hd), (kb, KEY_TILE), (n, hd, kt), (s, kt));
             for r in 0..n {
                 let pos = self.pos0 + self.rows.start + r / group;
                 // Keys of this tile at or before the row's position.
@@ -221,6 +222,7 @@ impl Job<'_> {
                 }
             }
             product_nn(
+                self.isa,
                 (p, KEY_TILE),
                 (&self.v_cache[first..], nkv * hd),
                 (n, kt, hd),

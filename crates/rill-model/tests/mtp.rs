@@ -53,7 +53,7 @@ fn mtp_logits(
 
 #[test]
 fn mtp_logits_match_transformers_at_every_position() {
-    let run = Runner::exact(2);
+    let run = common::runner(2);
     for f in fixtures("mtp") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);
@@ -83,7 +83,7 @@ fn mtp_logits_match_transformers_at_every_position() {
 
 #[test]
 fn the_head_fed_token_by_token_equals_the_whole_prompt() {
-    let run = Runner::exact(2);
+    let run = common::runner(2);
     for f in fixtures("mtp") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);
@@ -107,7 +107,7 @@ fn the_head_fed_token_by_token_equals_the_whole_prompt() {
 
 #[test]
 fn batched_mtp_rows_get_the_bits_they_get_alone() {
-    let run = Runner::exact(2);
+    let run = common::runner(2);
     for f in fixtures("mtp") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);
@@ -194,7 +194,7 @@ fn batched_mtp_rows_get_the_bits_they_get_alone() {
 
 #[test]
 fn the_head_reads_its_hidden_input_and_its_cache_is_counted() {
-    let run = Runner::exact(2);
+    let run = common::runner(2);
     for f in fixtures("mtp") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);
@@ -247,7 +247,7 @@ fn the_head_reads_its_hidden_input_and_its_cache_is_counted() {
 
 #[test]
 fn files_without_a_head_say_so_and_still_run() {
-    let run = Runner::exact(2);
+    let run = common::runner(2);
     for f in fixtures("f32").into_iter().chain(fixtures("quant")) {
         let model = load(&f);
         assert!(!model.has_mtp(), "{}", f["name"]);
@@ -355,7 +355,7 @@ fn a_missing_or_misshaped_mtp_tensor_is_named() {
 /// replace the trunk's embedding / LM head in the head (and only there).
 #[test]
 fn the_heads_own_embedding_and_lm_head_are_used_when_present() {
-    let run = Runner::exact(2);
+    let run = common::runner(2);
     for f in fixtures("mtp") {
         let name = f["name"].as_str().unwrap();
         let base = load(&f);

@@ -8,11 +8,11 @@ use common::*;
 use rill_dtype::DType;
 use rill_kernels::q8::ActFormat;
 use rill_kernels::Precision;
-use rill_model::{Rows, Runner, SequenceState};
+use rill_model::{Rows, SequenceState};
 
 #[test]
 fn f32_prompt_logits_match_transformers() {
-    let run = Runner::exact(2);
+    let run = common::runner(2);
     for f in fixtures("f32") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);
@@ -33,7 +33,7 @@ fn f32_prompt_logits_match_transformers() {
 
 #[test]
 fn decoding_token_by_token_equals_the_batch() {
-    let run = Runner::exact(2);
+    let run = common::runner(2);
     for f in fixtures("f32") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);
@@ -59,7 +59,7 @@ fn decoding_token_by_token_equals_the_batch() {
 
 #[test]
 fn greedy_generation_matches_transformers() {
-    let run = Runner::exact(2);
+    let run = common::runner(2);
     for f in fixtures("f32") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);
@@ -87,7 +87,7 @@ fn greedy_generation_matches_transformers() {
 
 #[test]
 fn quantized_files_are_at_least_as_accurate_as_llama_cpp() {
-    let run = Runner::exact(2);
+    let run = common::runner(2);
     for f in fixtures("quant") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);
@@ -118,7 +118,7 @@ fn quantized_files_are_at_least_as_accurate_as_llama_cpp() {
 /// path's wherever integer kernels ran.
 #[test]
 fn q8_activations_reproduce_llama_cpp_error() {
-    let mut run = Runner::exact(2);
+    let mut run = common::runner(2);
     for f in fixtures("quant") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);

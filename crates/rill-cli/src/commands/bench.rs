@@ -12,7 +12,6 @@
 use crate::load;
 use anyhow::{Context, Result};
 use rill_engine::{Done, Engine, EngineConfig, Event, Request};
-use rill_kernels::simd::Isa;
 use rill_kernels::Precision;
 use rill_kernels::Threads;
 use rill_sampler::{Rng, SamplerConfig};
@@ -45,6 +44,11 @@ pub struct Args {
     /// exact.
     #[arg(long)]
     precision: Option<Precision>,
+    /// Kernel class: avx2, avx-vnni, avx512, amx (x86-64), neon (aarch64)
+    /// or scalar (the portable reference). Default: the fastest this CPU
+    /// runs; a class it lacks is refused.
+    #[arg(long, env = "RILL_KERNELS", value_parser = crate::load::parse_kernels)]
+    kernels: Option<rill_kernels::Isa>,
     /// Sequences decoded together in the generation test (one batched step
     /// per token for all of them, as the server does); tg reports the
     /// aggregate tokens/s.
@@ -125,7 +129,8 @@ fn run_all(engine: &Engine, reqs: Vec<Request>) -> Result<Vec<Done>> {
 pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.reps > 0, "-r must be at least 1");
     let t0 = Instant::now();
-    let (loaded, precision) = load::open(&a.model, a.precision, rill_load::Prefault::Now)?;
+    let (loaded, kernels, precision) =
+        load::open(&a.model, a.kernels, a.precision, rill_load::Prefault::Now)?;
     let load_s = t0.elapsed().as_secs_f64();
     let info = loaded.info;
     let (n_vocab, arch) = (loaded.model.config.n_vocab, loaded.model.config.arch);
@@ -144,6 +149,7 @@ pub fn run(a: Args) -> Result<()> {
             prefill_chunk: a.n_prompt.max(1),
             cache_bytes: 0,
             threads: a.threads,
+            kernels,
             precision,
             ..EngineConfig::default()
         },
@@ -209,7 +215,8 @@ pub fn run(a: Args) -> Result<()> {
         let obj = serde_json::json!({
             "model": info.label,
             "threads": n_threads,
-            "kernels": Isa::best().name(),
+            "kernels": kernels.name(),
+            "cpu": rill_kernels::simd::cpu_name(),
             "precision": precision.name(),
             "load_s": load_s,
             "peak_rss_bytes": rss,
@@ -223,11 +230,12 @@ pub fn run(a: Args) -> Result<()> {
         return Ok(());
     }
     println!(
-        "model: {} ({}, {} threads, {} kernels, {} precision), loaded in {load_s:.2} s",
+        "model: {} ({}, {} threads, {} kernels on {}, {} precision), loaded in {load_s:.2} s",
         info.label,
         arch.name(),
         n_threads,
-        Isa::best().name(),
+        kernels.name(),
+        rill_kernels::simd::cpu_name(),
         precision.name()
     );
     println!("| test   |            t/s |");

@@ -50,6 +50,11 @@ pub struct Args {
     /// exact.
     #[arg(long)]
     precision: Option<Precision>,
+    /// Kernel class: avx2, avx-vnni, avx512, amx (x86-64), neon (aarch64)
+    /// or scalar (the portable reference). Default: the fastest this CPU
+    /// runs; a class it lacks is refused.
+    #[arg(long, env = "RILL_KERNELS", value_parser = crate::load::parse_kernels)]
+    kernels: Option<rill_kernels::Isa>,
     /// Print speed figures after each reply.
     #[arg(long)]
     timings: bool,
@@ -60,7 +65,12 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (loaded, precision) = load::open(&a.model, a.precision, rill_load::Prefault::Background)?;
+    let (loaded, kernels, precision) = load::open(
+        &a.model,
+        a.kernels,
+        a.precision,
+        rill_load::Prefault::Background,
+    )?;
     let tmpl = template(&loaded.template, &loaded.info)?;
     let tok = Arc::new(loaded.tokenizer);
     let sampler = a.sampling.config();
@@ -74,6 +84,7 @@ pub fn run(a: Args) -> Result<()> {
             ctx_size: a.ctx_size,
             cache_bytes: a.cache_ram << 20,
             threads: a.threads,
+            kernels,
             precision,
             ..EngineConfig::default()
         },

@@ -92,6 +92,11 @@ pub struct Args {
     /// exact.
     #[arg(long)]
     precision: Option<Precision>,
+    /// Kernel class: avx2, avx-vnni, avx512, amx (x86-64), neon (aarch64)
+    /// or scalar (the portable reference). Default: the fastest this CPU
+    /// runs; a class it lacks is refused.
+    #[arg(long, env = "RILL_KERNELS", value_parser = crate::load::parse_kernels)]
+    kernels: Option<rill_kernels::Isa>,
     /// Context size in tokens (default: prompt + n_predict).
     #[arg(short = 'c', long)]
     ctx_size: Option<usize>,
@@ -113,7 +118,8 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (loaded, precision) = load::open(&a.model, a.precision, rill_load::Prefault::Lazy)?;
+    let (loaded, kernels, precision) =
+        load::open(&a.model, a.kernels, a.precision, rill_load::Prefault::Lazy)?;
     let tok = Arc::new(loaded.tokenizer);
     let prompt = if a.chat {
         let tmpl = crate::chat_prompt::template(&loaded.template, &loaded.info)?;
@@ -145,6 +151,7 @@ pub fn run(a: Args) -> Result<()> {
             ctx_size: ctx,
             cache_bytes: 0,
             threads: a.threads,
+            kernels,
             precision,
             ..EngineConfig::default()
         },

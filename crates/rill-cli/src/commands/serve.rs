@@ -55,6 +55,11 @@ pub struct Args {
     /// exact.
     #[arg(long, env = "RILL_PRECISION")]
     precision: Option<Precision>,
+    /// Kernel class: avx2, avx-vnni, avx512, amx (x86-64), neon (aarch64)
+    /// or scalar (the portable reference). Default: the fastest this CPU
+    /// runs; a class it lacks is refused.
+    #[arg(long, env = "RILL_KERNELS", value_parser = crate::load::parse_kernels)]
+    kernels: Option<rill_kernels::Isa>,
     /// Name of the model in the API (default: the file name without
     /// extension); repeat to accept several names.
     #[arg(long, env = "RILL_ALIAS")]
@@ -109,7 +114,12 @@ pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.ctx_size >= 2, "--ctx-size must be at least 2");
     let cors_origins =
         rill_server::wire::CorsOrigins::parse(&a.cors_origins).map_err(anyhow::Error::msg)?;
-    let (loaded, precision) = load::open(&a.model, a.precision, rill_load::Prefault::Background)?;
+    let (loaded, kernels, precision) = load::open(
+        &a.model,
+        a.kernels,
+        a.precision,
+        rill_load::Prefault::Background,
+    )?;
     if loaded.template.is_none() {
         match &loaded.info.template_problem {
             Some(p) => tracing::warn!("{p}: /v1/chat/completions is off"),
@@ -172,6 +182,7 @@ pub fn run(a: Args) -> Result<()> {
         cache_bytes: a.cache_ram << 20,
         cache_interval: prefill_chunk * 4,
         threads: a.threads,
+        kernels,
         precision,
     };
     let engine = Arc::new(Engine::start(model, tok.clone(), engine_config));
@@ -216,12 +227,14 @@ pub fn run(a: Args) -> Result<()> {
             .with_context(|| format!("cannot listen on {addr}"))?;
         let local = listener.local_addr()?;
         tracing::info!(
-            "serving {id} on http://{local} (slots {}, context {} per slot, {} threads, precision {}{})",
+            "serving {id} on http://{local} (slots {}, context {} per slot, {} threads, {} kernels on {}, precision {}{})",
             a.parallel,
             a.ctx_size,
             threads,
+            kernels,
+            rill_kernels::simd::cpu_name(),
             precision.name(),
-            if precision == Precision::Q8 && rill_kernels::q8::has_integer_kernels() {
+            if precision == Precision::Q8 && rill_kernels::q8::has_integer_kernels(kernels) {
                 ", integer kernels"
             } else {
                 ""

@@ -37,7 +37,9 @@ fn reference(shape: AttnShape, q: &[f32], m: usize, pos0: usize, k: &[f32], v: &
     out
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run(
+    isa: Isa,
     threads: &Threads,
     shape: AttnShape,
     q: &[f32],
@@ -48,7 +50,18 @@ fn run(
 ) -> Vec<f32> {
     let mut scratch = vec![0f32; threads.count() * shape.scratch_per_thread()];
     let mut out = vec![0f32; m * shape.n_head * shape.head_dim];
-    attend_causal(threads, shape, q, m, pos0, k, v, &mut scratch, &mut out);
+    attend_causal(
+        isa,
+        threads,
+        shape,
+        q,
+        m,
+        pos0,
+        k,
+        v,
+        &mut scratch,
+        &mut out,
+    );
     out
 }
 
@@ -67,13 +80,16 @@ fn matches_the_definition() {
             let k = noise(2, len * nkv * hd);
             let v = noise(3, len * nkv * hd);
             let want = reference(shape, &q, m, pos0, &k, &v);
-            for t in [1, 2, 3] {
-                let got = run(&Threads::new(t), shape, &q, m, pos0, &k, &v);
+            for (isa, t) in Isa::available()
+                .into_iter()
+                .flat_map(|i| [(i, 1), (i, 2), (i, 3)])
+            {
+                let got = run(isa, &Threads::new(t), shape, &q, m, pos0, &k, &v);
                 let err = got
                     .iter()
                     .zip(&want)
                     .fold(0f32, |e, (a, b)| e.max((a - b).abs()));
-                assert!(err < 2e-5, "{shape:?} pos0={pos0} m={m}: error {err}");
+                assert!(err < 2e-5, "{isa} {shape:?} pos0={pos0} m={m}: error {err}");
             }
         }
     }
@@ -91,20 +107,33 @@ fn a_query_gets_the_same_bits_in_any_block_or_chunking() {
     let q = noise(4, len * nh * hd);
     let k = noise(5, len * 2 * hd);
     let v = noise(6, len * 2 * hd);
-    let whole = run(&Threads::new(2), shape, &q, len, 0, &k, &v);
+    // Every class gives the scalar class's bits (module doc, Invariance).
+    let whole = run(Isa::Scalar, &Threads::new(2), shape, &q, len, 0, &k, &v);
     let row = nh * hd;
     // Chunks of odd sizes, and one row at a time (decode).
-    for chunk in [1usize, 7, 64, 65] {
+    for (isa, chunk) in Isa::available()
+        .into_iter()
+        .flat_map(|i| [(i, 1usize), (i, 7), (i, 64), (i, 65)])
+    {
         let threads = Threads::new(if chunk == 7 { 1 } else { 3 });
         let mut p = 0;
         while p < len {
             let m = chunk.min(len - p);
-            let got = run(&threads, shape, &q[p * row..(p + m) * row], m, p, &k, &v);
+            let got = run(
+                isa,
+                &threads,
+                shape,
+                &q[p * row..(p + m) * row],
+                m,
+                p,
+                &k,
+                &v,
+            );
             assert!(
                 got.iter()
                     .zip(&whole[p * row..(p + m) * row])
                     .all(|(a, b)| a.to_bits() == b.to_bits()),
-                "chunk {chunk}, rows {p}..{}",
+                "{isa}: chunk {chunk}, rows {p}..{}",
                 p + m
             );
             p += m;
