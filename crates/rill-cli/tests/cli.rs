@@ -154,6 +154,13 @@ fn precision_q8_changes_the_logits_of_a_quantized_file() {
 #[test]
 fn kernels_flag_picks_a_class_and_refuses_what_the_cpu_lacks() {
     use rill_kernels::Isa;
+    let listed: Vec<String> = ok(&["kernels", "--available"])
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let have: Vec<String> = Isa::available().iter().map(|i| i.to_string()).collect();
+    assert_eq!(listed, have, "rill kernels --available");
+    assert!(ok(&["kernels"]).contains(&format!("default: {}", Isa::best())));
     let name = "qwen35moe_wide.q4_k_m.gguf";
     for isa in Isa::available() {
         let bytes = logits_npy(name, &["--kernels", isa.name()]);
