@@ -2,11 +2,14 @@
 """rill vs llama.cpp, side by side on the same GGUF, same threads, same machine, in one run.
 
     scripts/bench/compare_llama.py MODEL.gguf [MODEL.gguf ...] [-t 2] [-p 512] [-n 128] [-r 3] [--rounds 2]
-                                   [--precision exact|q8]
+                                   [--precision exact|q8] [--kernels CLASS] [--llama-bin DIR]
 
 By default rill runs in its own default precision (q8 where the CPU has the integer kernels);
 `--precision q8|exact` forces one: q8 is the numerics llama.cpp itself uses on CPUs, exact keeps
-rill's f32 activations (the reference results), which cost more arithmetic.
+rill's f32 activations (the reference results), which cost more arithmetic. `--kernels` forces rill's
+kernel class (avx2, avx-vnni, avx512, amx, neon, scalar; default: the best the CPU runs), and `--llama-bin`
+names the directory of a llama-bench built for the same class (e.g. `-DGGML_NATIVE=OFF -DGGML_AVX2=ON
+-DGGML_FMA=ON -DGGML_F16C=ON`); the report gives the CPU model and both engines' classes.
 
 For each model it alternates the two engines `--rounds` times (rill, llama.cpp, rill, llama.cpp, ...) so
 that both see the same machine state, and prints for each figure the mean over rounds and the ratio:
@@ -90,13 +93,19 @@ def drop_caches():
         return False
 
 
+def rill_choice(a):
+    """rill's precision and kernel-class flags."""
+    return (([] if a.precision == "default" else ["--precision", a.precision])
+            + ([] if a.kernels is None else ["--kernels", a.kernels]))
+
+
 def run_rill(rill, model, a):
-    prec = [] if a.precision == "default" else ["--precision", a.precision]
     out, _, rss = timed([rill, "bench", "-m", model, "-p", str(a.p), "-n", str(a.n), "-r", str(a.r),
-                         "-t", str(a.t), "--json"] + prec)
+                         "-t", str(a.t), "--json"] + rill_choice(a))
     j = json.loads(out)
     return {"pp": j["pp"]["mean"], "tg": j["tg"]["mean"], "rss": rss,
-            "active_bytes": j["active_weight_bytes_per_token"]}
+            "active_bytes": j["active_weight_bytes_per_token"], "kernels": j.get("kernels"),
+            "precision": j.get("precision"), "cpu": j.get("cpu")}
 
 
 def run_llama(bin_dir, model, a):
@@ -106,7 +115,8 @@ def run_llama(bin_dir, model, a):
     rows = json.loads(out)
     pp = next(r["avg_ts"] for r in rows if r["n_prompt"] > 0 and r["n_gen"] == 0)
     tg = next(r["avg_ts"] for r in rows if r["n_gen"] > 0 and r["n_prompt"] == 0)
-    return {"pp": pp, "tg": tg, "rss": rss}
+    return {"pp": pp, "tg": tg, "rss": rss, "build": rows[0].get("build_commit"),
+            "cpu_info": rows[0].get("cpu_info")}
 
 
 def ttft(cmd):
@@ -126,6 +136,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--precision", default="default", choices=["default", "exact", "q8"],
                     help="rill's matrix-product numerics (q8: 8-bit activations, as llama.cpp)")
+    ap.add_argument("--kernels", help="rill's kernel class (default: the best this CPU runs)")
+    ap.add_argument("--llama-bin", help="directory of the llama-bench (and llama-cli) to run, e.g. one built for "
+                                        "the class of --kernels (default: LLAMA_DIR/llama-build/bin)")
     ap.add_argument("--rill", default=str(REPO / "target" / "release" / "rill"))
     ap.add_argument("--llama-dir", default=os.environ.get("RILL_ORACLE_DIR", str(Path.home() / ".cache" / "rill-oracle")))
     ap.add_argument("--no-ttft", action="store_true", help="skip the cold-start measurement")
@@ -135,11 +148,16 @@ def main():
     a = ap.parse_args()
     if not Path(a.rill).exists():
         sh(["cargo", "build", "--release", "-p", "rill-cli"], cwd=REPO)
-    bin_dir = ensure_llama(Path(a.llama_dir))
-    bw = json.loads(sh([a.rill, "bench", "-m", a.models[0], "-p", "0", "-n", "1", "-r", "1", "-t", str(a.t),
-                        "--bandwidth", "--json"]).stdout)["read_bandwidth_bytes_s"]
-    report = {"threads": a.t, "precision": a.precision, "read_bandwidth_bytes_s": bw, "models": {}}
-    print(f"machine read bandwidth, {a.t} threads: {bw / 1e9:.1f} GB/s; rill precision {a.precision}")
+    bin_dir = Path(a.llama_bin) if a.llama_bin else ensure_llama(Path(a.llama_dir))
+    probe = json.loads(sh([a.rill, "bench", "-m", a.models[0], "-p", "0", "-n", "1", "-r", "1", "-t", str(a.t),
+                           "--bandwidth", "--json"] + rill_choice(a)).stdout)
+    bw = probe["read_bandwidth_bytes_s"]
+    report = {"threads": a.t, "precision": probe.get("precision"), "kernels": probe.get("kernels"),
+              "cpu": probe.get("cpu"), "llama_bench": str(bin_dir / "llama-bench"),
+              "read_bandwidth_bytes_s": bw, "models": {}}
+    print(f"CPU {probe.get('cpu')}; rill {probe.get('kernels')} kernels, precision {probe.get('precision')}; "
+          f"llama.cpp {bin_dir / 'llama-bench'}")
+    print(f"machine read bandwidth, {a.t} threads: {bw / 1e9:.1f} GB/s")
     for model in a.models:
         rr, ll = [], []
         for i in range(a.rounds):
@@ -149,13 +167,14 @@ def main():
                   f"llama.cpp pp {ll[-1]['pp']:.1f} tg {ll[-1]['tg']:.2f}", file=sys.stderr)
         mean = lambda rows, k: statistics.mean(r[k] for r in rows if r[k] is not None)
         res = {k: {"rill": mean(rr, k), "llama_cpp": mean(ll, k)} for k in ("pp", "tg", "rss")}
+        res["llama_cpp_cpu_info"] = ll[0].get("cpu_info")
         active = rr[0]["active_bytes"]
         res["active_weight_bytes_per_token"] = active
         if not a.no_ttft:
             prompt = "Hello"
             res["ttft_s"] = {
                 "rill": ttft([a.rill, "run", "-m", model, "-p", prompt, "-n", "1", "--temp", "0", "-t", str(a.t)]
-                             + ([] if a.precision == "default" else ["--precision", a.precision])),
+                             + rill_choice(a)),
                 "llama_cpp": ttft([str(bin_dir / "llama-cli"), "-m", model, "-p", prompt, "-n", "1", "-st",
                                    "--simple-io", "--temp", "0", "-t", str(a.t), "--no-warmup"]
                                   + (["--no-repack"] if a.no_repack else [])),

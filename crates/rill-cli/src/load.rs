@@ -1,7 +1,7 @@
 //! The model every command opens, through the one loader.
 
 use anyhow::Result;
-use rill_kernels::Precision;
+use rill_kernels::{Isa, Precision};
 use rill_load::{LoadOptions, Loaded, ModelSource, Prefault};
 use std::path::PathBuf;
 
@@ -18,15 +18,18 @@ pub fn source(model: &Option<PathBuf>) -> Result<ModelSource> {
 }
 
 /// Load the model of `-m` for a command that runs it, its pages read as
-/// `prefault` says, with `precision` for its products
-/// (default: [`Precision::fastest`]), which it returns for the engine to
-/// run with. Says on stderr what runs.
+/// `prefault` says, to run on kernel class `kernels` (default:
+/// [`Isa::best`]; a class the user names was checked when the flag was
+/// parsed) with `precision` for its products (default:
+/// [`Precision::fastest`] on that class), both returned for the engine to
+/// run with. Says on stderr what runs, on which CPU.
 pub fn open(
     model: &Option<PathBuf>,
+    kernels: Option<Isa>,
     precision: Option<Precision>,
     prefault: Prefault,
-) -> Result<(Loaded, Precision)> {
-    open_with_head(model, None, precision, prefault)
+) -> Result<(Loaded, Isa, Precision)> {
+    open_with_head(model, None, kernels, precision, prefault)
 }
 
 /// [`open`] for a command that decodes: with the MTP head from a separate
@@ -34,48 +37,62 @@ pub fn open(
 pub fn open_to_decode(
     model: &Option<PathBuf>,
     spec: &crate::spec_args::SpecArgs,
+    kernels: Option<Isa>,
     precision: Option<Precision>,
     prefault: Prefault,
-) -> Result<(Loaded, Precision)> {
-    open_with_head(model, spec.mtp_model.as_deref(), precision, prefault)
+) -> Result<(Loaded, Isa, Precision)> {
+    open_with_head(
+        model,
+        spec.mtp_model.as_deref(),
+        kernels,
+        precision,
+        prefault,
+    )
 }
 
 fn open_with_head(
     model: &Option<PathBuf>,
     mtp_model: Option<&std::path::Path>,
+    kernels: Option<Isa>,
     precision: Option<Precision>,
     prefault: Prefault,
-) -> Result<(Loaded, Precision)> {
+) -> Result<(Loaded, Isa, Precision)> {
     let options = LoadOptions {
         prefault,
         mtp_model: mtp_model.map(|p| ModelSource::File(p.to_path_buf())),
     };
     let loaded = rill_load::load(&source(model)?, &options)?;
-    let precision = precision.unwrap_or_else(Precision::fastest);
-    let integer = rill_kernels::q8::has_integer_kernels();
+    let kernels = kernels.unwrap_or_else(Isa::best);
+    let precision = precision.unwrap_or_else(|| Precision::fastest(kernels));
+    let integer = rill_kernels::q8::has_integer_kernels(kernels);
     eprintln!(
-        "rill: {} ({}, {} parameters), precision {}{}",
+        "rill: {} ({}, {} parameters), {} kernels on {}, precision {}{}",
         loaded.info.label,
         loaded.model.config.arch.name(),
         rill_load::human_count(loaded.info.n_params()),
+        kernels,
+        rill_kernels::simd::cpu_name(),
         precision.name(),
-        match (precision, integer) {
-            (Precision::Q8, true) => format!(
-                " (integer kernels, {})",
-                rill_kernels::simd::Isa::best().name()
-            ),
-            _ => format!(" ({} kernels)", rill_kernels::simd::Isa::best().name()),
+        if precision == Precision::Q8 && integer {
+            " (integer kernels)"
+        } else {
+            ""
         }
     );
     if precision == Precision::Q8 && !integer {
         eprintln!(
-            "warning: no integer kernels for this CPU ({} path; they need AVX2 on x86-64 or the \
+            "warning: no integer kernels in the {kernels} class (they need AVX2 on x86-64 or the \
              dot-product extension on aarch64): --precision q8 runs the scalar reference and is \
-             slower than exact",
-            rill_kernels::simd::Isa::best().name()
+             slower than exact"
         );
     }
-    Ok((loaded, precision))
+    Ok((loaded, kernels, precision))
+}
+
+/// The `--kernels` value: a class this CPU runs, or an error that says
+/// what the CPU lacks and which classes it runs.
+pub fn parse_kernels(s: &str) -> Result<Isa, String> {
+    s.parse()
 }
 
 /// Load only what the tokenizer commands need (no weight pages read).

@@ -45,6 +45,8 @@ enum Command {
     Tokenize(commands::tokenize::TokenizeArgs),
     /// Print the text of token ids.
     Detokenize(commands::tokenize::DetokenizeArgs),
+    /// List the kernel classes (`--kernels`) and which this CPU runs.
+    Kernels(commands::kernels::Args),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +61,7 @@ fn main() -> ExitCode {
         Command::Perplexity(a) => commands::perplexity::run(a),
         Command::Tokenize(a) => commands::tokenize::run_tokenize(a),
         Command::Detokenize(a) => commands::tokenize::run_detokenize(a),
+        Command::Kernels(a) => commands::kernels::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

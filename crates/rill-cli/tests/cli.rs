@@ -148,6 +148,84 @@ fn precision_q8_changes_the_logits_of_a_quantized_file() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("precision"));
 }
 
+/// `--kernels` runs every class this CPU has, and refuses with a reason a
+/// class it lacks or a name it does not know; `rill bench --json` says
+/// which class ran on which CPU.
+#[test]
+fn kernels_flag_picks_a_class_and_refuses_what_the_cpu_lacks() {
+    use rill_kernels::Isa;
+    let listed: Vec<String> = ok(&["kernels", "--available"])
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let have: Vec<String> = Isa::available().iter().map(|i| i.to_string()).collect();
+    assert_eq!(listed, have, "rill kernels --available");
+    assert!(ok(&["kernels"]).contains(&format!("default: {}", Isa::best())));
+    let name = "qwen35moe_wide.q4_k_m.gguf";
+    for isa in Isa::available() {
+        let bytes = logits_npy(name, &["--kernels", isa.name()]);
+        let header = String::from_utf8_lossy(&bytes[10..128]);
+        assert!(header.contains("'shape': (4, "), "{isa}: {header}");
+    }
+    let m = fixtures().join(name);
+    let logits = |kernels: &str| {
+        rill(&[
+            "logits",
+            "-m",
+            m.to_str().unwrap(),
+            "--tokens",
+            "1",
+            "--out",
+            "/tmp/rill-kernels-refused.npy",
+            "--kernels",
+            kernels,
+        ])
+    };
+    let bad = logits("sse9");
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("unknown kernel class"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    let lacking = rill_kernels::simd::CLASS_NAMES
+        .iter()
+        .find(|n| Isa::from_name(n).map_or(true, |i| !i.is_available()));
+    if let Some(lacking) = lacking {
+        let out = logits(lacking);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{lacking} ran");
+        assert!(
+            err.contains("cannot run the") || err.contains("only on aarch64"),
+            "{lacking}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let out = ok(&[
+        "bench",
+        "-m",
+        fixtures().join("qwen35moe.f32.gguf").to_str().unwrap(),
+        "-p",
+        "8",
+        "-n",
+        "2",
+        "-r",
+        "1",
+        "-t",
+        "1",
+        "--kernels",
+        "scalar",
+        "--json",
+    ]);
+    let v: Value = serde_json::from_str(&out).expect("one JSON object");
+    assert_eq!(v["kernels"], "scalar", "{v}");
+    assert_eq!(
+        v["precision"], "exact",
+        "the scalar class has no integer kernels: {v}"
+    );
+    assert!(!v["cpu"].as_str().unwrap().is_empty(), "{v}");
+}
+
 #[test]
 fn cache_type_flags_change_the_kv_cache_as_llama_cpp_spells_them() {
     let name = "qwen35.f32.gguf";

@@ -18,7 +18,7 @@ use crate::request::{Done, Event, Request, SubmitError};
 use crate::sequence::{Sequence, Submitted, TokenContext};
 use crate::speculation::{SpecConfig, Speculation, MAX_DRAFT};
 use rill_grammar::{Constraint, GrammarError, GrammarSpec, Grammars};
-use rill_kernels::{Precision, Threads};
+use rill_kernels::{Isa, Precision, Threads};
 use rill_model::{
     BatchItem, KvConfig, Model, MtpItem, MtpOptions, Runner, SequenceState, StepOutputs,
 };
@@ -48,6 +48,9 @@ pub struct EngineConfig {
     pub cache_interval: usize,
     /// Worker threads of the forward passes (0 = all cores).
     pub threads: usize,
+    /// The kernel class every forward pass runs (one this CPU runs: see
+    /// `Isa::require`).
+    pub kernels: Isa,
     /// The matrix products' numerics: a run option of the engine, passed
     /// down to every forward pass.
     pub precision: Precision,
@@ -68,6 +71,7 @@ impl Default for EngineConfig {
             cache_bytes: 2 << 30,
             cache_interval: 1024,
             threads: 0,
+            kernels: Isa::best(),
             precision: Precision::Exact,
             kv: KvConfig::f32(),
             spec: SpecConfig::default(),
@@ -144,7 +148,11 @@ impl Engine {
         let metrics = Arc::new(Metrics::default());
         let waiting = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut worker = Worker {
-            runner: Runner::new(Threads::new(config.threads), config.precision),
+            runner: Runner::new(
+                Threads::new(config.threads),
+                config.kernels,
+                config.precision,
+            ),
             cache: PrefixCache::new(config.cache_bytes),
             model,
             tok: tok.clone(),

@@ -17,7 +17,7 @@ mod common;
 use common::matrix;
 use rill_kernels::quant::{dequantize_with, dot_with};
 use rill_kernels::simd::Isa;
-use rill_kernels::{matmul, MatRef, Threads};
+use rill_kernels::{matmul_with, MatRef, Threads};
 
 const TYPES: [DType; 16] = [
     DType::Q4K,
@@ -112,7 +112,7 @@ fn main() {
             print!(" {:>10.2}", gbs(data.len(), t));
         }
         let t = best_time(budget, || {
-            matmul(&threads, w, &x, 1, &mut out);
+            matmul_with(Isa::best(), &threads, w, &x, 1, &mut out);
             black_box(&out);
         });
         println!(" {:>10.2}", gbs(data.len(), t));

@@ -6,7 +6,8 @@
 //! (default 2048 × 2048) is built from the committed test-fixture blocks and
 //! multiplied by n = 1, 16, 128, 512 activation rows (or the comma-separated
 //! list in `MATMUL_BENCH_N`) on 1 and 2 threads, with exact f32 activations
-//! or, with `MATMUL_BENCH_PRECISION=q8`, 8-bit ones (`rill_kernels::q8`).
+//! or, with `MATMUL_BENCH_PRECISION=q8`, 8-bit ones (`rill_kernels::q8`), on
+//! the kernel class `MATMUL_BENCH_KERNELS` names (default: the best).
 //! Prints GFLOP/s (`2·rows·cols·n / time`), the median of several short runs
 //! (the machine may be shared, so medians are steadier than means). The
 //! `cpu` line is the 1-thread figure per second of on-CPU time, which time
@@ -19,7 +20,7 @@ use rill_dtype::DType;
 
 mod common;
 use common::matrix;
-use rill_kernels::{matmul_in, MatRef, Precision, Threads};
+use rill_kernels::{matmul_on, Isa, MatRef, Precision, Threads};
 
 const ALL: [DType; 10] = [
     DType::F32,
@@ -91,10 +92,14 @@ fn main() {
         .map_or(Precision::Exact, |v| {
             v.parse().expect("MATMUL_BENCH_PRECISION")
         });
+    let isa: Isa = std::env::var("MATMUL_BENCH_KERNELS").map_or(Isa::best(), |v| {
+        v.parse()
+            .unwrap_or_else(|e| panic!("MATMUL_BENCH_KERNELS: {e}"))
+    });
     let budget = Duration::from_millis(300);
     println!(
-        "matrix {rows} x {cols}; isa {:?}; precision {}; GFLOP/s (median)",
-        rill_kernels::simd::Isa::best(),
+        "matrix {rows} x {cols}; kernels {isa} on {}; precision {}; GFLOP/s (median)",
+        rill_kernels::simd::cpu_name(),
         precision.name()
     );
     print!("{:<6} {:>3}", "type", "thr");
@@ -121,7 +126,7 @@ fn main() {
                     .collect();
                 let mut out = vec![0f32; n * rows];
                 let (t, cpu) = median_time(budget, || {
-                    matmul_in(precision, &threads, w, black_box(&x), n, &mut out);
+                    matmul_on(isa, precision, &threads, w, black_box(&x), n, &mut out);
                     black_box(&out);
                 });
                 let flop = 2.0 * rows as f64 * cols as f64 * n as f64;

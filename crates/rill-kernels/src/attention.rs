@@ -100,6 +100,7 @@ impl AttnShape {
 /// `1/√head_dim`. A coded cache is decoded a tile at a time in the scratch.
 #[allow(clippy::too_many_arguments)]
 pub fn attend_causal(
+    isa: Isa,
     threads: &Threads,
     shape: AttnShape,
     q: &[f32],
@@ -120,7 +121,7 @@ pub fn attend_causal(
     assert!(k.positions(nkv * hd) >= pos0 + m && v.positions(nkv * hd) >= pos0 + m);
     let per = shape.scratch_per_thread();
     assert!(scratch.len() >= threads.count() * per);
-    let isa = Isa::best();
+    isa.check();
     let bp = shape.block_positions();
     let blocks = m.div_ceil(bp);
     let scratch_ptr = SharedMut::new(scratch);
@@ -230,16 +231,22 @@ impl Job<'_> {
                         transpose(&c[first_value..], nkv * hd, (kt, hd), kb, KEY_TILE)
                     }
                     KvRows::Coded { .. } => {
-                        self.k.decode_rows(geo, k0, kt, kd, hd);
+                        self.k.decode_rows(self.isa, geo, k0, kt, kd, hd);
                         transpose(kd, hd, (kt, hd), kb, KEY_TILE);
                     }
                 }
-                product_nn((qb, hd), (kb, KEY_TILE), (n, hd, kt), (s, kt));
+                product_nn(self.isa, (qb, hd), (kb, KEY_TILE), (n, hd, kt), (s, kt));
             }
             if kr.hi {
-                self.k.decode_exact_rows(geo, k0, kt, kd, hd);
+                self.k.decode_exact_rows(self.isa, geo, k0, kt, kd, hd);
                 transpose(kd, hd, (kt, hd), kb_hi, KEY_TILE);
-                product_nn((qb, hd), (kb_hi, KEY_TILE), (n, hd, kt), (s_hi, kt));
+                product_nn(
+                    self.isa,
+                    (qb, hd),
+                    (kb_hi, KEY_TILE),
+                    (n, hd, kt),
+                    (s_hi, kt),
+                );
             }
             for r in 0..n {
                 let pos = first + r / group;
@@ -307,15 +314,15 @@ impl Job<'_> {
                 let values: (&[f32], usize) = match (lo, self.v.rows) {
                     (true, KvRows::F32(c)) => (&c[first_value..], nkv * hd),
                     (true, KvRows::Coded { .. }) => {
-                        self.v.decode_rows(geo, k0, kt, vd, hd);
+                        self.v.decode_rows(self.isa, geo, k0, kt, vd, hd);
                         (&*vd, hd)
                     }
                     (false, _) => {
-                        self.v.decode_exact_rows(geo, k0, kt, vd_hi, hd);
+                        self.v.decode_exact_rows(self.isa, geo, k0, kt, vd_hi, hd);
                         (&*vd_hi, hd)
                     }
                 };
-                product_nn((weights, KEY_TILE), values, (n, kt, hd), (pv, hd));
+                product_nn(self.isa, (weights, KEY_TILE), values, (n, kt, hd), (pv, hd));
                 for r in 0..n {
                     let pos = first + r / group;
                     if pos < k0 {

@@ -29,6 +29,7 @@ const BLOCK: usize = 256;
 ///
 /// Panics if the sizes disagree or `K` is 0 or over [`MAX_CONV_TAPS`].
 pub fn causal_conv_silu(
+    isa: Isa,
     threads: &Threads,
     taps: &[f32],
     k: usize,
@@ -41,7 +42,7 @@ pub fn causal_conv_silu(
     assert_eq!(taps.len(), k * channels, "conv taps");
     assert_eq!(x.len(), n * channels, "conv inputs");
     assert_eq!(window.len(), (k - 1) * channels, "conv window");
-    let isa = Isa::best();
+    isa.check();
     let (x, window) = (SharedMut::new(x), SharedMut::new(window));
     // A decode step's few channels × taps stay on one thread.
     let min_blocks = (64 / n.max(1)).max(1);
@@ -153,7 +154,7 @@ mod tests {
         let taps = noise(3, k * cs);
         let x = noise(5, 37 * cs);
         let want = reference(&taps, k, &x, 37, &vec![0.0; (k - 1) * cs]);
-        for threads in [1, 3] {
+        for (isa, threads) in Isa::available().into_iter().flat_map(|i| [(i, 1), (i, 3)]) {
             let th = Threads::new(threads);
             // One step of 37, then steps of 1, 2 and 34 with the window carried.
             for cuts in [vec![37], vec![1, 2, 34]] {
@@ -162,7 +163,7 @@ mod tests {
                 let mut t0 = 0;
                 for len in cuts {
                     let mut step = x[t0 * cs..(t0 + len) * cs].to_vec();
-                    causal_conv_silu(&th, &taps, k, &mut step, len, &mut window);
+                    causal_conv_silu(isa, &th, &taps, k, &mut step, len, &mut window);
                     got.extend_from_slice(&step);
                     t0 += len;
                 }
@@ -170,7 +171,7 @@ mod tests {
                     got.iter()
                         .zip(&want)
                         .all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "{threads} threads"
+                    "{isa}, {threads} threads"
                 );
                 assert_eq!(&window[..], &x[(37 - (k - 1)) * cs..], "window");
             }

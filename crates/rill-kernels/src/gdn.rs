@@ -45,15 +45,10 @@ impl HeadInputs<'_> {
     }
 }
 
-/// Token-by-token form. `state` is `[d_k × d_v]`, `out` is `[n × d_v]`.
-pub fn delta_rule_recurrent(x: &HeadInputs, state: &mut [f32], out: &mut [f32]) {
-    delta_rule_recurrent_with(Isa::best(), x, state, out)
-}
-
-/// [`delta_rule_recurrent`] on an explicit kernel path: the same loops
-/// compiled for wider vectors (every path gives the same bits: the
-/// operations are element-wise over `d_v`, in the same order over `d_k`,
-/// and never fused).
+/// Token-by-token form on kernel class `isa`. `state` is `[d_k × d_v]`,
+/// `out` is `[n × d_v]`. Every class runs the same loops compiled for its
+/// vectors, with the same bits: the operations are element-wise over
+/// `d_v`, in the same order over `d_k`, and never fused.
 pub fn delta_rule_recurrent_with(isa: Isa, x: &HeadInputs, state: &mut [f32], out: &mut [f32]) {
     isa.check();
     assert!(state.len() >= x.d_k * x.d_v && out.len() >= x.n() * x.d_v);
@@ -102,10 +97,10 @@ fn recurrent_body(x: &HeadInputs, state: &mut [f32], out: &mut [f32]) {
     }
 }
 
-/// Chunkwise form; same contract as [`delta_rule_recurrent`].
-pub fn delta_rule_chunked(x: &HeadInputs, state: &mut [f32], out: &mut [f32]) {
+/// Chunkwise form; same contract as [`delta_rule_recurrent_with`].
+pub fn delta_rule_chunked(isa: Isa, x: &HeadInputs, state: &mut [f32], out: &mut [f32]) {
     let mut scratch = vec![0f32; chunked_scratch_len(x.d_k, x.d_v)];
-    delta_rule_chunked_in(x, state, out, &mut scratch);
+    delta_rule_chunked_in(isa, x, state, out, &mut scratch);
 }
 
 /// Floats of scratch [`delta_rule_chunked_in`] needs for heads of these sizes.
@@ -117,11 +112,13 @@ pub fn chunked_scratch_len(d_k: usize, d_v: usize) -> usize {
 /// [`chunked_scratch_len`]), which a prefill keeps from head to head: a
 /// buffer this large allocated per call is mapped and unmapped each time.
 pub fn delta_rule_chunked_in(
+    isa: Isa,
     x: &HeadInputs,
     state: &mut [f32],
     out: &mut [f32],
     scratch: &mut [f32],
 ) {
+    isa.check();
     let (dk, dv) = (x.d_k, x.d_v);
     let n = x.n();
     let lens = ChunkScratch::lens(dk, dv);
@@ -154,6 +151,7 @@ pub fn delta_rule_chunked_in(
             d_v: dv,
         };
         chunk(
+            isa,
             &view,
             state,
             &mut out[start * dv..(start + c) * dv],
@@ -208,14 +206,14 @@ impl ChunkScratch<'_> {
 ///
 /// The element-wise loops are compiled for the CPU's widest vectors (the
 /// same IEEE operations, so the same bits on every path).
-fn chunk(x: &HeadInputs, state: &mut [f32], out: &mut [f32], sc: &mut ChunkScratch) {
-    on_widest_vectors!(Isa::best(), (x: &HeadInputs = x, state: &mut [f32] = state,
-        out: &mut [f32] = out, sc: &mut ChunkScratch = sc) => chunk_body(x, state, out, sc));
-    chunk_body(x, state, out, sc)
+fn chunk(isa: Isa, x: &HeadInputs, state: &mut [f32], out: &mut [f32], sc: &mut ChunkScratch) {
+    on_widest_vectors!(isa, (isa: Isa = isa, x: &HeadInputs = x, state: &mut [f32] = state,
+        out: &mut [f32] = out, sc: &mut ChunkScratch = sc) => chunk_body(isa, x, state, out, sc));
+    chunk_body(isa, x, state, out, sc)
 }
 
 #[inline(always)]
-fn chunk_body(x: &HeadInputs, state: &mut [f32], out: &mut [f32], sc: &mut ChunkScratch) {
+fn chunk_body(isa: Isa, x: &HeadInputs, state: &mut [f32], out: &mut [f32], sc: &mut ChunkScratch) {
     let (dk, dv) = (x.d_k, x.d_v);
     let c = x.n();
     let big_g = &mut sc.big_g[..c];
@@ -245,8 +243,8 @@ fn chunk_body(x: &HeadInputs, state: &mut [f32], out: &mut [f32], sc: &mut Chunk
     // horizontal sums) and, scaled, the state update's left factor.
     let kt = &mut sc.kw[..dk * c];
     transpose(x.k, dk, (c, dk), kt, c);
-    product_nn((x.k, dk), (state, dv), (c, dk, dv), (proj, dv));
-    product_nn((x.k, dk), (kt, c), (c, dk, c), (gram, c));
+    product_nn(isa, (x.k, dk), (state, dv), (c, dk, dv), (proj, dv));
+    product_nn(isa, (x.k, dk), (kt, c), (c, dk, c), (gram, c));
     let tm = &mut sc.tm[..c * c];
     for t in 0..c {
         let (done, rest) = tm.split_at_mut(t * c);
@@ -271,12 +269,12 @@ fn chunk_body(x: &HeadInputs, state: &mut [f32], out: &mut [f32], sc: &mut Chunk
             *o = b * (v - et * p);
         }
     }
-    product_nn((tm, c), (rhs, dv), (c, c, dv), (u, dv));
+    product_nn(isa, (tm, c), (rhs, dv), (c, c, dv), (u, dv));
 
     // o_t = e^{G_t} S₀ᵀq_t + Σ_{s≤t} e^{G_t−G_s} (q_t·k_s) u_s, the sum as
     // one product of the masked, decayed scores [C × C] by u.
-    product_nn((x.q, dk), (state, dv), (c, dk, dv), (proj, dv));
-    product_nn((x.q, dk), (kt, c), (c, dk, c), (gram, c));
+    product_nn(isa, (x.q, dk), (state, dv), (c, dk, dv), (proj, dv));
+    product_nn(isa, (x.q, dk), (kt, c), (c, dk, c), (gram, c));
     for t in 0..c {
         for s in 0..c {
             gram[t * c + s] = if s <= t {
@@ -286,7 +284,7 @@ fn chunk_body(x: &HeadInputs, state: &mut [f32], out: &mut [f32], sc: &mut Chunk
             };
         }
     }
-    product_nn((gram, c), (u, dv), (c, c, dv), (out, dv));
+    product_nn(isa, (gram, c), (u, dv), (c, c, dv), (out, dv));
     for t in 0..c {
         let et = big_g[t].exp();
         for (o, &p) in out[t * dv..(t + 1) * dv]
@@ -306,7 +304,7 @@ fn chunk_body(x: &HeadInputs, state: &mut [f32], out: &mut [f32], sc: &mut Chunk
         row.iter_mut().zip(to_end).for_each(|(k, &w)| *k *= w);
     }
     let upd = &mut sc.upd[..dk * dv];
-    product_nn((kw, c), (u, dv), (dk, c, dv), (upd, dv));
+    product_nn(isa, (kw, c), (u, dv), (dk, c, dv), (upd, dv));
     for (sv, &d) in state.iter_mut().zip(upd.iter()) {
         *sv = ec * *sv + d;
     }
@@ -360,8 +358,8 @@ mod tests {
             let s0 = noise(99, dk * dv);
             let (mut s_rec, mut s_chk) = (s0.clone(), s0.clone());
             let (mut o_rec, mut o_chk) = (vec![0f32; n * dv], vec![0f32; n * dv]);
-            delta_rule_recurrent(&x, &mut s_rec, &mut o_rec);
-            delta_rule_chunked(&x, &mut s_chk, &mut o_chk);
+            delta_rule_recurrent_with(Isa::best(), &x, &mut s_rec, &mut o_rec);
+            delta_rule_chunked(Isa::best(), &x, &mut s_chk, &mut o_chk);
             let scale = o_rec.iter().fold(0f32, |m, v| m.max(v.abs())).max(1.0);
             let od = o_rec
                 .iter()
@@ -391,7 +389,7 @@ mod tests {
         };
         let mut s = vec![0f32; 6];
         let mut o = vec![0f32; 3];
-        delta_rule_recurrent(&x, &mut s, &mut o);
+        delta_rule_recurrent_with(Isa::Scalar, &x, &mut s, &mut o);
         assert_eq!(s, vec![1.0, -0.5, 0.25, 0.0, 0.0, 0.0]);
         for (got, want) in o.iter().zip([0.6f32, -0.3, 0.15]) {
             assert!((got - want).abs() < 1e-6);

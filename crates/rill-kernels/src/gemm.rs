@@ -69,9 +69,9 @@ fn block_rows(n: usize, cols: usize) -> usize {
 fn tile_tokens(isa: Isa) -> usize {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => crate::simd::x86::gemm::NR_256,
+        Isa::Avx2 | Isa::AvxVnni => crate::simd::x86::gemm::NR_256,
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => crate::simd::x86::gemm::NR_512,
+        Isa::Avx512 | Isa::Amx => crate::simd::x86::gemm::NR_512,
         #[cfg(target_arch = "aarch64")]
         Isa::Neon => crate::simd::neon::gemm::NR,
         _ => 4,
@@ -118,7 +118,7 @@ fn tile(isa: Isa, w: &[f32], nr: usize, x: &[f32], nt: usize, cols: usize, out: 
     if isa != Isa::Scalar {
         // SAFETY: the caller checked the CPU features (`Isa::check`); sizes
         // and tile bounds are asserted above.
-        unsafe { crate::simd::x86::gemm::tile(isa == Isa::Avx512, w, nr, x, nt, cols, out) };
+        unsafe { crate::simd::x86::gemm::tile(isa.wide(), w, nr, x, nt, cols, out) };
         return;
     }
     #[cfg(target_arch = "aarch64")]
@@ -200,7 +200,7 @@ pub(crate) unsafe fn rows(
                     let off = scratch.rows.as_ptr().align_offset(64).min(16);
                     let buf = &mut scratch.rows[off..off + (b1 - b0) * cols];
                     for (i, r) in (b0..b1).enumerate() {
-                        w.dequantize_row(r, &mut buf[i * cols..(i + 1) * cols]);
+                        w.dequantize_row(isa, r, &mut buf[i * cols..(i + 1) * cols]);
                     }
                     buf
                 }
@@ -255,11 +255,11 @@ unsafe fn fused_rows(
     let canon: CanonTile = match isa {
         // SAFETY (all three): the callers of `fused_rows` checked the CPU.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => {
+        Isa::Avx2 | Isa::AvxVnni => {
             |d, w, nr, x, nt, c, o| unsafe { x86::canon_tile(false, d, w, nr, x, nt, c, o) }
         }
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => {
+        Isa::Avx512 | Isa::Amx => {
             |d, w, nr, x, nt, c, o| unsafe { x86::canon_tile(true, d, w, nr, x, nt, c, o) }
         }
         #[cfg(target_arch = "aarch64")]

@@ -16,6 +16,7 @@
 //! depends on the two positions only, so a query's result still does not
 //! depend on the step's other rows, its chunking or its batch.
 
+use crate::simd::Isa;
 use rill_dtype::DType;
 
 /// The encodings a KV cache can be stored in.
@@ -248,6 +249,7 @@ impl<'a> KvSide<'a> {
     /// `dst` (`n` rows of stride `ld`), from the coded rows.
     pub(crate) fn decode_rows(
         &self,
+        isa: Isa,
         (nkv, hd, kvh): (usize, usize, usize),
         p0: usize,
         n: usize,
@@ -265,7 +267,8 @@ impl<'a> KvSide<'a> {
                 let (row, head) = (encoded_len(dtype, nkv * hd), encoded_len(dtype, hd));
                 for i in 0..n {
                     let src = (p0 + i) * row + kvh * head;
-                    crate::quant::dequantize(
+                    crate::quant::dequantize_with(
+                        isa,
                         dtype,
                         &bytes[src..src + head],
                         &mut dst[i * ld..i * ld + hd],
@@ -279,6 +282,7 @@ impl<'a> KvSide<'a> {
     /// they do not hold (no query reads it from them) decodes as zeros.
     pub(crate) fn decode_exact_rows(
         &self,
+        isa: Isa,
         (nkv, hd, kvh): (usize, usize, usize),
         p0: usize,
         n: usize,
@@ -290,9 +294,12 @@ impl<'a> KvSide<'a> {
         for i in 0..n {
             let d = &mut dst[i * ld..i * ld + hd];
             match e.row(p0 + i, row) {
-                Some(r) => {
-                    crate::quant::dequantize(DType::F16, &r[kvh * head..(kvh + 1) * head], d)
-                }
+                Some(r) => crate::quant::dequantize_with(
+                    isa,
+                    DType::F16,
+                    &r[kvh * head..(kvh + 1) * head],
+                    d,
+                ),
                 None => d.fill(0.0),
             }
         }
@@ -308,7 +315,7 @@ mod tests {
         let mut bytes = vec![0u8; encoded_len(dtype, x.len())];
         encode(dtype, x, &mut bytes);
         let mut back = vec![0f32; x.len()];
-        crate::quant::dequantize(dtype, &bytes, &mut back);
+        crate::quant::dequantize_with(Isa::Scalar, dtype, &bytes, &mut back);
         back
     }
 

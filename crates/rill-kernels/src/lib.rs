@@ -9,7 +9,7 @@
 //!   (blocked microkernels in `gemm`, one canonical order per output).
 //! - [`q8`]: the opt-in products with 8-bit activations ([`Precision::Q8`]).
 //! - [`ops`]: element-wise and row-wise f32 operations (norms, activations, softmax).
-//! - [`simd`]: run-time choice of the SIMD kernel path ([`simd::Isa`]).
+//! - [`simd`]: the kernel classes ([`Isa`]), one chosen per run and passed down.
 //! - [`threads`]: the thread pool the forward pass runs on.
 pub mod attention;
 pub mod conv;
@@ -26,10 +26,10 @@ mod small;
 pub mod threads;
 
 pub use matmul::{
-    matmul, matmul_in, matmul_many, matmul_many_in, matmul_many_on, matmul_many_with, matmul_with,
-    MatJob, MatRef, Scales,
+    matmul_many_on, matmul_many_with, matmul_on, matmul_with, MatJob, MatRef, Scales,
 };
 pub use q8::Precision;
+pub use simd::Isa;
 pub use threads::Threads;
 
 /// Helpers shared by the unit tests.

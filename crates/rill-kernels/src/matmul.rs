@@ -133,36 +133,24 @@ impl<'a> MatRef<'a> {
         }
     }
 
-    /// Decode row `r` into `out` (`cols` values), its separate scales
-    /// multiplied in.
-    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
-        quant::dequantize(self.dtype, self.row(r), out);
+    /// Decode row `r` into `out` (`cols` values) on kernel class `isa`,
+    /// its separate scales multiplied in.
+    pub fn dequantize_row(&self, isa: Isa, r: usize, out: &mut [f32]) {
+        quant::dequantize_with(isa, self.dtype, self.row(r), out);
         crate::scaled::apply(self.scales, r, out);
     }
 }
 
-/// `out[t][r] = Σ_c w[r][c] · x[t][c]` for `t < n`, threaded over rows.
+/// `out[t][r] = Σ_c w[r][c] · x[t][c]` for `t < n`, threaded over rows,
+/// exactly (f32 activations) on kernel class `isa`. Panics if the CPU
+/// cannot run `isa`.
 ///
 /// Batch invariance: every output is computed in the canonical order of the
-/// CPU's kernel path (see [`crate::gemm`]) whatever `n` is, whatever the other
-/// rows of `x` hold and however rows are split among threads, so a token gets
+/// class (see [`crate::gemm`]) whatever `n` is, whatever the other rows of
+/// `x` hold and however rows are split among threads, so a token gets
 /// bit-identical results alone or in a batch (the serving engine relies on
 /// this to give a request the same tokens under any load). Weight rows are
 /// decoded once per token tile and reused for every token of it.
-pub fn matmul(threads: &Threads, w: MatRef<'_>, x: &[f32], n: usize, out: &mut [f32]) {
-    matmul_many(
-        threads,
-        &mut [MatJob {
-            w,
-            x,
-            n,
-            out,
-            pick: None,
-        }],
-    );
-}
-
-/// [`matmul`] on an explicit kernel path. Panics if the CPU cannot run `isa`.
 pub fn matmul_with(
     isa: Isa,
     threads: &Threads,
@@ -171,8 +159,22 @@ pub fn matmul_with(
     n: usize,
     out: &mut [f32],
 ) {
-    matmul_many_with(
+    matmul_on(isa, Precision::Exact, threads, w, x, n, out)
+}
+
+/// [`matmul_with`] with the given activation [`Precision`].
+pub fn matmul_on(
+    isa: Isa,
+    precision: Precision,
+    threads: &Threads,
+    w: MatRef<'_>,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+) {
+    matmul_many_on(
         isa,
+        precision,
         threads,
         &mut [MatJob {
             w,
@@ -184,7 +186,7 @@ pub fn matmul_with(
     );
 }
 
-/// One product of a [`matmul_many`] call: `out = w · xᵀ` over `n` rows of `x`.
+/// One product of a [`matmul_many_on`] call: `out = w · xᵀ` over `n` rows of `x`.
 pub struct MatJob<'a> {
     pub w: MatRef<'a>,
     pub x: &'a [f32],
@@ -198,48 +200,15 @@ pub struct MatJob<'a> {
 }
 
 /// Several independent products in one parallel region (e.g. the q, k and v
-/// projections of one input, or every routed expert of a step): one start
-/// and one barrier instead of one per matrix, and the rows of all of them
-/// balanced over the workers. Same per-element arithmetic as [`matmul`].
-pub fn matmul_many(threads: &Threads, jobs: &mut [MatJob]) {
-    matmul_many_with(Isa::best(), threads, jobs)
-}
-
-/// [`matmul_many`] on an explicit kernel path. Panics if the CPU cannot run `isa`.
+/// projections of one input, or every routed expert of a step), exactly on
+/// kernel class `isa`: one start and one barrier instead of one per matrix,
+/// and the rows of all of them balanced over the workers. Same per-element
+/// arithmetic as [`matmul_with`]. Panics if the CPU cannot run `isa`.
 pub fn matmul_many_with(isa: Isa, threads: &Threads, jobs: &mut [MatJob]) {
     matmul_many_on(isa, Precision::Exact, threads, jobs)
 }
 
-/// [`matmul`] with the given activation [`Precision`].
-pub fn matmul_in(
-    precision: Precision,
-    threads: &Threads,
-    w: MatRef<'_>,
-    x: &[f32],
-    n: usize,
-    out: &mut [f32],
-) {
-    matmul_many_on(
-        Isa::best(),
-        precision,
-        threads,
-        &mut [MatJob {
-            w,
-            x,
-            n,
-            out,
-            pick: None,
-        }],
-    );
-}
-
-/// [`matmul_many`] with the given activation [`Precision`].
-pub fn matmul_many_in(precision: Precision, threads: &Threads, jobs: &mut [MatJob]) {
-    matmul_many_on(Isa::best(), precision, threads, jobs)
-}
-
-/// [`matmul_many`] on an explicit kernel path and activation [`Precision`].
-/// Panics if the CPU cannot run `isa`.
+/// [`matmul_many_with`] with the given activation [`Precision`].
 ///
 /// With [`Precision::Q8`], the jobs whose weights have integer kernels
 /// ([`ActFormat::for_weights`]) take 8-bit activations (see [`crate::q8`]),
@@ -279,7 +248,7 @@ pub fn matmul_many_on(isa: Isa, precision: Precision, threads: &Threads, jobs: &
     outs.clear();
     outs.extend(jobs.iter_mut().map(|j| SharedMut::new(j.out)));
     if precision == Precision::Q8 {
-        quantized.quantize(threads, jobs);
+        quantized.quantize(isa, threads, jobs);
     } else {
         quantized.clear();
     }
@@ -336,7 +305,7 @@ pub fn matmul_many_on(isa: Isa, precision: Precision, threads: &Threads, jobs: &
     });
 }
 
-/// What [`matmul_many_with`] needs besides its inputs, kept per calling
+/// What [`matmul_many_on`] needs besides its inputs, kept per calling
 /// thread between calls so that a call allocates only when it needs more
 /// room than any before it (a forward step makes hundreds of products).
 #[derive(Default)]
@@ -494,7 +463,7 @@ impl QuantizedX {
     /// Quantize each distinct input of the jobs that have integer
     /// kernels, whole (all its rows, also for jobs that pick some): the
     /// rows of all of them in one parallel region.
-    fn quantize(&mut self, threads: &Threads, jobs: &[MatJob]) {
+    fn quantize(&mut self, isa: Isa, threads: &Threads, jobs: &[MatJob]) {
         let same = |a: &[f32], b: &[f32]| a.as_ptr() == b.as_ptr() && a.len() == b.len();
         self.at.clear();
         self.placed.clear();
@@ -523,7 +492,8 @@ impl QuantizedX {
         for (acts, &(k, f)) in self.pool.iter_mut().zip(&self.placed) {
             let cols = jobs[k].w.cols;
             let rows = jobs[k].x.len() / cols;
-            self.sinks.push((total, k, acts.prepare(f, rows, cols)));
+            self.sinks
+                .push((total, k, acts.prepare(isa, f, rows, cols)));
             total += rows;
         }
         let sinks = &self.sinks;
@@ -570,10 +540,17 @@ mod tests {
             .collect();
         let threads = Threads::new(2);
         let mut all = vec![0f32; 5 * rows];
-        matmul(&threads, m, &x, 5, &mut all);
+        matmul_with(Isa::best(), &threads, m, &x, 5, &mut all);
         for t in 0..5 {
             let mut one = vec![0f32; rows];
-            matmul(&threads, m, &x[t * cols..(t + 1) * cols], 1, &mut one);
+            matmul_with(
+                Isa::best(),
+                &threads,
+                m,
+                &x[t * cols..(t + 1) * cols],
+                1,
+                &mut one,
+            );
             assert_eq!(&all[t * rows..(t + 1) * rows], &one[..], "token {t}");
         }
     }
@@ -618,11 +595,18 @@ mod tests {
                 pick: None,
             })
             .collect();
-        matmul_many(&threads, &mut jobs);
+        matmul_many_with(Isa::best(), &threads, &mut jobs);
         drop(jobs);
         for i in 0..shapes.len() {
             let mut want = vec![0f32; shapes[i].0 * shapes[i].2];
-            matmul(&Threads::new(1), mats[i], &xs[i], shapes[i].2, &mut want);
+            matmul_with(
+                Isa::best(),
+                &Threads::new(1),
+                mats[i],
+                &xs[i],
+                shapes[i].2,
+                &mut want,
+            );
             assert_eq!(outs[i], want, "job {i}");
         }
     }

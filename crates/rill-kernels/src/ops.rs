@@ -52,13 +52,7 @@ fn sum_squares(x: &[f32]) -> f32 {
 
 use crate::simd::{on_widest_vectors, Isa};
 
-/// f32 dot product, with the fastest kernels this CPU supports.
-#[inline]
-pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    dot_f32_with(Isa::best(), a, b)
-}
-
-/// [`dot_f32`] with an explicit kernel path. Panics if the CPU cannot run `isa`.
+/// f32 dot product on kernel class `isa`. Panics if the CPU cannot run `isa`.
 pub fn dot_f32_with(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     isa.check();
     assert_eq!(a.len(), b.len(), "dot_f32: length mismatch");
@@ -106,15 +100,9 @@ pub fn sum(x: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + rest
 }
 
-/// `y += a · x`, with the fastest kernels this CPU supports (fused
-/// multiply-add on x86-64 and aarch64, so it may differ from the scalar path
-/// in the last bit).
-#[inline]
-pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
-    axpy_with(Isa::best(), a, x, y)
-}
-
-/// [`axpy`] with an explicit kernel path. Panics if the CPU cannot run `isa`.
+/// `y += a · x` on kernel class `isa` (fused multiply-add on x86-64 and
+/// aarch64, so it may differ from the scalar path in the last bit). Panics
+/// if the CPU cannot run `isa`.
 pub fn axpy_with(isa: Isa, a: f32, x: &[f32], y: &mut [f32]) {
     isa.check();
     assert_eq!(x.len(), y.len(), "axpy: length mismatch");
@@ -194,30 +182,25 @@ fn zip_map_with(isa: Isa, y: &mut [f32], x: &[f32], f: impl Fn(f32, f32) -> f32 
     body(y, x, f)
 }
 
-/// `g[i] = silu(g[i]) · u[i]` (SwiGLU), vectorised ([`exp_fast`]).
-pub fn swiglu_inplace(g: &mut [f32], u: &[f32]) {
-    swiglu_inplace_with(Isa::best(), g, u)
-}
-
-/// [`swiglu_inplace`] on an explicit kernel path.
+/// `g[i] = silu(g[i]) · u[i]` (SwiGLU), vectorised ([`exp_fast`]) on
+/// kernel class `isa`.
 pub fn swiglu_inplace_with(isa: Isa, g: &mut [f32], u: &[f32]) {
     zip_map_with(isa, g, u, |g, u| g / (1.0 + exp_fast(-g)) * u)
 }
 
-/// `y[i] *= silu(z[i])` (the gated norm's gate), vectorised.
-pub fn mul_silu_inplace(y: &mut [f32], z: &[f32]) {
-    zip_map_with(Isa::best(), y, z, |y, z| y * (z / (1.0 + exp_fast(-z))))
+/// `y[i] *= silu(z[i])` (the gated norm's gate), vectorised on `isa`.
+pub fn mul_silu_inplace_with(isa: Isa, y: &mut [f32], z: &[f32]) {
+    zip_map_with(isa, y, z, |y, z| y * (z / (1.0 + exp_fast(-z))))
 }
 
-/// `y[i] *= sigmoid(z[i])` (an output gate), vectorised.
-pub fn mul_sigmoid_inplace(y: &mut [f32], z: &[f32]) {
-    zip_map_with(Isa::best(), y, z, |y, z| y * (1.0 / (1.0 + exp_fast(-z))))
+/// `y[i] *= sigmoid(z[i])` (an output gate), vectorised on `isa`.
+pub fn mul_sigmoid_inplace_with(isa: Isa, y: &mut [f32], z: &[f32]) {
+    zip_map_with(isa, y, z, |y, z| y * (1.0 / (1.0 + exp_fast(-z))))
 }
 
-/// `y[i] = silu(y[i])`, vectorised.
-pub fn silu_inplace(y: &mut [f32]) {
+/// `y[i] = silu(y[i])`, vectorised on `isa`.
+pub fn silu_inplace_with(isa: Isa, y: &mut [f32]) {
     // `x` is `y` itself: a copy would cost more than the unused loads.
-    let isa = Isa::best();
     isa.check();
     #[inline(always)]
     fn body(y: &mut [f32]) {
@@ -319,6 +302,8 @@ mod tests {
         let a: Vec<f32> = (0..19).map(|i| i as f32).collect();
         let b: Vec<f32> = (0..19).map(|i| 1.0 - i as f32 * 0.5).collect();
         let want: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
-        assert!((dot_f32(&a, &b) - want).abs() < 1e-3);
+        for isa in Isa::available() {
+            assert!((dot_f32_with(isa, &a, &b) - want).abs() < 1e-3, "{isa}");
+        }
     }
 }

@@ -96,12 +96,12 @@ mod tests {
             [5.0, 5.0, 6.0],
         ];
         for (r, w) in want.iter().enumerate() {
-            m.dequantize_row(r, &mut row);
+            m.dequantize_row(crate::simd::Isa::Scalar, r, &mut row);
             assert_eq!(&row, w, "row {r}");
         }
         let cut = m.slice_rows(1, 4);
         for (r, w) in want[1..4].iter().enumerate() {
-            cut.dequantize_row(r, &mut row);
+            cut.dequantize_row(crate::simd::Isa::Scalar, r, &mut row);
             assert_eq!(&row, w, "view row {r}");
         }
     }
@@ -119,7 +119,7 @@ mod tests {
             ..MatRef::new(DType::E2M1, 1, 4, &[0x72, 0x9F])
         };
         let mut row = [0f32; 4];
-        m.dequantize_row(0, &mut row);
+        m.dequantize_row(crate::simd::Isa::Scalar, 0, &mut row);
         assert_eq!(row, [0.5, 3.0, -2.25, -0.1875]);
     }
 }

@@ -55,6 +55,7 @@ pub(crate) fn transpose(
 /// is exactly rounded, so every path (vector instructions or `mul_add` in
 /// scalar code) and every tiling gives the same bits.
 pub(crate) fn product_nn(
+    isa: Isa,
     a: (&[f32], usize),
     b: (&[f32], usize),
     (m, kk, p): (usize, usize, usize),
@@ -67,7 +68,6 @@ pub(crate) fn product_nn(
     assert!(lda >= kk && ldb >= p && ldo >= p);
     assert!(a.len() >= (m - 1) * lda + kk && out.len() >= (m - 1) * ldo + p);
     assert!(kk == 0 || b.len() >= (kk - 1) * ldb + p);
-    let isa = Isa::best();
     on_widest_vectors!(isa, (a: &[f32] = a, lda: usize = lda, b: &[f32] = b, ldb: usize = ldb,
         s: Dims = (m, kk, p), out: &mut [f32] = out, ldo: usize = ldo)
         => nn_body(a, lda, b, ldb, s, out, ldo));
@@ -161,7 +161,7 @@ mod tests {
         let a: Vec<f32> = (0..m * kk).map(val).collect();
         let b: Vec<f32> = (0..kk * p).map(|i| val(i + 17)).collect();
         let mut out = vec![0f32; m * p];
-        product_nn((&a, kk), (&b, p), (m, kk, p), (&mut out, p));
+        product_nn(Isa::best(), (&a, kk), (&b, p), (m, kk, p), (&mut out, p));
         for t in 0..m {
             for j in 0..p {
                 // One fused chain in c order: what the contract says.
@@ -170,7 +170,13 @@ mod tests {
                 // A 1 × 1 product over a strided column gives the same.
                 let col: Vec<f32> = (0..kk).map(|c| b[c * p + j]).collect();
                 let mut one = [0f32];
-                product_nn((&a[t * kk..], kk), (&col, 1), (1, kk, 1), (&mut one, 1));
+                product_nn(
+                    Isa::best(),
+                    (&a[t * kk..], kk),
+                    (&col, 1),
+                    (1, kk, 1),
+                    (&mut one, 1),
+                );
                 assert_eq!(one[0].to_bits(), want.to_bits());
             }
         }

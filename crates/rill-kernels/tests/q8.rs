@@ -144,36 +144,38 @@ fn products_are_within_the_activations_rounding_of_the_exact_ones() {
         let x = activations(n, cols, &mut rng);
         let format = ActFormat::for_weights(dtype).unwrap();
         let acts = quantized(dtype, &x, n, cols);
-        let got = run(Isa::best(), 2, w, &x, n);
-        let mut wr = vec![0f32; cols];
-        for r in 0..rows {
-            dequantize_with(Isa::Scalar, dtype, w.row(r), &mut wr);
-            for t in 0..n {
-                let xt = &x[t * cols..(t + 1) * cols];
-                let d = acts.row(t).d;
-                let exact: f64 = wr.iter().zip(xt).map(|(&a, &b)| a as f64 * b as f64).sum();
-                // Each activation moves by at most half its block's step,
-                // plus, for B32, the scale's f16 rounding (2⁻¹¹ of 127 steps).
-                let step = match format {
-                    ActFormat::K256 => 0.5,
-                    ActFormat::B32 => 0.5 + 127.0 / 2048.0,
-                };
-                let bound: f64 = wr
-                    .iter()
-                    .enumerate()
-                    .map(|(c, &a)| (a as f64).abs() * d[c / format.block()] as f64 * step)
-                    .sum::<f64>()
-                    * 1.001
-                    + 1e-5
-                        * wr.iter()
-                            .zip(xt)
-                            .map(|(&a, &b)| (a as f64 * b as f64).abs())
-                            .sum::<f64>();
-                let err = (got[t * rows + r] as f64 - exact).abs();
-                assert!(
-                    err <= bound,
-                    "{dtype}: token {t} row {r}: error {err:e} over {bound:e}"
-                );
+        for isa in Isa::available() {
+            let got = run(isa, 2, w, &x, n);
+            let mut wr = vec![0f32; cols];
+            for r in 0..rows {
+                dequantize_with(Isa::Scalar, dtype, w.row(r), &mut wr);
+                for t in 0..n {
+                    let xt = &x[t * cols..(t + 1) * cols];
+                    let d = acts.row(t).d;
+                    let exact: f64 = wr.iter().zip(xt).map(|(&a, &b)| a as f64 * b as f64).sum();
+                    // Each activation moves by at most half its block's step,
+                    // plus, for B32, the scale's f16 rounding (2⁻¹¹ of 127 steps).
+                    let step = match format {
+                        ActFormat::K256 => 0.5,
+                        ActFormat::B32 => 0.5 + 127.0 / 2048.0,
+                    };
+                    let bound: f64 = wr
+                        .iter()
+                        .enumerate()
+                        .map(|(c, &a)| (a as f64).abs() * d[c / format.block()] as f64 * step)
+                        .sum::<f64>()
+                        * 1.001
+                        + 1e-5
+                            * wr.iter()
+                                .zip(xt)
+                                .map(|(&a, &b)| (a as f64 * b as f64).abs())
+                                .sum::<f64>();
+                    let err = (got[t * rows + r] as f64 - exact).abs();
+                    assert!(
+                        err <= bound,
+                        "{isa} {dtype}: token {t} row {r}: error {err:e} over {bound:e}"
+                    );
+                }
             }
         }
     }
@@ -187,10 +189,12 @@ fn encodings_without_integer_kernels_stay_exact() {
         let data = matrix(dtype, rows, cols, &mut rng);
         let w = MatRef::new(dtype, rows, cols, &data);
         let x = activations(2, cols, &mut rng);
-        let mut exact = vec![0f32; 2 * rows];
-        rill_kernels::matmul(&Threads::new(1), w, &x, 2, &mut exact);
-        let q8 = run(Isa::best(), 1, w, &x, 2);
-        assert_eq!(q8, exact, "{dtype}");
+        for isa in Isa::available() {
+            let q8 = run(isa, 1, w, &x, 2);
+            let mut exact = vec![0f32; 2 * rows];
+            rill_kernels::matmul_with(isa, &Threads::new(1), w, &x, 2, &mut exact);
+            assert_eq!(q8, exact, "{isa} {dtype}");
+        }
     }
 }
 

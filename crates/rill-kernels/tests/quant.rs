@@ -16,7 +16,25 @@
 use std::path::PathBuf;
 
 use rill_dtype::{DType, ALL};
-use rill_kernels::quant::{dequantize, dot, is_supported};
+use rill_kernels::quant::{dequantize_with, dot_with, is_supported};
+use rill_kernels::Isa;
+
+/// Decode on every kernel class this CPU runs: each must give the scalar
+/// class's bits, which are returned.
+fn dequantize(dtype: DType, src: &[u8], dst: &mut [f32]) {
+    dequantize_with(Isa::Scalar, dtype, src, dst);
+    let mut other = vec![0f32; dst.len()];
+    for isa in Isa::available() {
+        dequantize_with(isa, dtype, src, &mut other);
+        assert!(
+            other
+                .iter()
+                .zip(&*dst)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{dtype}: the {isa} decoder differs from the scalar one"
+        );
+    }
+}
 
 mod common;
 use common::SUPPORTED;
@@ -101,9 +119,17 @@ fn tame(w: &[f32], x: &[f32]) -> Vec<f32> {
         .collect()
 }
 
+/// Every kernel class's fused dot is within f32 accumulation error of the
+/// f64 product of the decoded weights.
 fn check_dot(dtype: DType, row: &[u8], w: &[f32], x: &[f32], what: &str) {
+    for isa in Isa::available() {
+        check_dot_on(isa, dtype, row, w, x, what);
+    }
+}
+
+fn check_dot_on(isa: Isa, dtype: DType, row: &[u8], w: &[f32], x: &[f32], what: &str) {
     let x = &tame(w, x)[..];
-    let got = dot(dtype, row, x);
+    let got = dot_with(isa, dtype, row, x);
     let exact: f64 = w.iter().zip(x).map(|(&a, &b)| a as f64 * b as f64).sum();
     let mag: f64 = w
         .iter()
@@ -113,7 +139,7 @@ fn check_dot(dtype: DType, row: &[u8], w: &[f32], x: &[f32], what: &str) {
     let tol = 1e-5 * mag + f64::from(f32::MIN_POSITIVE);
     assert!(
         (got as f64 - exact).abs() <= tol,
-        "{dtype} {what}: dot {got:e}, f64 reference {exact:e} (tolerance {tol:e})"
+        "{isa} {dtype} {what}: dot {got:e}, f64 reference {exact:e} (tolerance {tol:e})"
     );
 }
 
@@ -193,7 +219,9 @@ fn float_dot_handles_any_length() {
 #[test]
 fn dot_of_empty_row_is_zero() {
     for dtype in SUPPORTED {
-        assert_eq!(dot(dtype, &[], &[]), 0.0, "{dtype}");
+        for isa in Isa::available() {
+            assert_eq!(dot_with(isa, dtype, &[], &[]), 0.0, "{isa} {dtype}");
+        }
     }
 }
 

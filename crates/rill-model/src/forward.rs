@@ -16,7 +16,7 @@ use crate::scratch::{Buf, Exec, Reused, Runner};
 use crate::state::{LayerState, SequenceState, MAX_REWIND_ROWS};
 use rill_kernels::ops::{rms_norm, rms_norm_inplace};
 use rill_kernels::threads::SharedMut;
-use rill_kernels::{matmul_in, MatRef, Threads};
+use rill_kernels::{matmul_on, MatRef, Threads};
 use std::ops::Range;
 
 /// Which of an item's positions a step returns outputs for.
@@ -332,7 +332,7 @@ impl Model {
         let mut x = Buf::for_output(ex.ws, n * h);
         let embd = self.token_embd.view();
         for (t, &id) in items.iter().flat_map(|i| i.tokens).enumerate() {
-            embd.dequantize_row(id as usize, &mut x[t * h..(t + 1) * h]);
+            embd.dequantize_row(ex.isa, id as usize, &mut x[t * h..(t + 1) * h]);
         }
 
         let mut xn = Buf::for_output(ex.ws, n * h);
@@ -484,12 +484,20 @@ impl Model {
             .flat_map(|i| i.tokens.iter().zip(i.hidden.chunks_exact(h)));
         for ((&id, hid), row) in rows.zip(cat.chunks_exact_mut(2 * h)) {
             let (e, hn) = row.split_at_mut(h);
-            embd.dequantize_row(id as usize, e);
+            embd.dequantize_row(ex.isa, id as usize, e);
             rms_norm_inplace(e, &m.enorm, c.rms_eps);
             rms_norm(hid, &m.hnorm, c.rms_eps, hn);
         }
         let mut x = Buf::for_output(ex.ws, n * h);
-        matmul_in(ex.precision, threads, m.eh_proj.view(), &cat, n, &mut x);
+        matmul_on(
+            ex.isa,
+            ex.precision,
+            threads,
+            m.eh_proj.view(),
+            &cat,
+            n,
+            &mut x,
+        );
         drop(cat);
 
         // The block, as a trunk attention layer, over the head's own cache.
@@ -610,7 +618,8 @@ fn emit(
             packed = p;
             &packed
         };
-        matmul_in(
+        matmul_on(
+            ex.isa,
             ex.precision,
             threads,
             head,

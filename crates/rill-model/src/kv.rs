@@ -310,7 +310,8 @@ impl KvStore {
             let mut tmp = vec![0f32; self.per_pos];
             for p in need..held.min(pos) {
                 let b = encoded_len(self.dtype, self.per_pos);
-                rill_kernels::quant::dequantize(
+                rill_kernels::quant::dequantize_with(
+                    rill_kernels::Isa::Scalar,
                     self.dtype,
                     &self.bytes[p * b..(p + 1) * b],
                     &mut tmp,
@@ -447,12 +448,22 @@ mod tests {
                     let s = p % e.ring_rows;
                     &e.ring[s * row..(s + 1) * row]
                 };
-                rill_kernels::quant::dequantize(DType::F16, b, &mut out);
+                rill_kernels::quant::dequantize_with(
+                    rill_kernels::Isa::Scalar,
+                    DType::F16,
+                    b,
+                    &mut out,
+                );
             }
             (_, _, KvRows::F32(v)) => out.copy_from_slice(&v[p * per_pos..(p + 1) * per_pos]),
             (_, _, KvRows::Coded { dtype, bytes }) => {
                 let b = encoded_len(dtype, per_pos);
-                rill_kernels::quant::dequantize(dtype, &bytes[p * b..(p + 1) * b], &mut out);
+                rill_kernels::quant::dequantize_with(
+                    rill_kernels::Isa::Scalar,
+                    dtype,
+                    &bytes[p * b..(p + 1) * b],
+                    &mut out,
+                );
             }
         }
         out

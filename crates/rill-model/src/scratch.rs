@@ -21,7 +21,7 @@
 //! caller's buffers (`Threads::for_ranges_on`), so what is allocated does not
 //! depend on which worker happens to run what.
 
-use rill_kernels::{MatJob, Precision, Threads};
+use rill_kernels::{Isa, MatJob, Precision, Threads};
 use std::ops::{Deref, DerefMut, Range};
 use std::sync::Mutex;
 
@@ -30,28 +30,41 @@ use std::sync::Mutex;
 /// worker, a test, `rill logits`), allocated once.
 pub struct Runner {
     pub threads: Threads,
+    /// The kernel class every kernel of a step runs (chosen once by the
+    /// caller: the user's `--kernels`, else [`Isa::best`]).
+    kernels: Isa,
     /// The activations' numerics for the matrix products.
     pub precision: Precision,
     workspace: Workspace,
 }
 
 impl Runner {
-    pub fn new(threads: Threads, precision: Precision) -> Runner {
+    /// Forward passes on `threads` with kernel class `kernels`, which must
+    /// be one this CPU runs ([`Isa::require`]; the kernels panic on
+    /// another).
+    pub fn new(threads: Threads, kernels: Isa, precision: Precision) -> Runner {
         Runner {
             threads,
+            kernels,
             precision,
             workspace: Workspace::default(),
         }
     }
 
-    /// The exact numerics on `threads` (0 = all cores).
-    pub fn exact(threads: usize) -> Runner {
-        Runner::new(Threads::new(threads), Precision::Exact)
+    /// The exact numerics on `threads` (0 = all cores), on `kernels`.
+    pub fn exact(kernels: Isa, threads: usize) -> Runner {
+        Runner::new(Threads::new(threads), kernels, Precision::Exact)
+    }
+
+    /// The kernel class the passes run.
+    pub fn kernels(&self) -> Isa {
+        self.kernels
     }
 
     pub(crate) fn exec(&self) -> Exec<'_> {
         Exec {
             threads: &self.threads,
+            isa: self.kernels,
             precision: self.precision,
             ws: &self.workspace,
         }
@@ -62,6 +75,8 @@ impl Runner {
 #[derive(Clone, Copy)]
 pub(crate) struct Exec<'a> {
     pub threads: &'a Threads,
+    /// The kernel class of every kernel call.
+    pub isa: Isa,
     pub precision: Precision,
     pub ws: &'a Workspace,
 }

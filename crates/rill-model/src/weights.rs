@@ -7,7 +7,7 @@
 use crate::error::ModelError;
 use crate::source::{Scales, TensorRef, WeightSource};
 use rill_dtype::DType;
-use rill_kernels::{quant, MatRef};
+use rill_kernels::{quant, Isa, MatRef};
 
 /// Bytes of one tensor inside a source the model keeps.
 ///
@@ -211,7 +211,9 @@ pub(crate) fn decode_vector(t: &TensorRef, n: usize) -> Result<Vec<f32>, ModelEr
         });
     }
     let mut out = vec![0f32; n];
-    quant::dequantize(t.dtype, t.data, &mut out);
+    // Small tensors, decoded once at load: the scalar decoder (every
+    // kernel class gives its bits) keeps loading free of a class choice.
+    quant::dequantize_with(Isa::Scalar, t.dtype, t.data, &mut out);
     Ok(out)
 }
 
@@ -338,7 +340,8 @@ impl Binder<'_> {
         }
         let n: u64 = shape.iter().product();
         let mut out = vec![0f32; n as usize];
-        quant::dequantize(dtype, t.data, &mut out);
+        // As `decode_vector`: the scalar decoder, any class's bits.
+        quant::dequantize_with(Isa::Scalar, dtype, t.data, &mut out);
         Ok(out)
     }
 }

@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use rill_gguf::writer::GgufWriter;
 use rill_gguf::GgufFile;
-use rill_model::{Model, Rows, Runner, SequenceState};
+use rill_model::{Model, Rows, SequenceState};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -52,7 +52,7 @@ fn build(src: &GgufFile, tensors: &Tensors) -> Model {
 fn logits(m: &Model) -> Vec<f32> {
     let ids: Vec<u32> = (0..40).map(|i| (i * 37 + 11) % 500).collect();
     let mut st = SequenceState::new(m, ids.len());
-    m.forward(&Runner::exact(2), &mut st, &ids, Rows::All)
+    m.forward(&common::runner(2), &mut st, &ids, Rows::All)
         .unwrap()
 }
 

@@ -7,7 +7,7 @@ use common::*;
 use rill_gguf::writer::GgufWriter;
 use rill_gguf::{GgufFile, MetaValue};
 
-use rill_model::{ForwardError, Model, ModelError, Rows, Runner, SequenceState};
+use rill_model::{ForwardError, Model, ModelError, Rows, SequenceState};
 use std::sync::Arc;
 
 /// Re-write the first F32 fixture with `edit` applied to each tensor
@@ -144,7 +144,7 @@ fn foreign_architecture_and_bad_hyperparameters_are_refused() {
 fn forward_refuses_bad_tokens_and_overflow() {
     let f = &fixtures("f32")[0];
     let model = load(f);
-    let run = Runner::exact(1);
+    let run = common::runner(1);
     let mut st = SequenceState::new(&model, 4);
     let bad = model.config.n_vocab as u32;
     assert!(matches!(

@@ -5,11 +5,11 @@ mod common;
 
 use common::*;
 use rill_kernels::Precision;
-use rill_model::{BatchItem, Outputs, Rows, Runner, SequenceState};
+use rill_model::{BatchItem, Outputs, Rows, SequenceState};
 
 #[test]
 fn a_mixed_batch_equals_each_sequence_alone() {
-    let mut run = Runner::exact(2);
+    let mut run = common::runner(2);
     // Quantized files too: alone, a decode step takes the in-register
     // kernels (few tokens); in the batch the blocked ones. Same bits, with
     // exact and with 8-bit activations.
@@ -83,7 +83,7 @@ fn a_mixed_batch_equals_each_sequence_alone() {
 #[test]
 fn hidden_states_are_what_the_head_reads() {
     use rill_model::StepOutputs;
-    let run = Runner::exact(2);
+    let run = common::runner(2);
     for f in fixtures("f32") {
         let model = load(&f);
         let (h, v) = (model.config.n_embd, model.config.n_vocab);

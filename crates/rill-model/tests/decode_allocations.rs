@@ -159,7 +159,7 @@ fn decode_steps_make_no_heap_allocation() {
         "the allocator counts"
     );
     // Workers of its own, which the count covers.
-    let mut run = Runner::exact(3);
+    let mut run = common::runner(3);
     let mut all: Vec<_> = fixtures("f32")
         .into_iter()
         .map(|f| (f, Precision::Exact))

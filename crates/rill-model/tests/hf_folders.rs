@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use rill_model::{HfSource, Model, MtpItem, Outputs, Rows, Runner, SequenceState, StepOutputs};
+use rill_model::{HfSource, Model, MtpItem, Outputs, Rows, SequenceState, StepOutputs};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -63,7 +63,7 @@ fn folders_bind_with_their_layouts() {
 
 #[test]
 fn logits_match_transformers_at_every_position() {
-    let run = Runner::exact(2);
+    let run = runner(2);
     for f in hf_fixtures() {
         let name = f["name"].as_str().unwrap();
         let model = open(&f);
@@ -79,7 +79,7 @@ fn logits_match_transformers_at_every_position() {
 
 #[test]
 fn greedy_ids_match_transformers() {
-    let run = Runner::exact(2);
+    let run = runner(2);
     for f in hf_fixtures() {
         let name = f["name"].as_str().unwrap();
         let model = open(&f);
@@ -100,7 +100,7 @@ fn greedy_ids_match_transformers() {
 
 #[test]
 fn mtp_logits_match_transformers() {
-    let run = Runner::exact(2);
+    let run = runner(2);
     for f in hf_fixtures() {
         let name = f["name"].as_str().unwrap();
         let model = open(&f);
@@ -132,7 +132,7 @@ fn mtp_logits_match_transformers() {
 
 #[test]
 fn a_folder_and_the_gguf_converted_from_its_weights_agree() {
-    let run = Runner::exact(2);
+    let run = runner(2);
     let mut compared = 0;
     for f in hf_fixtures() {
         let Some(gguf) = f["same_weights_as_gguf"].as_str() else {
@@ -156,7 +156,7 @@ fn a_folder_and_the_gguf_converted_from_its_weights_agree() {
 
 #[test]
 fn fp8_and_nvfp4_folders_match_their_exact_models() {
-    let run = Runner::exact(2);
+    let run = runner(2);
     for f in hf_fixtures_of("hf_quant") {
         let name = f["name"].as_str().unwrap();
         let model = open(&f);

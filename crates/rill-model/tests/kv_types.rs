@@ -52,7 +52,7 @@ fn rel_err(got: &[f32], want: &[f32]) -> f32 {
 #[test]
 fn every_kv_type_stays_near_the_f32_cache_and_the_errors_order_by_bits() {
     use KvType as T;
-    let run = Runner::exact(2);
+    let run = runner(2);
     for f in fixtures("f32") {
         let name = f["name"].as_str().unwrap().to_string();
         let model = load(&f);
@@ -104,7 +104,7 @@ fn every_kv_type_stays_near_the_f32_cache_and_the_errors_order_by_bits() {
 
 #[test]
 fn a_window_as_long_as_the_prompt_gives_the_f16_caches_bits() {
-    let run = Runner::exact(2);
+    let run = runner(2);
     for f in fixtures("f32") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);
@@ -128,7 +128,7 @@ fn a_window_as_long_as_the_prompt_gives_the_f16_caches_bits() {
 
 #[test]
 fn quantized_caches_keep_the_bits_across_chunks_decode_and_snapshots() {
-    let run = Runner::exact(2);
+    let run = runner(2);
     for f in fixtures("f32")
         .into_iter()
         .chain(fixtures("quant").into_iter().take(1))
@@ -198,7 +198,7 @@ fn a_cache_type_the_head_dimension_cannot_hold_is_refused() {
 fn state_bytes_follow_the_cache_types() {
     let f = &fixtures("f32")[0];
     let model = load(f);
-    let run = Runner::exact(1);
+    let run = runner(1);
     let ids = prompt(64, model.config.n_vocab);
     let bytes = |c: KvConfig| {
         let mut st = SequenceState::with_kv(&model, 64, c).unwrap();
@@ -227,7 +227,7 @@ fn state_bytes_follow_the_cache_types() {
 
 #[test]
 fn the_mtp_heads_cache_takes_the_same_types() {
-    let run = Runner::exact(2);
+    let run = runner(2);
     for f in fixtures("mtp") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);

@@ -49,7 +49,7 @@ fn mtp_logits(
 
 #[test]
 fn mtp_logits_match_transformers_at_every_position() {
-    let run = Runner::exact(2);
+    let run = common::runner(2);
     for f in fixtures("mtp") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);
@@ -79,7 +79,7 @@ fn mtp_logits_match_transformers_at_every_position() {
 
 #[test]
 fn the_head_fed_token_by_token_equals_the_whole_prompt() {
-    let run = Runner::exact(2);
+    let run = common::runner(2);
     for f in fixtures("mtp") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);
@@ -103,7 +103,7 @@ fn the_head_fed_token_by_token_equals_the_whole_prompt() {
 
 #[test]
 fn batched_mtp_rows_get_the_bits_they_get_alone() {
-    let run = Runner::exact(2);
+    let run = common::runner(2);
     for f in fixtures("mtp") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);
@@ -190,7 +190,7 @@ fn batched_mtp_rows_get_the_bits_they_get_alone() {
 
 #[test]
 fn the_head_reads_its_hidden_input_and_its_cache_is_counted() {
-    let run = Runner::exact(2);
+    let run = common::runner(2);
     for f in fixtures("mtp") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);
@@ -243,7 +243,7 @@ fn the_head_reads_its_hidden_input_and_its_cache_is_counted() {
 
 #[test]
 fn files_without_a_head_say_so_and_still_run() {
-    let run = Runner::exact(2);
+    let run = common::runner(2);
     for f in fixtures("f32").into_iter().chain(fixtures("quant")) {
         let model = load(&f);
         assert!(!model.has_mtp(), "{}", f["name"]);
@@ -351,7 +351,7 @@ fn a_missing_or_misshaped_mtp_tensor_is_named() {
 /// replace the trunk's embedding / LM head in the head (and only there).
 #[test]
 fn the_heads_own_embedding_and_lm_head_are_used_when_present() {
-    let run = Runner::exact(2);
+    let run = common::runner(2);
     for f in fixtures("mtp") {
         let name = f["name"].as_str().unwrap();
         let base = load(&f);
@@ -413,7 +413,7 @@ fn the_heads_own_embedding_and_lm_head_are_used_when_present() {
 /// columns of the whole head's logits, and the same hidden output.
 #[test]
 fn a_narrower_draft_vocabulary_is_a_prefix_of_the_logits() {
-    let run = Runner::exact(2);
+    let run = runner(2);
     for f in fixtures("mtp") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);
@@ -456,7 +456,7 @@ fn a_narrower_draft_vocabulary_is_a_prefix_of_the_logits() {
 fn the_head_from_a_separate_mtp_only_file_is_the_same_model() {
     use rill_model::{GgufSource, Model, WeightSource, WithMtpHead};
     use std::sync::Arc;
-    let run = Runner::exact(2);
+    let run = runner(2);
     let dir = fixtures_dir();
     let gguf = |name: &str| -> Arc<dyn WeightSource> {
         let file = rill_gguf::GgufFile::open(&dir.join(name)).unwrap();

@@ -1,4 +1,4 @@
-//! The forward pass against transformers' float32 logits (and, for quantized
+//! The forward pass against the float64 truth and transformers' logits (and, for quantized
 //! files, against the exact model of the file, with llama.cpp's error as the
 //! bar), on the committed fixtures (`scripts/fixtures/` makes them).
 
@@ -8,32 +8,58 @@ use common::*;
 use rill_dtype::DType;
 use rill_kernels::q8::ActFormat;
 use rill_kernels::Precision;
-use rill_model::{Rows, Runner, SequenceState};
+use rill_model::{Rows, SequenceState};
 
+/// rill's f32 forward pass against the float64 truth (transformers in
+/// float64 on the same checkpoint, `scripts/fixtures/make_f64_reference.py`).
+///
+/// The bound is set by what an f32 implementation of these models deviates
+/// by, not by one kernel class's rounding: transformers' own float32 logits
+/// are up to `E` (max) / `e` (mean) from the truth (recorded in the manifest
+/// as `hf_f32_vs_f64`: up to 8.8e-5 / 3.5e-6 on these fixtures); rill's sums
+/// run in other orders (blocked, vector lanes, fused multiply-adds) with
+/// errors of the same kind and size, on every class. So rill must be within
+/// 2·E max and 2·e mean — with floors of 2e-5 / 2e-6 for fixtures where
+/// transformers happens to be nearly exact — of the truth.
 #[test]
-fn f32_prompt_logits_match_transformers() {
-    let run = Runner::exact(2);
+fn f32_prompt_logits_match_the_float64_truth() {
+    let run = common::runner(2);
     for f in fixtures("f32") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);
         let ids = ids(&f["prompt"]["ids"]);
         assert!(ids.len() >= 200, "{name}: prompt of {} tokens", ids.len());
-        let (shape, want) = read_npy(f["prompt"]["logits"].as_str().unwrap());
+        let (shape, truth) = read_npy(f["prompt"]["logits_f64"].as_str().unwrap());
         assert_eq!(shape, vec![ids.len(), model.config.n_vocab], "{name}");
+        let hf = &f["prompt"]["hf_f32_vs_f64"];
+        let (hf_max, hf_mean) = (
+            hf["max_abs"].as_f64().unwrap() as f32,
+            hf["mean_abs"].as_f64().unwrap() as f32,
+        );
+        let (max_bound, mean_bound) = ((2.0 * hf_max).max(2e-5), (2.0 * hf_mean).max(2e-6));
         let got = batch_logits(&model, &run, &ids);
-        let (max, mean) = diff(&got, &want);
+        let (max, mean) = diff(&got, &truth);
         eprintln!(
-            "{name}: max |Δ| {max:.2e}, mean {mean:.2e} over {} positions",
+            "{name} on {}: max |Δ| {max:.2e} (bound {max_bound:.2e}), mean {mean:.2e} (bound \
+             {mean_bound:.2e}) from float64 over {} positions; transformers f32: {hf_max:.2e} / \
+             {hf_mean:.2e}",
+            run.kernels(),
             ids.len()
         );
-        assert!(max <= 1e-4, "{name}: max |Δlogit| {max:e} > 1e-4");
-        assert!(mean <= 1e-5, "{name}: mean |Δlogit| {mean:e} > 1e-5");
+        assert!(
+            max <= max_bound,
+            "{name}: max |Δlogit| {max:e} > {max_bound:e}"
+        );
+        assert!(
+            mean <= mean_bound,
+            "{name}: mean |Δlogit| {mean:e} > {mean_bound:e}"
+        );
     }
 }
 
 #[test]
 fn decoding_token_by_token_equals_the_batch() {
-    let run = Runner::exact(2);
+    let run = common::runner(2);
     for f in fixtures("f32") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);
@@ -59,7 +85,7 @@ fn decoding_token_by_token_equals_the_batch() {
 
 #[test]
 fn greedy_generation_matches_transformers() {
-    let run = Runner::exact(2);
+    let run = common::runner(2);
     for f in fixtures("f32") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);
@@ -87,7 +113,7 @@ fn greedy_generation_matches_transformers() {
 
 #[test]
 fn quantized_files_are_at_least_as_accurate_as_llama_cpp() {
-    let run = Runner::exact(2);
+    let run = common::runner(2);
     for f in fixtures("quant") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);
@@ -118,7 +144,7 @@ fn quantized_files_are_at_least_as_accurate_as_llama_cpp() {
 /// path's wherever integer kernels ran.
 #[test]
 fn q8_activations_reproduce_llama_cpp_error() {
-    let mut run = Runner::exact(2);
+    let mut run = common::runner(2);
     for f in fixtures("quant") {
         let name = f["name"].as_str().unwrap();
         let model = load(&f);

@@ -58,7 +58,7 @@ fn cases() -> impl Iterator<Item = (serde_json::Value, Precision)> {
 
 #[test]
 fn verify_rows_equal_decoding_and_rewind_is_exact() {
-    let mut run = Runner::exact(2);
+    let mut run = runner(2);
     for (f, precision) in cases() {
         run.precision = precision;
         let model = load(&f);
@@ -106,7 +106,7 @@ fn verify_rows_equal_decoding_and_rewind_is_exact() {
 
 #[test]
 fn rewinds_outside_the_last_step_are_refused_and_change_nothing() {
-    let run = Runner::exact(2);
+    let run = runner(2);
     let f = &fixtures("f32")[0];
     let model = load(f);
     let prompt: Vec<u32> = (0..9u32).collect();
@@ -149,7 +149,7 @@ fn rewinds_outside_the_last_step_are_refused_and_change_nothing() {
 /// slots, and a rewind does not copy states: its cost is a swap.
 #[test]
 fn snapshots_do_not_carry_the_rewind_slots() {
-    let run = Runner::exact(2);
+    let run = runner(2);
     let f = &fixtures("f32")[0];
     let model = load(f);
     let mut st = SequenceState::new(&model, 64);

@@ -12,7 +12,6 @@
 use crate::load;
 use anyhow::{Context, Result};
 use rill_engine::{Done, Engine, EngineConfig, Event, Request};
-use rill_kernels::simd::Isa;
 use rill_kernels::Precision;
 use rill_kernels::Threads;
 use rill_load::Prefault;
@@ -47,6 +46,11 @@ pub struct Args {
     /// exact.
     #[arg(long)]
     precision: Option<Precision>,
+    /// Kernel class: avx2, avx-vnni, avx512, amx (x86-64), neon (aarch64)
+    /// or scalar (the portable reference). Default: the fastest this CPU
+    /// runs; a class it lacks is refused.
+    #[arg(long, env = "RILL_KERNELS", value_parser = crate::load::parse_kernels)]
+    kernels: Option<rill_kernels::Isa>,
     #[command(flatten)]
     kv: crate::kv_args::KvArgs,
     /// Sequences decoded together in the generation test (one batched step
@@ -140,11 +144,12 @@ fn run_all(engine: &Engine, reqs: Vec<Request>) -> Result<Vec<Done>> {
 pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.reps > 0, "-r must be at least 1");
     let t0 = Instant::now();
-    let (loaded, precision) = load::open_to_decode(&a.model, &a.spec, a.precision, Prefault::Now)?;
+    let (loaded, kernels, precision) =
+        load::open_to_decode(&a.model, &a.spec, a.kernels, a.precision, Prefault::Now)?;
     let kv = a.kv.resolve(precision, &loaded.model)?;
     let load_s = t0.elapsed().as_secs_f64();
     if a.verify_costs {
-        let run = rill_model::Runner::new(Threads::new(a.threads), precision);
+        let run = rill_model::Runner::new(Threads::new(a.threads), kernels, precision);
         let reps = a.reps.max(3) * 10;
         let costs = super::bench_spec::measure(
             &loaded.model,
@@ -195,6 +200,7 @@ pub fn run(a: Args) -> Result<()> {
             prefill_chunk: a.n_prompt.max(1),
             cache_bytes: 0,
             threads: a.threads,
+            kernels,
             precision,
             kv,
             spec: spec.clone(),
@@ -285,7 +291,8 @@ pub fn run(a: Args) -> Result<()> {
         let obj = serde_json::json!({
             "model": info.label,
             "threads": n_threads,
-            "kernels": Isa::best().name(),
+            "kernels": kernels.name(),
+            "cpu": rill_kernels::simd::cpu_name(),
             "precision": precision.name(),
             "load_s": load_s,
             "peak_rss_bytes": rss,
@@ -307,11 +314,12 @@ pub fn run(a: Args) -> Result<()> {
         return Ok(());
     }
     println!(
-        "model: {} ({}, {} threads, {} kernels, {} precision), loaded in {load_s:.2} s",
+        "model: {} ({}, {} threads, {} kernels on {}, {} precision), loaded in {load_s:.2} s",
         info.label,
         arch.name(),
         n_threads,
-        Isa::best().name(),
+        kernels.name(),
+        rill_kernels::simd::cpu_name(),
         precision.name()
     );
     println!("| test   |            t/s |");

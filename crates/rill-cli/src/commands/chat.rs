@@ -52,6 +52,11 @@ pub struct Args {
     /// exact.
     #[arg(long)]
     precision: Option<Precision>,
+    /// Kernel class: avx2, avx-vnni, avx512, amx (x86-64), neon (aarch64)
+    /// or scalar (the portable reference). Default: the fastest this CPU
+    /// runs; a class it lacks is refused.
+    #[arg(long, env = "RILL_KERNELS", value_parser = crate::load::parse_kernels)]
+    kernels: Option<rill_kernels::Isa>,
     #[command(flatten)]
     kv: crate::kv_args::KvArgs,
     /// Print speed figures after each reply.
@@ -66,8 +71,13 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (loaded, precision) =
-        load::open_to_decode(&a.model, &a.spec, a.precision, Prefault::Background)?;
+    let (loaded, kernels, precision) = load::open_to_decode(
+        &a.model,
+        &a.spec,
+        a.kernels,
+        a.precision,
+        Prefault::Background,
+    )?;
     let kv = a.kv.resolve(precision, &loaded.model)?;
     let ctx_size = load::context(a.ctx_size, &loaded.model)?;
     let tmpl = template(&loaded.template, &loaded.info)?;
@@ -83,6 +93,7 @@ pub fn run(a: Args) -> Result<()> {
             ctx_size,
             cache_bytes: a.cache_ram << 20,
             threads: a.threads,
+            kernels,
             precision,
             kv,
             spec: a.spec.config()?,

@@ -30,6 +30,11 @@ pub struct Args {
     /// references) or `q8` (8-bit activations, llama.cpp's numerics).
     #[arg(long, default_value = "exact")]
     precision: Precision,
+    /// Kernel class: avx2, avx-vnni, avx512, amx (x86-64), neon (aarch64)
+    /// or scalar (the portable reference). Default: the fastest this CPU
+    /// runs; a class it lacks is refused.
+    #[arg(long, env = "RILL_KERNELS", value_parser = crate::load::parse_kernels)]
+    kernels: Option<rill_kernels::Isa>,
     #[command(flatten)]
     kv: crate::kv_args::KvArgs,
     /// Feed the tokens one at a time instead of as one batch (checks the
@@ -56,10 +61,15 @@ pub fn parse_tokens(s: &str) -> Result<Vec<u32>> {
 
 pub fn run(a: Args) -> Result<()> {
     let tokens = parse_tokens(&a.tokens)?;
-    let (loaded, precision) = load::open(&a.model, Some(a.precision), rill_load::Prefault::Lazy)?;
+    let (loaded, kernels, precision) = load::open(
+        &a.model,
+        a.kernels,
+        Some(a.precision),
+        rill_load::Prefault::Lazy,
+    )?;
     let kv = a.kv.resolve(precision, &loaded.model)?;
     let model = loaded.model;
-    let run = Runner::new(Threads::new(a.threads), precision);
+    let run = Runner::new(Threads::new(a.threads), kernels, precision);
     let mut state = SequenceState::with_kv(&model, tokens.len(), kv)?;
     let logits = if a.one_by_one {
         let mut all = Vec::with_capacity(tokens.len() * model.config.n_vocab);

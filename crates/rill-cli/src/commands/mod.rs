@@ -2,6 +2,7 @@ pub mod bench;
 mod bench_spec;
 pub mod chat;
 pub mod inspect;
+pub mod kernels;
 pub mod logits;
 pub mod perplexity;
 pub mod run;

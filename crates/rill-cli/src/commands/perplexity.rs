@@ -40,6 +40,11 @@ pub struct Args {
     /// Matrix-product numerics (`q8` or `exact`); default as `rill run`.
     #[arg(long)]
     precision: Option<Precision>,
+    /// Kernel class: avx2, avx-vnni, avx512, amx (x86-64), neon (aarch64)
+    /// or scalar (the portable reference). Default: the fastest this CPU
+    /// runs; a class it lacks is refused.
+    #[arg(long, env = "RILL_KERNELS", value_parser = crate::load::parse_kernels)]
+    kernels: Option<rill_kernels::Isa>,
     #[command(flatten)]
     kv: KvArgs,
     /// A file of the base run's log-probabilities (llama.cpp's format):
@@ -103,7 +108,8 @@ impl Windows<'_> {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (loaded, precision) = load::open(&a.model, a.precision, rill_load::Prefault::Now)?;
+    let (loaded, kernels, precision) =
+        load::open(&a.model, a.kernels, a.precision, rill_load::Prefault::Now)?;
     let kv = a.kv.resolve(precision, &loaded.model)?;
     let model = &loaded.model;
     let tok = &loaded.tokenizer;
@@ -115,7 +121,7 @@ pub fn run(a: Args) -> Result<()> {
     };
     let mut windows = Windows {
         model,
-        run: Runner::new(Threads::new(a.threads), precision),
+        run: Runner::new(Threads::new(a.threads), kernels, precision),
         kv,
         bos,
         out: StepOutputs::new(),

@@ -94,6 +94,11 @@ pub struct Args {
     /// exact.
     #[arg(long)]
     precision: Option<Precision>,
+    /// Kernel class: avx2, avx-vnni, avx512, amx (x86-64), neon (aarch64)
+    /// or scalar (the portable reference). Default: the fastest this CPU
+    /// runs; a class it lacks is refused.
+    #[arg(long, env = "RILL_KERNELS", value_parser = crate::load::parse_kernels)]
+    kernels: Option<rill_kernels::Isa>,
     #[command(flatten)]
     kv: crate::kv_args::KvArgs,
     /// Context size in tokens (default: prompt + n_predict; 0 = the
@@ -120,7 +125,8 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (loaded, precision) = load::open_to_decode(&a.model, &a.spec, a.precision, Prefault::Lazy)?;
+    let (loaded, kernels, precision) =
+        load::open_to_decode(&a.model, &a.spec, a.kernels, a.precision, Prefault::Lazy)?;
     let kv = a.kv.resolve(precision, &loaded.model)?;
     let tok = Arc::new(loaded.tokenizer);
     let prompt = if a.chat {
@@ -156,6 +162,7 @@ pub fn run(a: Args) -> Result<()> {
             ctx_size: ctx,
             cache_bytes: 0,
             threads: a.threads,
+            kernels,
             precision,
             kv,
             spec: a.spec.config()?,

@@ -58,6 +58,11 @@ pub struct Args {
     /// exact.
     #[arg(long, env = "RILL_PRECISION")]
     precision: Option<Precision>,
+    /// Kernel class: avx2, avx-vnni, avx512, amx (x86-64), neon (aarch64)
+    /// or scalar (the portable reference). Default: the fastest this CPU
+    /// runs; a class it lacks is refused.
+    #[arg(long, env = "RILL_KERNELS", value_parser = crate::load::parse_kernels)]
+    kernels: Option<rill_kernels::Isa>,
     #[command(flatten)]
     kv: crate::kv_args::KvArgs,
     /// Name of the model in the API (default: the file name without
@@ -115,8 +120,13 @@ pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.parallel >= 1, "--parallel must be at least 1");
     let cors_origins =
         rill_server::wire::CorsOrigins::parse(&a.cors_origins).map_err(anyhow::Error::msg)?;
-    let (loaded, precision) =
-        load::open_to_decode(&a.model, &a.spec, a.precision, Prefault::Background)?;
+    let (loaded, kernels, precision) = load::open_to_decode(
+        &a.model,
+        &a.spec,
+        a.kernels,
+        a.precision,
+        Prefault::Background,
+    )?;
     let kv = a.kv.resolve(precision, &loaded.model)?;
     let ctx_size = load::context(a.ctx_size, &loaded.model)?;
     anyhow::ensure!(ctx_size >= 2, "--ctx-size must be at least 2");
@@ -183,6 +193,7 @@ pub fn run(a: Args) -> Result<()> {
         cache_bytes: a.cache_ram << 20,
         cache_interval: prefill_chunk * 4,
         threads: a.threads,
+        kernels,
         precision,
         kv,
         spec,
@@ -230,12 +241,14 @@ pub fn run(a: Args) -> Result<()> {
             .with_context(|| format!("cannot listen on {addr}"))?;
         let local = listener.local_addr()?;
         tracing::info!(
-            "serving {id} on http://{local} (slots {}, context {} per slot, {} threads, precision {}{})",
+            "serving {id} on http://{local} (slots {}, context {} per slot, {} threads, {} kernels on {}, precision {}{})",
             a.parallel,
             ctx_size,
             threads,
+            kernels,
+            rill_kernels::simd::cpu_name(),
             precision.name(),
-            if precision == Precision::Q8 && rill_kernels::q8::has_integer_kernels() {
+            if precision == Precision::Q8 && rill_kernels::q8::has_integer_kernels(kernels) {
                 ", integer kernels"
             } else {
                 ""

@@ -37,7 +37,9 @@ fn reference(shape: AttnShape, q: &[f32], m: usize, pos0: usize, k: &[f32], v: &
     out
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run(
+    isa: Isa,
     threads: &Threads,
     shape: AttnShape,
     q: &[f32],
@@ -49,6 +51,7 @@ fn run(
     let mut scratch = vec![0f32; threads.count() * shape.scratch_per_thread()];
     let mut out = vec![0f32; m * shape.n_head * shape.head_dim];
     attend_causal(
+        isa,
         threads,
         shape,
         q,
@@ -77,13 +80,16 @@ fn matches_the_definition() {
             let k = noise(2, len * nkv * hd);
             let v = noise(3, len * nkv * hd);
             let want = reference(shape, &q, m, pos0, &k, &v);
-            for t in [1, 2, 3] {
-                let got = run(&Threads::new(t), shape, &q, m, pos0, &k, &v);
+            for (isa, t) in Isa::available()
+                .into_iter()
+                .flat_map(|i| [(i, 1), (i, 2), (i, 3)])
+            {
+                let got = run(isa, &Threads::new(t), shape, &q, m, pos0, &k, &v);
                 let err = got
                     .iter()
                     .zip(&want)
                     .fold(0f32, |e, (a, b)| e.max((a - b).abs()));
-                assert!(err < 2e-5, "{shape:?} pos0={pos0} m={m}: error {err}");
+                assert!(err < 2e-5, "{isa} {shape:?} pos0={pos0} m={m}: error {err}");
             }
         }
     }
@@ -101,20 +107,33 @@ fn a_query_gets_the_same_bits_in_any_block_or_chunking() {
     let q = noise(4, len * nh * hd);
     let k = noise(5, len * 2 * hd);
     let v = noise(6, len * 2 * hd);
-    let whole = run(&Threads::new(2), shape, &q, len, 0, &k, &v);
+    // Every class gives the scalar class's bits (module doc, Invariance).
+    let whole = run(Isa::Scalar, &Threads::new(2), shape, &q, len, 0, &k, &v);
     let row = nh * hd;
     // Chunks of odd sizes, and one row at a time (decode).
-    for chunk in [1usize, 7, 64, 65] {
+    for (isa, chunk) in Isa::available()
+        .into_iter()
+        .flat_map(|i| [(i, 1usize), (i, 7), (i, 64), (i, 65)])
+    {
         let threads = Threads::new(if chunk == 7 { 1 } else { 3 });
         let mut p = 0;
         while p < len {
             let m = chunk.min(len - p);
-            let got = run(&threads, shape, &q[p * row..(p + m) * row], m, p, &k, &v);
+            let got = run(
+                isa,
+                &threads,
+                shape,
+                &q[p * row..(p + m) * row],
+                m,
+                p,
+                &k,
+                &v,
+            );
             assert!(
                 got.iter()
                     .zip(&whole[p * row..(p + m) * row])
                     .all(|(a, b)| a.to_bits() == b.to_bits()),
-                "chunk {chunk}, rows {p}..{}",
+                "{isa}: chunk {chunk}, rows {p}..{}",
                 p + m
             );
             p += m;
@@ -197,7 +216,7 @@ fn roundtrip(dtype: rill_dtype::DType, x: &[f32]) -> Vec<f32> {
     let mut bytes = vec![0u8; crate::kv::encoded_len(dtype, x.len())];
     crate::kv::encode(dtype, x, &mut bytes);
     let mut back = vec![0f32; x.len()];
-    crate::quant::dequantize(dtype, &bytes, &mut back);
+    crate::quant::dequantize_with(Isa::Scalar, dtype, &bytes, &mut back);
     back
 }
 
@@ -225,10 +244,11 @@ fn a_coded_cache_gives_the_bits_of_its_decoded_values() {
     ] {
         let (ck, cv) = (Coded::new(kt, &k, per, 0, 0), Coded::new(vt, &v, per, 0, 0));
         let (dk, dv) = (roundtrip(kt, &k), roundtrip(vt, &v));
-        let want = run(&threads, shape, &q, m, pos0, &dk, &dv);
+        let want = run(Isa::best(), &threads, shape, &q, m, pos0, &dk, &dv);
         let mut scratch = vec![0f32; threads.count() * shape.scratch_per_thread()];
         let mut got = vec![0f32; want.len()];
         attend_causal(
+            Isa::best(),
             &threads,
             shape,
             &q,
@@ -329,6 +349,7 @@ fn sinks_and_window_read_the_f16_rows_per_query() {
         let threads = Threads::new(2);
         let mut scratch = vec![0f32; threads.count() * shape.scratch_per_thread()];
         attend_causal(
+            Isa::best(),
             &threads,
             shape,
             &q,
@@ -351,6 +372,7 @@ fn sinks_and_window_read_the_f16_rows_per_query() {
                 let m = chunk.min(len - p);
                 let mut got = vec![0f32; m * row];
                 attend_causal(
+                    Isa::best(),
                     &threads,
                     shape,
                     &q[p * row..(p + m) * row],

@@ -80,8 +80,8 @@ impl Precision {
     /// 8-bit activations (llama.cpp's own numerics) where the integer
     /// kernels run, else the exact path (the q8 scalar reference would be
     /// slower than it).
-    pub fn fastest() -> Precision {
-        if has_integer_kernels() {
+    pub fn fastest(isa: Isa) -> Precision {
+        if has_integer_kernels(isa) {
             Precision::Q8
         } else {
             Precision::Exact
@@ -107,16 +107,23 @@ impl std::str::FromStr for Precision {
     }
 }
 
-/// Whether this CPU has SIMD kernels for [`Precision::Q8`] (x86-64 with
-/// AVX2 or AVX-512, aarch64 with the dot-product instructions; elsewhere
-/// the products run the scalar reference).
-pub fn has_integer_kernels() -> bool {
-    match Isa::best() {
+/// Whether kernel class `isa` has SIMD kernels for [`Precision::Q8`] on
+/// this CPU (every x86-64 class, aarch64 with the dot-product
+/// instructions; the scalar class runs the scalar reference).
+pub fn has_integer_kernels(isa: Isa) -> bool {
+    match isa {
         Isa::Scalar => false,
         #[cfg(target_arch = "aarch64")]
         Isa::Neon => neon::usable(),
-        Isa::Avx2 | Isa::Avx512 => true,
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Amx => true,
     }
+}
+
+/// Whether this CPU and OS run AMX-INT8 tiles (what [`Isa::Amx`] needs
+/// beyond AVX-512).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn amx_usable() -> bool {
+    amx::usable()
 }
 
 /// How activations are quantized for one weight encoding.
@@ -223,6 +230,8 @@ impl<'a> From<&'a Q8Acts> for Q8Rows<'a> {
 /// their own rows.
 #[derive(Clone, Copy)]
 pub(crate) struct RowSink {
+    /// The kernel class that quantizes (every class gives the same bits).
+    isa: Isa,
     format: ActFormat,
     cols: usize,
     stride: usize,
@@ -253,7 +262,7 @@ impl RowSink {
             .zip(qr.chunks_exact_mut(block))
             .zip(d.iter_mut())
         {
-            let v = quantize::block(xb, qb);
+            let v = quantize::block(self.isa, xb, qb);
             *db = match self.format {
                 ActFormat::K256 => v,
                 // As llama.cpp's Q8_0 activations: the scale kept as f16.
@@ -279,11 +288,12 @@ pub struct ActRow<'a> {
 }
 
 impl Q8Acts {
-    /// Quantize `x` (`n` rows of `cols`) into `format`. `cols` must be a
-    /// whole number of the format's blocks.
+    /// Quantize `x` (`n` rows of `cols`) into `format` (in the scalar
+    /// code: every kernel class gives its bits). `cols` must be a whole
+    /// number of the format's blocks.
     pub fn quantize(&mut self, format: ActFormat, x: &[f32], n: usize, cols: usize) {
         assert_eq!(x.len(), n * cols, "q8: activation size");
-        let sink = self.prepare(format, n, cols);
+        let sink = self.prepare(Isa::Scalar, format, n, cols);
         for (t, xr) in x.chunks_exact(cols.max(1)).enumerate().take(n) {
             // SAFETY: t < n, rows written one at a time.
             unsafe { sink.row(t, xr) };
@@ -291,8 +301,15 @@ impl Q8Acts {
     }
 
     /// Room for `n` rows of `cols` values in `format`, to be filled row by
-    /// row through the returned sink (from any threads: rows are disjoint).
-    pub(crate) fn prepare(&mut self, format: ActFormat, n: usize, cols: usize) -> RowSink {
+    /// row through the returned sink (from any threads: rows are disjoint),
+    /// on kernel class `isa` (which the caller checked the CPU runs).
+    pub(crate) fn prepare(
+        &mut self,
+        isa: Isa,
+        format: ActFormat,
+        n: usize,
+        cols: usize,
+    ) -> RowSink {
         let block = format.block();
         assert!(
             cols.is_multiple_of(block),
@@ -315,6 +332,7 @@ impl Q8Acts {
         };
         self.sums.resize(n * ns, 0);
         RowSink {
+            isa,
             format,
             cols,
             stride: self.stride,
@@ -372,22 +390,20 @@ pub(crate) unsafe fn rows(
 ) {
     debug_assert_eq!(acts.format(), ActFormat::for_weights(w.dtype));
     debug_assert_eq!(acts.cols(), w.cols);
-    // Prefill batches on AMX-INT8 (the AVX-512 path's CPUs that have it).
-    // SAFETY: `usable()` checked the CPU and OS; the rest is this
-    // function's contract. It returns false having written nothing.
+    // Prefill batches on AMX-INT8 tiles (the AMX class).
+    // SAFETY: the caller checked that the CPU runs `isa`, which for AMX
+    // includes `amx::usable()`; the rest is this function's contract. It
+    // returns false having written nothing.
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512
-        && acts.n() >= amx::MIN_TOKENS
-        && amx::usable()
-        && unsafe { amx::rows(w, acts, r0, r1, out) }
+    if isa == Isa::Amx && acts.n() >= amx::MIN_TOKENS && unsafe { amx::rows(w, acts, r0, r1, out) }
     {
         return;
     }
     // SAFETY: the caller checked that the CPU runs `isa` (AVX2+FMA+F16C,
-    // plus AVX-512F/BW/VL for `Isa::Avx512`); the rest is this function's
-    // own contract.
+    // plus AVX-512F/BW/VL for the wide classes); the rest is this
+    // function's own contract.
     #[cfg(target_arch = "x86_64")]
-    if isa != Isa::Scalar && unsafe { x86::rows(isa == Isa::Avx512, w, acts, r0, r1, out) } {
+    if isa != Isa::Scalar && unsafe { x86::rows(isa, w, acts, r0, r1, out) } {
         return;
     }
     // SAFETY: the caller checked that the CPU runs NEON, `usable()` that it

@@ -4,13 +4,15 @@
 //! AVX-512 version gives the scalar one's bits; it exists because a
 //! prefill quantizes millions of values per layer.
 
-/// Quantize one block; returns its scale (`amax / 127`, 0 for an all-zero
-/// block, NaN when the block holds a non-finite value).
-pub(super) fn block(x: &[f32], q: &mut [i8]) -> f32 {
+/// Quantize one block on kernel class `isa` (which the CPU runs); returns
+/// its scale (`amax / 127`, 0 for an all-zero block, NaN when the block
+/// holds a non-finite value).
+pub(super) fn block(isa: crate::simd::Isa, x: &[f32], q: &mut [i8]) -> f32 {
     debug_assert_eq!(x.len(), q.len());
+    let _ = isa;
     #[cfg(target_arch = "x86_64")]
-    if x.len().is_multiple_of(16) && crate::simd::Isa::best() == crate::simd::Isa::Avx512 {
-        // SAFETY: AVX-512F/BW were detected; the lengths match (asserted
+    if x.len().is_multiple_of(16) && isa.wide() {
+        // SAFETY: the class has AVX-512F/BW; the lengths match (asserted
         // in debug, guaranteed by `Q8Acts::quantize`) and are whole vectors.
         return unsafe { block_avx512(x, q) };
     }
@@ -105,7 +107,7 @@ mod tests {
             }
             let (mut a, mut b) = (vec![0i8; n], vec![0i8; n]);
             let da = block_scalar(&x, &mut a);
-            let db = block(&x, &mut b);
+            let db = block(crate::simd::Isa::best(), &x, &mut b);
             assert_eq!(da.to_bits(), db.to_bits(), "case {case}");
             assert_eq!(a, b, "case {case}");
         }

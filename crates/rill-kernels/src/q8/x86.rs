@@ -105,17 +105,16 @@ fn vnni() -> bool {
 /// `false`: no kernel for this encoding here (nothing written).
 ///
 /// # Safety
-/// As `q8::rows`; the CPU must have AVX2+FMA+F16C, and AVX-512F/BW/VL when
-/// `avx512`.
+/// As `q8::rows`; the CPU must run `isa`, an x86 class.
 pub(super) unsafe fn rows(
-    avx512: bool,
+    isa: crate::simd::Isa,
     w: MatRef<'_>,
     acts: Q8Rows<'_>,
     r0: usize,
     r1: usize,
     out: SharedMut<f32>,
 ) -> bool {
-    let Some(k) = table(avx512, w.dtype) else {
+    let Some(k) = table(isa.wide(), w.dtype) else {
         return false;
     };
     groups::run(k, w, acts, r0, r1, out);

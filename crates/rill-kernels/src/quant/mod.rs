@@ -61,17 +61,11 @@ pub fn is_supported(dtype: DType) -> bool {
     )
 }
 
-/// Decode `dst.len()` elements (a whole number of blocks) from `src`, with
-/// the fastest kernels this CPU supports (bit-identical to the scalar path).
+/// Decode `dst.len()` elements (a whole number of blocks) from `src` on
+/// kernel class `isa` (every class gives the scalar path's bits).
 ///
 /// `src.len()` must be exactly the encoded size of `dst.len()` elements.
-/// Panics if `dtype` is not [`is_supported`].
-#[inline]
-pub fn dequantize(dtype: DType, src: &[u8], dst: &mut [f32]) {
-    dequantize_with(Isa::best(), dtype, src, dst)
-}
-
-/// [`dequantize`] with an explicit kernel path. Panics if the CPU cannot run
+/// Panics if `dtype` is not [`is_supported`], or if the CPU cannot run
 /// `isa` (see [`Isa::is_available`]).
 pub fn dequantize_with(isa: Isa, dtype: DType, src: &[u8], dst: &mut [f32]) {
     debug_assert!(
@@ -93,7 +87,7 @@ pub fn dequantize_with(isa: Isa, dtype: DType, src: &[u8], dst: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Scalar {
         // SAFETY: `isa.check()` confirmed the CPU features; sizes are checked above.
-        if unsafe { crate::simd::x86::dequantize(isa == Isa::Avx512, dtype, src, dst) } {
+        if unsafe { crate::simd::x86::dequantize(isa.wide(), dtype, src, dst) } {
             return;
         }
     }
@@ -133,18 +127,11 @@ fn dequantize_scalar(dtype: DType, src: &[u8], dst: &mut [f32]) {
 }
 
 /// Dot product of one encoded row (`x.len()` elements) with f32 activations,
-/// decoding block by block (no whole-row f32 copy).
+/// decoding block by block (no whole-row f32 copy), on kernel class `isa`.
 ///
 /// `row.len()` must be exactly the encoded size of `x.len()` elements, and
 /// `x.len()` a whole number of blocks. Accumulates in f32; allocates nothing.
-/// Uses the fastest kernels this CPU supports.
-/// Panics if `dtype` is not [`is_supported`].
-#[inline]
-pub fn dot(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
-    dot_with(Isa::best(), dtype, row, x)
-}
-
-/// [`dot`] with an explicit kernel path. Panics if the CPU cannot run `isa`.
+/// Panics if `dtype` is not [`is_supported`], or if the CPU cannot run `isa`.
 pub fn dot_with(isa: Isa, dtype: DType, row: &[u8], x: &[f32]) -> f32 {
     debug_assert!(
         x.len().is_multiple_of(dtype.block_len()),
@@ -163,7 +150,7 @@ pub fn dot_with(isa: Isa, dtype: DType, row: &[u8], x: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Scalar {
         // SAFETY: `isa.check()` confirmed the CPU features; sizes are checked above.
-        if let Some(v) = unsafe { crate::simd::x86::dot(isa == Isa::Avx512, dtype, row, x) } {
+        if let Some(v) = unsafe { crate::simd::x86::dot(isa.wide(), dtype, row, x) } {
             return v;
         }
     }

@@ -2,11 +2,11 @@
 //!
 //! Every kernel has a portable scalar reference (in [`crate::quant`] and
 //! [`crate::ops`]) and, where the CPU allows, hand-written SIMD versions. Which
-//! one runs is an [`Isa`]: [`Isa::best`] is detected once per process (a cached
-//! fact about the CPU, not a setting) and used by the plain entry points
-//! (`quant::dot`, `quant::dequantize`, `ops::dot_f32`, ...); the `*_with`
-//! variants take the [`Isa`] explicitly so tests and benchmarks can run every
-//! path available on one machine against the scalar one.
+//! one runs is an [`Isa`], the kernel class: chosen once by the caller (the
+//! user's `--kernels`, else [`Isa::best`], the fastest class the CPU runs)
+//! and passed to every kernel call, so that tests and benchmarks can run
+//! every class available on one machine against the scalar one. No kernel
+//! picks a class by itself.
 //!
 //! Layout: `x86` holds the x86-64 kernels (AVX2+FMA+F16C, plus AVX-512 for the
 //! hottest encodings), compiled only on x86-64; `neon` holds the aarch64 ones
@@ -66,8 +66,7 @@ pub(crate) use canon_shapes;
 /// the caller's portable code that follows runs. The builds run the same
 /// IEEE operations in the same order (Rust never fuses a multiply and an
 /// add by itself), so element-wise code gives the same bits on every path.
-/// The caller must have checked that the CPU runs `$isa` (`Isa::best`,
-/// `Isa::check`).
+/// The caller must have checked that the CPU runs `$isa` (`Isa::check`).
 macro_rules! on_widest_vectors {
     ($isa:expr, ($($p:ident: $t:ty = $a:expr),* $(,)?) => $body:expr) => {
         #[cfg(target_arch = "x86_64")]
@@ -82,9 +81,13 @@ macro_rules! on_widest_vectors {
             }
             match $isa {
                 // SAFETY: the caller checked that the CPU runs `$isa`.
-                $crate::simd::Isa::Avx512 => return unsafe { wide($($a),*) },
+                $crate::simd::Isa::Avx512 | $crate::simd::Isa::Amx => {
+                    return unsafe { wide($($a),*) }
+                }
                 // SAFETY: as above.
-                $crate::simd::Isa::Avx2 => return unsafe { mid($($a),*) },
+                $crate::simd::Isa::Avx2 | $crate::simd::Isa::AvxVnni => {
+                    return unsafe { mid($($a),*) }
+                }
                 _ => {}
             }
         }
@@ -102,16 +105,32 @@ pub(crate) fn flat<const R: usize, const T: usize>(v: &[[f32; T]; R], out: &mut 
     }
 }
 
-/// A kernel implementation family.
+/// A kernel class: the family of kernels every product and element-wise
+/// loop runs, chosen once (by the user, or [`Isa::best`] by default) and
+/// passed down to every kernel call as a value.
+///
+/// The float kernels know two x86 vector widths: [`Isa::Avx2`] and
+/// [`Isa::AvxVnni`] run the 256-bit ones, [`Isa::Avx512`] and [`Isa::Amx`]
+/// the 512-bit ones. The classes differ further in the integer products
+/// of [`crate::q8`]: `vpmaddubsw`/`vpmaddwd` (AVX2), 256-bit `vpdpbusd`
+/// (AVX-VNNI), AVX-512 with VNNI where the CPU has it, and AMX tiles for
+/// many-token products (AMX).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Isa {
     /// The portable reference code (auto-vectorised where the compiler can).
     Scalar,
     /// x86-64 with AVX2, FMA and F16C.
     Avx2,
-    /// x86-64 with AVX-512F/BW/VL on top of [`Isa::Avx2`]. Encodings without
-    /// an AVX-512 kernel use the AVX2 one.
+    /// [`Isa::Avx2`] plus the VEX-encoded AVX-VNNI dot products (Intel
+    /// Alder Lake and later clients, AMD Zen 5).
+    AvxVnni,
+    /// x86-64 with AVX-512F/BW/VL on top of [`Isa::Avx2`] (and AVX-512
+    /// VNNI's dot products where the CPU has them). Encodings without an
+    /// AVX-512 kernel use the AVX2 one.
     Avx512,
+    /// [`Isa::Avx512`] plus AMX-INT8 tiles for the many-token integer
+    /// products (Intel Sapphire Rapids and later).
+    Amx,
     /// aarch64 with NEON (Advanced SIMD). Matmul outputs are bit-identical
     /// to [`Isa::Avx2`]'s (the same canonical order); encodings without a
     /// NEON decoder use the scalar one.
@@ -119,57 +138,140 @@ pub enum Isa {
     Neon,
 }
 
+/// The names `--kernels` takes, in the order of [`Isa::available`].
+pub const CLASS_NAMES: [&str; 6] = ["scalar", "avx2", "avx-vnni", "avx512", "amx", "neon"];
+
 impl Isa {
-    /// The fastest path this CPU supports, detected on first use.
+    /// The fastest class this CPU supports, detected on first use.
     #[inline]
     pub fn best() -> Isa {
-        static BEST: OnceLock<Isa> = OnceLock::new();
-        *BEST.get_or_init(detect)
+        *available().last().unwrap_or(&Isa::Scalar)
     }
 
-    /// Every path this CPU can run, slowest (scalar) first.
+    /// Every class this CPU can run, slowest (scalar) first.
     pub fn available() -> Vec<Isa> {
-        [
-            Isa::Scalar,
-            Isa::Avx2,
-            Isa::Avx512,
-            #[cfg(target_arch = "aarch64")]
-            Isa::Neon,
-        ]
-        .into_iter()
-        .filter(|i| i.is_available())
-        .collect()
+        available().to_vec()
     }
 
-    /// Whether this CPU can run the path.
+    /// Whether this CPU can run the class.
     pub fn is_available(self) -> bool {
-        match self {
-            Isa::Scalar => true,
-            Isa::Avx2 => matches!(Isa::best(), Isa::Avx2 | Isa::Avx512),
-            Isa::Avx512 => Isa::best() == Isa::Avx512,
-            #[cfg(target_arch = "aarch64")]
-            Isa::Neon => Isa::best() == Isa::Neon,
-        }
+        available().contains(&self)
     }
 
+    /// The class's name, as `--kernels` takes it.
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
+            Isa::AvxVnni => "avx-vnni",
             Isa::Avx512 => "avx512",
+            Isa::Amx => "amx",
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => "neon",
         }
     }
 
-    /// Panics unless the CPU supports this path: the SIMD kernels must never
-    /// run on a CPU without their instructions.
+    /// The class of a name this build knows (whether or not this CPU runs
+    /// it: see [`Isa::require`]).
+    pub fn from_name(name: &str) -> Result<Isa, String> {
+        Ok(match name {
+            "scalar" => Isa::Scalar,
+            "avx2" => Isa::Avx2,
+            "avx-vnni" | "avxvnni" => Isa::AvxVnni,
+            "avx512" => Isa::Avx512,
+            "amx" => Isa::Amx,
+            #[cfg(target_arch = "aarch64")]
+            "neon" => Isa::Neon,
+            #[cfg(not(target_arch = "aarch64"))]
+            "neon" => return Err("the neon kernels run only on aarch64 CPUs".to_string()),
+            _ => {
+                return Err(format!(
+                    "unknown kernel class {name:?} (expected one of {})",
+                    CLASS_NAMES.join(", ")
+                ))
+            }
+        })
+    }
+
+    /// The class itself if this CPU runs it, else an error naming the CPU,
+    /// what the class needs and the classes it does run.
+    pub fn require(self) -> Result<Isa, String> {
+        if self.is_available() {
+            return Ok(self);
+        }
+        let have: Vec<&str> = available().iter().map(|i| i.name()).collect();
+        Err(format!(
+            "this CPU ({}) cannot run the {} kernels (they need {}); it runs: {}",
+            cpu_name(),
+            self.name(),
+            self.needs(),
+            have.join(", ")
+        ))
+    }
+
+    /// What the class needs of the CPU, in words.
+    pub fn needs(self) -> &'static str {
+        match self {
+            Isa::Scalar => "nothing",
+            Isa::Avx2 => "x86-64 with AVX2, FMA and F16C",
+            Isa::AvxVnni => "x86-64 with AVX2, FMA, F16C and AVX-VNNI",
+            Isa::Avx512 => "x86-64 with AVX2, FMA, F16C and AVX-512 F/BW/VL",
+            Isa::Amx => {
+                "x86-64 with AVX-512 F/BW/VL/VBMI/VNNI and AMX-INT8, and an OS that grants the tiles"
+            }
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => "aarch64 with NEON",
+        }
+    }
+
+    /// Whether the float kernels of this class use 512-bit vectors.
+    #[inline]
+    pub(crate) fn wide(self) -> bool {
+        matches!(self, Isa::Avx512 | Isa::Amx)
+    }
+
+    /// Panics unless the CPU supports this class: the SIMD kernels must
+    /// never run on a CPU without their instructions.
     #[inline]
     pub(crate) fn check(self) {
         if self != Isa::Scalar && !self.is_available() {
             unavailable(self);
         }
     }
+}
+
+impl std::fmt::Display for Isa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Isa {
+    type Err = String;
+    /// A class this CPU runs ([`Isa::from_name`], then [`Isa::require`]).
+    fn from_str(s: &str) -> Result<Isa, String> {
+        Isa::from_name(s)?.require()
+    }
+}
+
+/// The classes this CPU runs, slowest first (detected once: a fact about
+/// the CPU, not a setting).
+fn available() -> &'static [Isa] {
+    static AVAILABLE: OnceLock<Vec<Isa>> = OnceLock::new();
+    AVAILABLE.get_or_init(|| {
+        [
+            Isa::Scalar,
+            Isa::Avx2,
+            Isa::AvxVnni,
+            Isa::Avx512,
+            Isa::Amx,
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon,
+        ]
+        .into_iter()
+        .filter(|i| detect(*i))
+        .collect()
+    })
 }
 
 #[cold]
@@ -181,27 +283,72 @@ fn unavailable(isa: Isa) -> ! {
     )
 }
 
-/// Runtime CPU-feature detection. `RILL_ISA` is deliberately not consulted:
-/// tests and benchmarks pick a path with the `*_with` functions instead.
-fn detect() -> Isa {
+/// Runtime CPU-feature detection of one class (no environment variable is
+/// consulted: the class is a value the caller passes down).
+fn detect(isa: Isa) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        let avx2 = std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-            && std::arch::is_x86_feature_detected!("f16c");
-        let avx512 = std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512vl");
-        if avx2 && avx512 {
-            return Isa::Avx512;
-        }
-        if avx2 {
-            return Isa::Avx2;
+        use std::arch::is_x86_feature_detected as has;
+        let avx2 = has!("avx2") && has!("fma") && has!("f16c");
+        let avx512 = avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512vl");
+        match isa {
+            Isa::Scalar => true,
+            Isa::Avx2 => avx2,
+            Isa::AvxVnni => avx2 && has!("avxvnni"),
+            Isa::Avx512 => avx512,
+            Isa::Amx => avx512 && crate::q8::amx_usable(),
         }
     }
     #[cfg(target_arch = "aarch64")]
-    if std::arch::is_aarch64_feature_detected!("neon") {
-        return Isa::Neon;
+    {
+        match isa {
+            Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+            Isa::Scalar => true,
+            _ => false,
+        }
     }
-    Isa::Scalar
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        isa == Isa::Scalar
+    }
+}
+
+/// The CPU's model name (the x86 brand string, or `/proc/cpuinfo`'s), for
+/// logs and benchmark reports.
+pub fn cpu_name() -> String {
+    static NAME: OnceLock<String> = OnceLock::new();
+    NAME.get_or_init(read_cpu_name).clone()
+}
+
+fn read_cpu_name() -> String {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::__cpuid;
+        // Leaves 0x8000_0002..4 hold the 48-byte brand string, where the
+        // extended leaves reach that far.
+        if __cpuid(0x8000_0000).eax >= 0x8000_0004 {
+            let mut bytes = Vec::with_capacity(48);
+            for leaf in 0x8000_0002u32..=0x8000_0004 {
+                let r = __cpuid(leaf);
+                for v in [r.eax, r.ebx, r.ecx, r.edx] {
+                    bytes.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            let s = String::from_utf8_lossy(&bytes);
+            let s = s.trim_matches(char::from(0)).trim();
+            if !s.is_empty() {
+                return s.split_whitespace().collect::<Vec<_>>().join(" ");
+            }
+        }
+    }
+    if let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") {
+        for line in info.lines() {
+            let (key, value) = line.split_once(':').unwrap_or((line, ""));
+            let key = key.trim();
+            if matches!(key, "model name" | "Model" | "Hardware") && !value.trim().is_empty() {
+                return value.trim().to_string();
+            }
+        }
+    }
+    format!("unknown {} CPU", std::env::consts::ARCH)
 }

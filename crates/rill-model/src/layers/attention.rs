@@ -8,9 +8,9 @@ use crate::scratch::{Buf, Exec};
 use crate::weights::{Binder, Matrix};
 use rill_kernels::attention::{attend_causal, AttnShape};
 use rill_kernels::kv::hadamard;
-use rill_kernels::ops::{mul_sigmoid_inplace, rms_norm_inplace};
+use rill_kernels::ops::{mul_sigmoid_inplace_with, rms_norm_inplace};
 use rill_kernels::threads::SharedMut;
-use rill_kernels::{matmul_in, matmul_many_in, MatJob};
+use rill_kernels::{matmul_many_on, matmul_on, MatJob};
 
 pub(crate) struct AttentionWeights {
     /// `[2·n_head·head_dim × n_embd]`: per head, Q then the gate.
@@ -129,7 +129,8 @@ pub(crate) fn forward<'s, 'w>(
     let mut qg = Buf::for_output(ex.ws, n * 2 * nh * hd);
     let mut k = Buf::for_output(ex.ws, n * nkv * hd);
     let mut v = Buf::for_output(ex.ws, n * nkv * hd);
-    matmul_many_in(
+    matmul_many_on(
+        ex.isa,
         ex.precision,
         threads,
         &mut [
@@ -231,10 +232,18 @@ pub(crate) fn forward<'s, 'w>(
         let w = nh * hd;
         // SAFETY: rows t0..t1 of attn are this task's alone.
         let a = unsafe { std::slice::from_raw_parts_mut(attn_ptr.at(t0 * w), (t1 - t0) * w) };
-        mul_sigmoid_inplace(a, &gate[t0 * w..t1 * w]);
+        mul_sigmoid_inplace_with(ex.isa, a, &gate[t0 * w..t1 * w]);
     });
     let mut out = Buf::for_output(ex.ws, n * c.n_embd);
-    matmul_in(ex.precision, threads, w.o.view(), &attn, n, &mut out);
+    matmul_on(
+        ex.isa,
+        ex.precision,
+        threads,
+        w.o.view(),
+        &attn,
+        n,
+        &mut out,
+    );
     out
 }
 
@@ -260,6 +269,7 @@ fn attend(
     };
     let mut scratch = Buf::for_output(ex.ws, threads.count() * shape.scratch_per_thread());
     attend_causal(
+        ex.isa,
         threads,
         shape,
         q,

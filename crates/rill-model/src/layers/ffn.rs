@@ -5,9 +5,9 @@ use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::scratch::{Buf, Exec, JobList, Reused};
 use crate::weights::{Binder, Experts, Matrix};
-use rill_kernels::ops::{axpy, dot_f32, sigmoid, softmax_inplace, swiglu_inplace};
+use rill_kernels::ops::{axpy_with, dot_f32_with, sigmoid, softmax_inplace, swiglu_inplace_with};
 use rill_kernels::threads::SharedMut;
-use rill_kernels::{matmul, matmul_in, matmul_many_in, MatJob, MatRef, Threads};
+use rill_kernels::{matmul_many_on, matmul_on, matmul_with, Isa, MatJob, MatRef, Threads};
 
 pub(crate) enum Ffn {
     Moe(Box<MoeWeights>),
@@ -87,11 +87,12 @@ fn swiglu<'w>(
     x: &[f32],
     n: usize,
 ) -> Buf<'w> {
-    let (threads, precision) = (ex.threads, ex.precision);
+    let (threads, isa, precision) = (ex.threads, ex.isa, ex.precision);
     let ff = gate.rows;
     let mut g = Buf::for_output(ex.ws, n * ff);
     let mut u = Buf::for_output(ex.ws, n * ff);
-    matmul_many_in(
+    matmul_many_on(
+        isa,
         precision,
         threads,
         &mut [
@@ -111,20 +112,20 @@ fn swiglu<'w>(
             },
         ],
     );
-    swiglu_rows(threads, &mut g, &u, ff);
+    swiglu_rows(isa, threads, &mut g, &u, ff);
     let mut out = Buf::for_output(ex.ws, n * down.rows);
-    matmul_in(precision, threads, down, &g, n, &mut out);
+    matmul_on(isa, precision, threads, down, &g, n, &mut out);
     out
 }
 
-/// `swiglu_inplace` over rows of `width` values, rows in parallel.
-fn swiglu_rows(threads: &Threads, g: &mut [f32], u: &[f32], width: usize) {
+/// `swiglu_inplace_with` over rows of `width` values, rows in parallel.
+fn swiglu_rows(isa: Isa, threads: &Threads, g: &mut [f32], u: &[f32], width: usize) {
     let rows = g.len() / width.max(1);
     let g_ptr = SharedMut::new(g);
     threads.for_ranges(rows, 16, |r0, r1| {
         // SAFETY: rows `r0..r1` of `g` are this task's alone.
         let g = unsafe { std::slice::from_raw_parts_mut(g_ptr.at(r0 * width), (r1 - r0) * width) };
-        swiglu_inplace(g, &u[r0 * width..r1 * width]);
+        swiglu_inplace_with(isa, g, &u[r0 * width..r1 * width]);
     });
 }
 
@@ -235,10 +236,10 @@ impl MoeWeights {
                     pick: None,
                 });
             }
-            matmul_many_in(ex.precision, threads, &mut jobs);
+            matmul_many_on(ex.isa, ex.precision, threads, &mut jobs);
         }
         for (g, u, width) in [(&mut gates, &ups, ff), (&mut sh_g, &sh_u, sh_ff)] {
-            swiglu_rows(threads, g, u, width);
+            swiglu_rows(ex.isa, threads, g, u, width);
         }
         // down of every active expert (and the shared expert).
         let mut downs = Buf::for_output(ex.ws, m_all * h);
@@ -269,7 +270,7 @@ impl MoeWeights {
                     pick: None,
                 });
             }
-            matmul_many_in(ex.precision, threads, &mut jobs);
+            matmul_many_on(ex.isa, ex.precision, threads, &mut jobs);
         }
 
         // Weighted sum, in expert order for every token (batch invariant),
@@ -294,11 +295,11 @@ impl MoeWeights {
                 let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.at(t * h), h) };
                 o.fill(0.0);
                 for &p in &slots[t * k..t * k + filled[t]] {
-                    axpy(routes.weights[p], &downs[p * h..(p + 1) * h], o);
+                    axpy_with(ex.isa, routes.weights[p], &downs[p * h..(p + 1) * h], o);
                 }
                 if let Some(sh) = &self.shared {
-                    let gate = sigmoid(dot_f32(&sh.gate_inp, &x[t * h..(t + 1) * h]));
-                    axpy(gate, &sh_y[t * h..(t + 1) * h], o);
+                    let gate = sigmoid(dot_f32_with(ex.isa, &sh.gate_inp, &x[t * h..(t + 1) * h]));
+                    axpy_with(ex.isa, gate, &sh_y[t * h..(t + 1) * h], o);
                 }
             }
         });
@@ -332,7 +333,7 @@ fn route<'w>(w: &MoeWeights, c: &ModelConfig, ex: Exec<'w>, x: &[f32], n: usize)
     let (e, k) = (c.n_expert, c.n_expert_used);
     let mut logits = Buf::for_output(ex.ws, n * e);
     // Exact whatever the precision: routing picks experts by these logits.
-    matmul(threads, w.router.view(), x, n, &mut logits);
+    matmul_with(ex.isa, threads, w.router.view(), x, n, &mut logits);
     // Each token's top k as (expert, weight), token after token.
     let mut picks = Reused::take(ex.ws);
     let mut start = Reused::take(ex.ws);

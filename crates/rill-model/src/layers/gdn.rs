@@ -9,11 +9,13 @@ use crate::state::{RingLayer, MAX_REWIND_ROWS};
 use crate::weights::{Binder, Matrix};
 use rill_kernels::conv::causal_conv_silu;
 use rill_kernels::gdn::{
-    chunked_scratch_len, delta_rule_chunked_in, delta_rule_recurrent, HeadInputs,
+    chunked_scratch_len, delta_rule_chunked_in, delta_rule_recurrent_with, HeadInputs,
 };
-use rill_kernels::ops::{l2_norm_inplace, mul_silu_inplace, rms_norm_inplace, sigmoid, softplus};
+use rill_kernels::ops::{
+    l2_norm_inplace, mul_silu_inplace_with, rms_norm_inplace, sigmoid, softplus,
+};
 use rill_kernels::threads::SharedMut;
-use rill_kernels::{matmul_in, matmul_many_in, MatJob};
+use rill_kernels::{matmul_many_on, matmul_on, MatJob};
 
 /// How the input projections are stored.
 enum Projections {
@@ -187,7 +189,7 @@ fn project<'w>(
                 pick: None,
             }),
         }
-        matmul_many_in(ex.precision, threads, &mut jobs);
+        matmul_many_on(ex.isa, ex.precision, threads, &mut jobs);
     }
     if fused_qkvz {
         // Per key head [q, k, v·r, z·r] → [q_all, k_all, v_all] and z.
@@ -315,7 +317,7 @@ fn delta_rule(
                 // SAFETY: value head h's state belongs to this task only.
                 let s = unsafe { std::slice::from_raw_parts_mut(ssm_ptr.at(h * d * d), d * d) };
                 if n == 1 {
-                    delta_rule_recurrent(&inputs, s, o);
+                    delta_rule_recurrent_with(ex.isa, &inputs, s, o);
                 } else if rewindable {
                     for t in 0..n {
                         let (a, b) = (t * d, (t + 1) * d);
@@ -328,7 +330,7 @@ fn delta_rule(
                             d_k: d,
                             d_v: d,
                         };
-                        delta_rule_recurrent(&row, s, &mut o[a..b]);
+                        delta_rule_recurrent_with(ex.isa, &row, s, &mut o[a..b]);
                         if t + 1 < n {
                             // SAFETY: head h's part of every slot belongs
                             // to this task only; the slots outlive the region.
@@ -339,7 +341,7 @@ fn delta_rule(
                         }
                     }
                 } else {
-                    delta_rule_chunked_in(&inputs, s, o, chunk_scratch);
+                    delta_rule_chunked_in(ex.isa, &inputs, s, o, chunk_scratch);
                 }
                 for t in 0..n {
                     // SAFETY: the output columns of head h belong to this task only.
@@ -404,7 +406,7 @@ pub(crate) fn forward<'s, 'w>(
         if let Some(r) = ring.as_deref_mut() {
             conv_snapshots(s.conv, rows, cd, m, &mut r.conv);
         }
-        causal_conv_silu(threads, &w.conv, c.conv_kernel, rows, m, s.conv);
+        causal_conv_silu(ex.isa, threads, &w.conv, c.conv_kernel, rows, m, s.conv);
         delta_rule(
             w,
             c,
@@ -425,10 +427,10 @@ pub(crate) fn forward<'s, 'w>(
         let y = unsafe { std::slice::from_raw_parts_mut(y_ptr.at(h0 * d), (h1 - h0) * d) };
         for (head, zh) in y.chunks_exact_mut(d).zip(z[h0 * d..h1 * d].chunks_exact(d)) {
             rms_norm_inplace(head, &w.norm, c.rms_eps);
-            mul_silu_inplace(head, zh);
+            mul_silu_inplace_with(ex.isa, head, zh);
         }
     });
     let mut out = Buf::for_output(ex.ws, n * c.n_embd);
-    matmul_in(ex.precision, threads, w.out.view(), &y, n, &mut out);
+    matmul_on(ex.isa, ex.precision, threads, w.out.view(), &y, n, &mut out);
     out
 }

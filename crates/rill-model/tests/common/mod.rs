@@ -1,9 +1,25 @@
 //! Shared helpers of the fixture tests: the manifest, .npy reading, comparison.
 #![allow(dead_code)]
 
+use rill_kernels::Isa;
 use rill_model::{Model, Rows, Runner, SequenceState};
 use serde_json::Value;
 use std::path::PathBuf;
+
+/// The kernel class the tests run on: `RILL_KERNELS` when set (so that
+/// the suite runs once per class: `.ci/run` does), else the best this CPU
+/// runs. A class the CPU lacks fails the test with the reason.
+pub fn kernels() -> Isa {
+    match std::env::var("RILL_KERNELS") {
+        Ok(v) if !v.is_empty() => v.parse().unwrap_or_else(|e| panic!("RILL_KERNELS: {e}")),
+        _ => Isa::best(),
+    }
+}
+
+/// Exact forward passes on `threads`, on [`kernels`].
+pub fn runner(threads: usize) -> Runner {
+    Runner::exact(kernels(), threads)
+}
 
 pub fn fixtures_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models")

@@ -463,7 +463,12 @@ fn read_scalar(t: &Raw, shards: &[Shard]) -> Result<f32, String> {
         )
     })?;
     let mut v = [0f32];
-    rill_kernels::quant::dequantize(d, &shards[t.shard].map[t.bytes.clone()], &mut v);
+    rill_kernels::quant::dequantize_with(
+        rill_kernels::Isa::Scalar,
+        d,
+        &shards[t.shard].map[t.bytes.clone()],
+        &mut v,
+    );
     Ok(v[0])
 }
 
