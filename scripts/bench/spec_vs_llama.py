@@ -33,9 +33,11 @@ def post(port, path, body):
         return json.loads(r.read())
 
 
-def llama(model, threads, n, spec, k, port=18931):
+def llama(model, threads, n, spec, k, exact=False, port=18931):
     args = [str(LLAMA / "llama-server"), "-m", str(model), "-t", str(threads), "-tb", str(threads), "--port", str(port),
             "-c", "4096", "-np", "1", "--no-warmup", "-fa", "off"]
+    if exact:
+        args += ["-ctk", "f32", "-ctv", "f32", "-ctkd", "f32", "-ctvd", "f32"]
     if spec:
         args += ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(k)]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -63,11 +65,13 @@ def llama(model, threads, n, spec, k, port=18931):
         proc.wait()
 
 
-def rill(binary, model, threads, n, spec, k):
+def rill(binary, model, threads, n, spec, k, exact=False):
     out = []
     for p in PROMPTS:
         args = [str(binary), "run", "-p", p, "-n", str(n), "--temp", "0", "--ignore-eos", "--json",
                 "-t", str(threads), "--spec", "mtp" if spec else "off", "--draft-max", str(k)]
+        if exact:
+            args += ["--precision", "exact"]
         if model:
             args += ["-m", str(model)]
         runs = []
@@ -89,22 +93,26 @@ def main():
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("-k", type=int, default=3)
     ap.add_argument("--fixture", help="write llama.cpp's speculative greedy tokens here")
+    ap.add_argument("--exact", action="store_true",
+                    help="f32 everywhere: llama.cpp's KV caches f32, rill --precision exact (an F32 file's "
+                         "tokens then agree, as the logits do)")
     a = ap.parse_args()
     res = {
-        "llama spec": llama(a.model, a.threads, a.n, True, a.k),
-        "llama plain": llama(a.model, a.threads, a.n, False, a.k),
-        "rill spec": rill(a.rill, a.model, a.threads, a.n, True, a.k),
-        "rill plain": rill(a.rill, a.model, a.threads, a.n, False, a.k),
+        "llama spec": llama(a.model, a.threads, a.n, True, a.k, a.exact),
+        "llama plain": llama(a.model, a.threads, a.n, False, a.k, a.exact),
+        "rill spec": rill(a.rill, a.model, a.threads, a.n, True, a.k, a.exact),
+        "rill plain": rill(a.rill, a.model, a.threads, a.n, False, a.k, a.exact),
     }
-    print(f"| prompt | engine | tok/s | drafted | accepted | tokens = llama plain |")
-    print("|---|---|---|---|---|---|")
+    print("| prompt | engine | tok/s | drafted | accepted | tokens = llama plain | tokens = rill plain |")
+    print("|---|---|---|---|---|---|---|")
     for i in range(len(PROMPTS)):
         ref = res["llama plain"][i]["tokens"]
         for name, rows in res.items():
             r = rows[i]
-            print(f"| {i} | {name} | {r['tok_s']:.1f} | {r['drafted']} | {r['accepted']} | {r['tokens'] == ref} |")
+            same = r["tokens"] == res["rill plain"][i]["tokens"]
+            print(f"| {i} | {name} | {r['tok_s']:.1f} | {r['drafted']} | {r['accepted']} | {r['tokens'] == ref} | {same} |")
     if a.fixture:
-        fx = {"model": os.path.relpath(a.model, REPO), "n_predict": a.n, "draft_max": a.k,
+        fx = {"model": os.path.relpath(a.model, REPO), "n_predict": a.n, "draft_max": a.k, "exact": a.exact,
               "generator": "scripts/bench/spec_vs_llama.py (llama-server 0c1e570, --spec-type draft-mtp, greedy)",
               "cases": [{"prompt": p, "prompt_ids": l["prompt_ids"], "llama_spec_tokens": l["tokens"],
                          "llama_plain_tokens": q["tokens"]}

@@ -538,3 +538,64 @@ fn speculation_with_a_separate_head_file_and_in_bench() {
     let a = v["spec"]["acceptance"].as_f64().unwrap();
     assert!((0.0..=1.0).contains(&a), "{v}");
 }
+
+/// Against llama.cpp's `--spec-type draft-mtp` (its greedy tokens with
+/// drafting, committed by `scripts/bench/spec_vs_llama.py --exact` on the
+/// F32 MTP fixture): wherever the two engines agree without drafting, rill
+/// drafting still gives llama.cpp's speculative tokens, and rill's drafted
+/// greedy output is its plain greedy output everywhere.
+#[test]
+fn speculative_greedy_agrees_with_llama_cpp_draft_mtp() {
+    let spec: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("../spec_llama_fixture.json")).unwrap(),
+    )
+    .unwrap();
+    let model = fixtures()
+        .join("../..")
+        .join(spec["model"].as_str().unwrap());
+    let n = spec["n_predict"].as_u64().unwrap().to_string();
+    let k = spec["draft_max"].as_u64().unwrap().to_string();
+    let mut compared = 0;
+    for case in spec["cases"].as_array().unwrap() {
+        let run = |mode: &str| -> Value {
+            let args = [
+                "run",
+                "-m",
+                model.to_str().unwrap(),
+                "-p",
+                case["prompt"].as_str().unwrap(),
+                "-n",
+                &n,
+                "--temp",
+                "0",
+                "--ignore-eos",
+                "--json",
+                "-t",
+                "2",
+                "--precision",
+                "exact",
+                "--spec",
+                mode,
+                "--draft-max",
+                &k,
+                "--draft-fixed",
+            ];
+            serde_json::from_str(&ok(&args)).expect("one JSON object")
+        };
+        let (drafted, plain) = (run("mtp"), run("off"));
+        assert_eq!(ids(&drafted["prompt_tokens"]), ids(&case["prompt_ids"]));
+        assert!(drafted["timings"]["draft_n"].as_u64().unwrap() > 0);
+        assert_eq!(
+            drafted["tokens"], plain["tokens"],
+            "drafting changed greedy output"
+        );
+        if ids(&plain["tokens"]) == ids(&case["llama_plain_tokens"]) {
+            assert_eq!(ids(&drafted["tokens"]), ids(&case["llama_spec_tokens"]));
+            compared += 1;
+        }
+    }
+    assert!(
+        compared >= 2,
+        "the engines agree on too few prompts to compare"
+    );
+}

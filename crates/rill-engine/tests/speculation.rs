@@ -71,7 +71,13 @@ fn run_all(e: &Engine, reqs: &[Request]) -> (Vec<Vec<u32>>, Vec<Vec<u32>>, usize
 
 #[test]
 fn greedy_with_speculation_is_plain_greedy_on_every_fixture_and_draft_length() {
-    for name in ["qwen35moe_mtp.f32.gguf", "qwen35_mtp.f32.gguf"] {
+    // The three architectures: the MoE and dense GGUF fixtures, and the
+    // Qwen3-Next one as a Hugging Face folder (its MTP head from `mtp.*`).
+    for name in [
+        "qwen35moe_mtp.f32.gguf",
+        "qwen35_mtp.f32.gguf",
+        "hf/qwen3next_mtp",
+    ] {
         let model = fixture(name);
         let reqs: Vec<Request> = (0..8)
             .map(|s| greedy(prompt(s, 5 + 7 * s as usize), 20))
