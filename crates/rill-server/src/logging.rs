@@ -83,12 +83,14 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogSink {
 mod tests {
     use super::*;
 
-    /// A writer that blocks forever, like a full pipe.
-    struct Stuck;
+    /// A writer that blocks forever, like a full pipe; says when it has.
+    struct Stuck(Arc<std::sync::atomic::AtomicBool>);
     impl Write for Stuck {
         fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
-            std::thread::park();
-            Ok(0)
+            self.0.store(true, Relaxed);
+            loop {
+                std::thread::park();
+            }
         }
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
@@ -108,11 +110,19 @@ mod tests {
 
     #[test]
     fn a_stuck_or_broken_stderr_neither_blocks_nor_fails() {
-        let mut sink = LogSink::new(Stuck);
+        let stuck = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut sink = LogSink::new(Stuck(stuck.clone()));
+        // Once the writer thread is inside a write that never returns, the
+        // queue fills and every further line is dropped (and counted: the
+        // writer, stuck, cannot take the count).
+        sink.write_all(b"first\n").unwrap();
+        while !stuck.load(Relaxed) {
+            std::thread::yield_now();
+        }
         for _ in 0..QUEUE * 2 {
             sink.write_all(b"line\n").unwrap();
         }
-        assert!(sink.dropped() >= QUEUE as u64 - 1);
+        assert_eq!(sink.dropped(), QUEUE as u64);
         let mut sink = LogSink::new(Broken);
         for _ in 0..100 {
             sink.write_all(b"line\n").unwrap();
