@@ -177,8 +177,15 @@ fn quantized_caches_keep_the_bits_across_chunks_decode_and_snapshots() {
                     .all(|(a, b)| a.to_bits() == b.to_bits()),
                 "{name} {c:?}: snapshot"
             );
+            // A float cache keeps that rounding as it is. A block-coded one
+            // can amplify it: a value ~1e-6 apart may land on the other side
+            // of a code boundary and move by a whole quantization step (seen
+            // on the scalar kernels: 1.35e-4 with Q8_0), so its bound is the
+            // coarser one.
+            let float = |t: KvType| [KvType::F32, KvType::F16, KvType::BF16].contains(&t);
+            let bound = if float(c.k) && float(c.v) { 1e-4 } else { 1e-3 };
             let (max, _) = diff(&decoded[0], &whole[300 * v..]);
-            assert!(max < 1e-4, "{name} {c:?}: decode vs prefill {max:e}");
+            assert!(max < bound, "{name} {c:?}: decode vs prefill {max:e}");
         }
     }
 }
