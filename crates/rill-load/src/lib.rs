@@ -131,13 +131,26 @@ pub fn load(source: &ModelSource, options: &LoadOptions) -> Result<Loaded, LoadE
     };
     let info = ModelInfo::of_gguf(source, &file, template_problem);
     let gguf: Arc<dyn WeightSource> = Arc::new(GgufSource::new(file, label.clone()));
+    bind(gguf, &label, options, tokenizer, template, info)
+}
+
+/// Bind the model of `weights` (joined with `--mtp-model`'s head when the
+/// options name one) and put the load together.
+fn bind(
+    weights: Arc<dyn WeightSource>,
+    label: &str,
+    options: &LoadOptions,
+    tokenizer: Tokenizer,
+    template: Option<ChatTemplate>,
+    info: ModelInfo,
+) -> Result<Loaded, LoadError> {
     let weights = match &options.mtp_model {
-        None => gguf,
+        None => weights,
         Some(head_source) => {
             let head_file = open_gguf(head_source)?;
             start_prefault(options.prefault, head_file.clone(), gguf_regions);
             let head = Arc::new(GgufSource::new(head_file, head_source.label()));
-            let joined = WithMtpHead::new(gguf, head).map_err(|error| LoadError::Model {
+            let joined = WithMtpHead::new(weights, head).map_err(|error| LoadError::Model {
                 source_label: head_source.label(),
                 error,
             })?;
@@ -145,7 +158,7 @@ pub fn load(source: &ModelSource, options: &LoadOptions) -> Result<Loaded, LoadE
         }
     };
     let model = Model::from_source(weights).map_err(|error| LoadError::Model {
-        source_label: label,
+        source_label: label.to_string(),
         error,
     })?;
     let info = info.with_model(&model);
@@ -176,17 +189,7 @@ fn load_folder(
     let t = folder::template(dir, &tokenizer)?;
     let template = t.template;
     let info = folder::info(source, dir, &src, t.problem, t.source)?;
-    let model = Model::from_source(src).map_err(|error| LoadError::Model {
-        source_label: source.label(),
-        error,
-    })?;
-    let info = info.with_model(&model);
-    Ok(Loaded {
-        model,
-        tokenizer,
-        template,
-        info,
-    })
+    bind(src, &source.label(), options, tokenizer, template, info)
 }
 
 /// A source described whether or not it binds (`rill inspect` shows files
