@@ -29,6 +29,9 @@
 //! So a prompt gives the same bits in one step, in chunks, or alone or in a
 //! batch with other sequences, and decode (one row) takes the same path.
 
+mod sparse;
+pub use sparse::{attend_positions, positions_scratch_len};
+
 use crate::kv::{ExactRows, KvRows, KvSide};
 use crate::simd::{on_widest_vectors, Isa};
 use crate::small::{product_nn, room_len, split, transpose};

@@ -17,6 +17,9 @@ pub enum Arch {
     Qwen35,
     /// Qwen3-Next (`qwen3next`).
     Qwen3Next,
+    /// Qwen3.8-Flash-Next (`qwen4exp`): hyper-connections, QSA sparse
+    /// attention, the PLE n-gram memory ([`Qwen4ExpConfig`]).
+    Qwen4Exp,
 }
 
 impl Arch {
@@ -25,6 +28,7 @@ impl Arch {
             "qwen35moe" => Some(Arch::Qwen35Moe),
             "qwen35" => Some(Arch::Qwen35),
             "qwen3next" => Some(Arch::Qwen3Next),
+            "qwen4exp" => Some(Arch::Qwen4Exp),
             _ => None,
         }
     }
@@ -34,6 +38,7 @@ impl Arch {
             Arch::Qwen35Moe => "qwen35moe",
             Arch::Qwen35 => "qwen35",
             Arch::Qwen3Next => "qwen3next",
+            Arch::Qwen4Exp => "qwen4exp",
         }
     }
 
@@ -42,7 +47,7 @@ impl Arch {
     /// keeps Qwen3-Next's grouped order (`h / (nv / nk)`).
     pub fn value_head_order(self) -> HeadOrder {
         match self {
-            Arch::Qwen35Moe | Arch::Qwen35 => HeadOrder::Tiled,
+            Arch::Qwen35Moe | Arch::Qwen35 | Arch::Qwen4Exp => HeadOrder::Tiled,
             Arch::Qwen3Next => HeadOrder::Grouped,
         }
     }
@@ -71,6 +76,72 @@ impl HeadOrder {
             HeadOrder::Tiled => kh + j * n_k,
             HeadOrder::Grouped => kh * (n_v / n_k) + j,
         }
+    }
+}
+
+/// What gates the GDN's output norm: `norm(o) ⊙ act(z)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GateActivation {
+    Silu,
+    /// qwen4exp (`output_gate_type: "sigmoid"`).
+    Sigmoid,
+}
+
+/// What qwen4exp adds to the Qwen3.5 layer (DESIGN.md §2.5, wave2.md §C).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Qwen4ExpConfig {
+    /// Residual streams (`hyper_connection.count`): the residual is
+    /// `[T × streams·n_embd]`.
+    pub streams: usize,
+    /// Rank of the hyper-connections' low-rank mixer.
+    pub hc_rank: usize,
+    /// The QSA indexer of the attention layers.
+    pub indexer: IndexerConfig,
+    /// The PLE n-gram memory, when the file has one.
+    pub ple: Option<PleConfig>,
+}
+
+/// The QSA indexer: which key blocks each query attends to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexerConfig {
+    pub n_head: usize,
+    pub head_dim: usize,
+    /// Tokens of complete blocks a query attends to (`indexer.top_k`).
+    pub budget: usize,
+    /// Tokens per key block, per layer (`attention.compress_ratios`; 0:
+    /// the layer attends densely, as llama.cpp does).
+    pub ratios: Vec<usize>,
+}
+
+/// The PLE n-gram memory of one layer (hashes as transformers' `Qwen4ExpTextNGramEmbedding`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PleConfig {
+    /// The (0-based) layer that adds it.
+    pub layer: usize,
+    /// Largest n-gram (3: 2- and 3-grams).
+    pub ngram: usize,
+    pub heads_per_ngram: usize,
+    /// Taps of its dilated causal conv (dilation = `ngram`).
+    pub conv_kernel: usize,
+    /// One odd multiplier per n-gram position.
+    pub multipliers: Vec<u64>,
+    /// Per head: its first row in the table, and its (prime) row count.
+    pub offsets: Vec<u64>,
+    pub sizes: Vec<u64>,
+    /// Resets the n-gram window (and stands for missing predecessors).
+    pub eos: u32,
+    /// Values per table row (`n_embd / heads`).
+    pub row_dim: usize,
+}
+
+impl PleConfig {
+    pub fn heads(&self) -> usize {
+        (self.ngram - 1) * self.heads_per_ngram
+    }
+
+    /// History rows its conv keeps: `(taps − 1) · dilation`.
+    pub fn conv_history(&self) -> usize {
+        (self.conv_kernel - 1) * self.ngram
     }
 }
 
@@ -114,6 +185,10 @@ pub struct ModelConfig {
     /// GGUF files follow their converter ([`Arch::value_head_order`]),
     /// Hugging Face checkpoints keep the grouped order for every architecture.
     pub value_head_order: HeadOrder,
+    /// What gates the GDN's output norm.
+    pub gdn_gate: GateActivation,
+    /// qwen4exp's additions; `None` for the other architectures.
+    pub qwen4exp: Option<Box<Qwen4ExpConfig>>,
 }
 
 impl ModelConfig {
@@ -190,6 +265,14 @@ impl ModelConfig {
             n_expert: m.opt_usize("expert_count")?.unwrap_or(0),
             n_expert_used: m.opt_usize("expert_used_count")?.unwrap_or(0),
             value_head_order: arch.value_head_order(),
+            gdn_gate: match arch {
+                Arch::Qwen4Exp => GateActivation::Sigmoid,
+                _ => GateActivation::Silu,
+            },
+            qwen4exp: match arch {
+                Arch::Qwen4Exp => Some(Box::new(qwen4exp_config(&m, n_layer, n_embd)?)),
+                _ => None,
+            },
         };
         cfg.validate(m.opt_usize("ssm.inner_size")?)?;
         Ok(cfg)
@@ -245,6 +328,9 @@ impl ModelConfig {
                 }
             }
         }
+        if let Some(q) = &self.qwen4exp {
+            q.validate(self)?;
+        }
         let experts_ok =
             self.n_expert > 0 && self.n_expert_used > 0 && self.n_expert_used <= self.n_expert;
         if self.arch != Arch::Qwen35 && !experts_ok {
@@ -255,6 +341,134 @@ impl ModelConfig {
         }
         Ok(())
     }
+}
+
+impl Qwen4ExpConfig {
+    fn validate(&self, c: &ModelConfig) -> Result<(), ModelError> {
+        let bad = |s: String| Err(ModelError::Inconsistent(s));
+        if self.streams < 2 || self.hc_rank == 0 {
+            return bad(format!(
+                "{} residual streams of rank {} (qwen4exp needs at least 2)",
+                self.streams, self.hc_rank
+            ));
+        }
+        let ix = &self.indexer;
+        if ix.ratios.len() != c.n_layer {
+            return bad(format!(
+                "{} compress ratios for {} layers",
+                ix.ratios.len(),
+                c.n_layer
+            ));
+        }
+        for (il, &r) in ix.ratios.iter().enumerate() {
+            if r == 0 {
+                continue;
+            }
+            if c.layer_kinds[il] != LayerKind::Attention {
+                return bad(format!("compress ratio {r} on recurrent layer {il}"));
+            }
+            if ix.n_head == 0 || ix.head_dim == 0 || ix.budget == 0 || !ix.budget.is_multiple_of(r)
+            {
+                return bad(format!(
+                    "indexer of {} heads × {}, budget {} in blocks of {r}",
+                    ix.n_head, ix.head_dim, ix.budget
+                ));
+            }
+            if c.n_rot > ix.head_dim {
+                return bad(format!(
+                    "rotary dims {} past the indexer head dim {}",
+                    c.n_rot, ix.head_dim
+                ));
+            }
+        }
+        if let Some(p) = &self.ple {
+            let heads = p.heads();
+            if p.ngram < 2 || p.heads_per_ngram == 0 || p.conv_kernel == 0 {
+                return bad(format!(
+                    "PLE of {}-grams, {} heads each, {} conv taps",
+                    p.ngram, p.heads_per_ngram, p.conv_kernel
+                ));
+            }
+            if p.layer >= c.n_layer || c.layer_kinds[p.layer] != LayerKind::Recurrent {
+                return bad(format!("PLE on layer {} (a GDN layer is needed)", p.layer));
+            }
+            if p.multipliers.len() != p.ngram
+                || p.offsets.len() != heads
+                || p.sizes.len() != heads
+                || p.sizes.contains(&0)
+            {
+                return bad(format!(
+                    "PLE hash constants: {} multipliers for {}-grams, {} offsets and {} sizes for {heads} heads",
+                    p.multipliers.len(),
+                    p.ngram,
+                    p.offsets.len(),
+                    p.sizes.len()
+                ));
+            }
+            // Products of a token id and a multiplier stay below 2^63, as
+            // transformers' int64 hashing assumes.
+            let largest = p.multipliers.iter().max().copied().unwrap_or(0);
+            if (c.n_vocab.max(1) as u128) * (largest as u128) > i64::MAX as u128 && c.n_vocab > 0 {
+                return bad("PLE multipliers overflow 63 bits for this vocabulary".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// qwen4exp's keys (wave2.md §C.3).
+fn qwen4exp_config(m: &Meta, n_layer: usize, n_embd: usize) -> Result<Qwen4ExpConfig, ModelError> {
+    let ratios = match m.file.get(&m.key("attention.compress_ratios")) {
+        None => vec![0; n_layer],
+        Some(_) => {
+            let r = m.u64_array("attention.compress_ratios")?;
+            r.iter().map(|&x| x as usize).collect()
+        }
+    };
+    let indexer = IndexerConfig {
+        n_head: m.opt_usize("attention.indexer.head_count")?.unwrap_or(0),
+        head_dim: m.opt_usize("attention.indexer.key_length")?.unwrap_or(0),
+        budget: m.opt_usize("attention.indexer.top_k")?.unwrap_or(0),
+        ratios: ratios.into_iter().take(n_layer).collect(),
+    };
+    let ple = match m.file.get(&m.key("ple.layers")) {
+        None => None,
+        Some(_) => {
+            let layers = m.u64_array("ple.layers")?;
+            let [layer] = layers[..] else {
+                return Err(ModelError::BadKey {
+                    key: m.key("ple.layers"),
+                    why: format!("{} PLE layers (rill runs exactly one)", layers.len()),
+                });
+            };
+            let ngram = m.usize("ple.ngram_size")?;
+            let heads_per_ngram = m.usize("ple.heads_per_ngram")?;
+            let heads = ngram.saturating_sub(1) * heads_per_ngram;
+            let eos = m.usize("ple.eos_token_id")?;
+            Some(PleConfig {
+                layer: layer as usize,
+                ngram,
+                heads_per_ngram,
+                conv_kernel: m.usize("ple.conv_kernel")?,
+                multipliers: m.u64_array("ple.layer_multipliers")?,
+                offsets: m.u64_array("ple.head_offsets")?,
+                sizes: m.u64_array("ple.head_vocab_sizes")?,
+                eos: u32::try_from(eos).map_err(|_| ModelError::BadKey {
+                    key: m.key("ple.eos_token_id"),
+                    why: "out of range".into(),
+                })?,
+                row_dim: m
+                    .opt_usize("embedding_length_per_layer_input")?
+                    .unwrap_or(n_embd / heads.max(1)),
+            })
+        }
+    };
+    Ok(Qwen4ExpConfig {
+        streams: m.usize("hyper_connection.count")?,
+        hc_rank: m.usize("hyper_connection.low_rank")?,
+        indexer,
+        ple,
+    })
 }
 
 /// Layers `0..n_layer` with every `interval`-th one full attention.
@@ -362,6 +576,27 @@ impl Meta<'_> {
             }
             Some(_) => self.usize(k),
         }
+    }
+
+    /// An array of non-negative integers.
+    fn u64_array(&self, k: &str) -> Result<Vec<u64>, ModelError> {
+        let key = self.key(k);
+        let v = self
+            .file
+            .get(&key)
+            .ok_or_else(|| ModelError::MissingKey(key.clone()))?;
+        let arr = v.as_array().ok_or_else(|| ModelError::BadKey {
+            key: key.clone(),
+            why: "not an array".into(),
+        })?;
+        arr.iter()
+            .map(|x| {
+                x.as_u64().ok_or_else(|| ModelError::BadKey {
+                    key: key.clone(),
+                    why: format!("expected non-negative integers, found {x:?}"),
+                })
+            })
+            .collect()
     }
 
     fn opt_f32(&self, k: &str) -> Result<Option<f32>, ModelError> {

@@ -53,4 +53,6 @@ pub enum ForwardError {
     HiddenRows { got: usize, want: usize },
     #[error("a rewindable step of {rows} tokens (at most {max})")]
     RewindRows { rows: usize, max: usize },
+    #[error("{arch} steps cannot be rewound (its PLE history is not kept per row)")]
+    NoRewind { arch: &'static str },
 }

@@ -255,6 +255,11 @@ impl Model {
                 capacity: item.state.capacity,
             });
         }
+        if item.rewindable && self.output_hyper.is_some() {
+            return Err(ForwardError::NoRewind {
+                arch: self.config.arch.name(),
+            });
+        }
         if item.rewindable && n > MAX_REWIND_ROWS {
             return Err(ForwardError::RewindRows {
                 rows: n,
@@ -329,6 +334,9 @@ impl Model {
             spans.push(n..n + item.tokens.len());
             n += item.tokens.len();
         }
+        if let Some(final_mix) = &self.output_hyper {
+            return self.forward_hyper(ex, final_mix, items, &spans, n, out);
+        }
         let mut x = Buf::for_output(ex.ws, n * h);
         let embd = self.token_embd.view();
         for (t, &id) in items.iter().flat_map(|i| i.tokens).enumerate() {
@@ -365,6 +373,7 @@ impl Model {
                                 pos,
                                 capacity,
                                 kv,
+                                index: None,
                             },
                             _ => unreachable!("state layout is built from the same layer kinds"),
                         }
@@ -407,7 +416,16 @@ impl Model {
         // for, all at once, straight into the caller's buffers.
         let head = self.output_matrix().view();
         let outputs = |i: usize| items[i].outputs;
-        emit(ex, c, &x, &spans, outputs, &self.output_norm, head, out);
+        emit(
+            ex,
+            c,
+            &x,
+            &spans,
+            outputs,
+            Some(&self.output_norm),
+            head,
+            out,
+        );
         Ok(())
     }
 
@@ -523,6 +541,7 @@ impl Model {
                 pos: s.pos,
                 capacity,
                 kv: &mut s.kv,
+                index: None,
             }
         });
         let mixed = attention::forward(w, c, &self.rope_inv_freq, ex, &xn, n, seqs);
@@ -544,22 +563,32 @@ impl Model {
             head = head.slice_rows(0, rows.clamp(1, c.n_vocab));
         }
         let outputs = |i: usize| items[i].outputs;
-        emit(ex, c, &x, &spans, outputs, &m.shared_head_norm, head, out);
+        emit(
+            ex,
+            c,
+            &x,
+            &spans,
+            outputs,
+            Some(&m.shared_head_norm),
+            head,
+            out,
+        );
         Ok(())
     }
 }
 
-/// The end of a step, trunk or MTP head: `norm` and the `head` projection
-/// on the rows the items asked for, all at once, into `out` (item `i` has
-/// rows `spans[i]` of `x` and asked for `outputs(i)`).
+/// The end of a step, trunk or MTP head: `norm` (none after a final
+/// hyper-connection mix) and the `head` projection on the rows the items
+/// asked for, all at once, into `out` (item `i` has rows `spans[i]` of `x`
+/// and asked for `outputs(i)`).
 #[allow(clippy::too_many_arguments)]
-fn emit(
+pub(crate) fn emit(
     ex: Exec<'_>,
     c: &ModelConfig,
     x: &[f32],
     spans: &[Range<usize>],
     outputs: impl Fn(usize) -> Outputs,
-    norm: &[f32],
+    norm: Option<&[f32]>,
     head: MatRef<'_>,
     out: &mut StepOutputs,
 ) {
@@ -575,12 +604,11 @@ fn emit(
     }
     let mut normed = Buf::for_output(ex.ws, rows.len() * h);
     for (i, &t) in rows.iter().enumerate() {
-        rms_norm(
-            &x[t * h..(t + 1) * h],
-            norm,
-            c.rms_eps,
-            &mut normed[i * h..(i + 1) * h],
-        );
+        let (src, dst) = (&x[t * h..(t + 1) * h], &mut normed[i * h..(i + 1) * h]);
+        match norm {
+            Some(w) => rms_norm(src, w, c.rms_eps, dst),
+            None => dst.copy_from_slice(src),
+        }
     }
     // Which of the normed rows go through the LM head, and where each
     // item's outputs land. An item's normed rows are all its rows or its

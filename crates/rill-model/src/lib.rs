@@ -9,6 +9,7 @@
 pub mod config;
 mod error;
 mod forward;
+mod forward_hyper;
 pub mod kv;
 mod layers;
 mod model;
@@ -17,7 +18,9 @@ pub mod source;
 mod state;
 mod weights;
 
-pub use config::{Arch, LayerKind, ModelConfig};
+pub use config::{
+    Arch, GateActivation, IndexerConfig, LayerKind, ModelConfig, PleConfig, Qwen4ExpConfig,
+};
 pub use error::{ForwardError, ModelError};
 pub use forward::{BatchItem, MtpItem, MtpOptions, Outputs, Rows, StepOutputs};
 pub use kv::{KvConfig, KvType};

@@ -8,6 +8,9 @@ use crate::error::ModelError;
 use crate::layers::attention::AttentionWeights;
 use crate::layers::ffn::{DenseWeights, Ffn, MoeWeights};
 use crate::layers::gdn::GdnWeights;
+use crate::layers::hyper::HyperMix;
+use crate::layers::ple::PleWeights;
+use crate::layers::qsa::IndexerWeights;
 use crate::source::{GgufSource, WeightSource};
 use crate::weights::{Binder, Matrix};
 use rill_gguf::GgufFile;
@@ -20,10 +23,16 @@ pub(crate) enum Mixer {
 }
 
 pub(crate) struct Layer {
+    /// The pre-norms (empty in a hyper-connection model, whose mixes
+    /// take their place: `hyper`).
     pub attn_norm: Vec<f32>,
     pub post_attention_norm: Vec<f32>,
     pub mixer: Mixer,
     pub ffn: Ffn,
+    /// qwen4exp: the mixes into the mixer and into the FFN.
+    pub hyper: Option<Box<[HyperMix; 2]>>,
+    /// qwen4exp: the PLE n-gram memory, added before the mixer (one layer).
+    pub ple: Option<Box<PleWeights>>,
 }
 
 /// The multi-token-prediction head (`blk.{n_layer}.nextn.*` plus an
@@ -56,6 +65,9 @@ pub struct Model {
     pub(crate) mtp: Option<MtpHead>,
     /// RoPE inverse frequencies, one per rotated pair.
     pub(crate) rope_inv_freq: Vec<f32>,
+    /// qwen4exp: the final mix of the residual streams, in place of the
+    /// final norm (`output_norm` is then empty).
+    pub(crate) output_hyper: Option<HyperMix>,
     // Keeps the bytes alive for every `Bytes` above. Declared last so it is
     // dropped after the views.
     source: Arc<dyn WeightSource>,
@@ -97,7 +109,21 @@ impl Model {
         } else {
             None
         };
-        let output_norm = b.vector("output_norm.weight", h)?;
+        let (output_norm, output_hyper) = match &config.qwen4exp {
+            None => (b.vector("output_norm.weight", h)?, None),
+            Some(q) => (
+                Vec::new(),
+                Some(HyperMix::bind(
+                    &b,
+                    "output_hc",
+                    q.streams,
+                    q.hc_rank,
+                    h,
+                    config.rms_eps,
+                    false,
+                )?),
+            ),
+        };
 
         let mut layers = Vec::with_capacity(config.n_layer);
         for il in 0..config.n_layer {
@@ -126,6 +152,7 @@ impl Model {
             layers,
             mtp,
             rope_inv_freq,
+            output_hyper,
             source,
         })
     }
@@ -147,6 +174,7 @@ impl Model {
             None => self.token_embd.byte_len() as u64,
         };
         total += f32s(&self.output_norm);
+        total += self.output_hyper.as_ref().map_or(0, HyperMix::weight_bytes);
         for l in &self.layers {
             total += l.decode_weight_bytes(c.n_expert_used);
         }
@@ -212,6 +240,10 @@ impl Layer {
                 Mixer::Recurrent(w) => w.weight_bytes(),
             }
             + self.ffn.decode_weight_bytes(n_expert_used)
+            + (self.hyper.iter().flat_map(|h| h.iter()))
+                .map(HyperMix::weight_bytes)
+                .sum::<u64>()
+            + self.ple.as_ref().map_or(0, |p| p.decode_weight_bytes())
     }
 }
 
@@ -224,18 +256,54 @@ fn bind_layer(
 ) -> Result<Layer, ModelError> {
     let (p, h) = (format!("blk.{il}"), config.n_embd);
     let mixer = match kind {
-        LayerKind::Attention => Mixer::Attention(AttentionWeights::bind(b, config, &p)?),
+        LayerKind::Attention => {
+            let mut w = AttentionWeights::bind(b, config, &p)?;
+            let ratio = (config.qwen4exp.as_ref()).map_or(0, |q| q.indexer.ratios[il]);
+            if ratio > 0 {
+                w.indexer = Some(IndexerWeights::bind(b, config, &p, ratio)?);
+            }
+            Mixer::Attention(w)
+        }
         LayerKind::Recurrent => Mixer::Recurrent(GdnWeights::bind(b, config, &p)?),
     };
     let ffn = match config.arch {
         Arch::Qwen35 => Ffn::Dense(Box::new(DenseWeights::bind(b, config, &p)?)),
-        Arch::Qwen35Moe | Arch::Qwen3Next => Ffn::Moe(Box::new(MoeWeights::bind(b, config, &p)?)),
+        Arch::Qwen35Moe | Arch::Qwen3Next | Arch::Qwen4Exp => {
+            Ffn::Moe(Box::new(MoeWeights::bind(b, config, &p)?))
+        }
+    };
+    let Some(q) = &config.qwen4exp else {
+        return Ok(Layer {
+            attn_norm: b.vector(&format!("{p}.attn_norm.weight"), h)?,
+            post_attention_norm: b.vector(&format!("{p}.post_attention_norm.weight"), h)?,
+            mixer,
+            ffn,
+            hyper: None,
+            ple: None,
+        });
+    };
+    let mix = |name: &str| {
+        HyperMix::bind(
+            b,
+            &format!("{p}.{name}"),
+            q.streams,
+            q.hc_rank,
+            h,
+            config.rms_eps,
+            true,
+        )
+    };
+    let ple = match &q.ple {
+        Some(pc) if pc.layer == il => Some(Box::new(PleWeights::bind(b, config, &p)?)),
+        _ => None,
     };
     Ok(Layer {
-        attn_norm: b.vector(&format!("{p}.attn_norm.weight"), h)?,
-        post_attention_norm: b.vector(&format!("{p}.post_attention_norm.weight"), h)?,
+        attn_norm: Vec::new(),
+        post_attention_norm: Vec::new(),
         mixer,
         ffn,
+        hyper: Some(Box::new([mix("hc_attn")?, mix("hc_ffn")?])),
+        ple,
     })
 }
 

@@ -7,6 +7,8 @@
 use crate::config::{LayerKind, ModelConfig};
 use crate::error::ModelError;
 use crate::kv::{KvCache, KvConfig};
+use crate::layers::ple::PleState;
+use crate::layers::qsa::IndexKeys;
 use crate::model::Model;
 
 #[derive(Clone, Debug)]
@@ -48,6 +50,38 @@ pub(crate) struct MtpState {
     /// zeros, as for position 0). Kept by whoever feeds the head, so that a
     /// snapshot of the state can go on drafting where it stopped.
     pub seed: Vec<f32>,
+}
+
+/// What a qwen4exp sequence carries besides the Qwen3.5 state: the 4-stream
+/// residual needs none, but the QSA index keys grow with the context and
+/// the PLE layer keeps its token and conv history.
+#[derive(Clone, Debug)]
+pub(crate) struct HyperState {
+    /// Per layer: the index keys of a QSA layer.
+    pub index: Vec<Option<IndexKeys>>,
+    pub ple: Option<PleState>,
+}
+
+impl HyperState {
+    fn new(c: &ModelConfig) -> Option<Box<HyperState>> {
+        let q = c.qwen4exp.as_ref()?;
+        let index = (q.indexer.ratios.iter())
+            .map(|&r| (r > 0).then(IndexKeys::default))
+            .collect();
+        Some(Box::new(HyperState {
+            index,
+            ple: q.ple.as_ref().map(|_| PleState::new(c)),
+        }))
+    }
+
+    fn bytes(&self) -> usize {
+        self.index
+            .iter()
+            .flatten()
+            .map(IndexKeys::bytes)
+            .sum::<usize>()
+            + self.ple.as_ref().map_or(0, PleState::bytes)
+    }
 }
 
 /// Most rows a rewindable step may have (a verify step of a draft of up to
@@ -120,6 +154,8 @@ pub struct SequenceState {
     pub(crate) mtp: Option<MtpState>,
     pub(crate) kv: KvConfig,
     pub(crate) ring: RewindRing,
+    /// qwen4exp's extra state.
+    pub(crate) hyper: Option<Box<HyperState>>,
 }
 
 impl SequenceState {
@@ -172,6 +208,7 @@ impl SequenceState {
             }),
             kv,
             ring: RewindRing::default(),
+            hyper: HyperState::new(c),
         }
     }
 
@@ -278,6 +315,7 @@ impl SequenceState {
             })
             .sum::<usize>()
             + self.mtp.as_ref().map_or(0, |m| m.kv.bytes())
+            + self.hyper.as_ref().map_or(0, |h| h.bytes())
             + (self.ring.layers.iter())
                 .flat_map(|l| l.conv.iter().chain(&l.ssm))
                 .map(|v| v.len() * f)

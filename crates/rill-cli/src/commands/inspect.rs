@@ -88,12 +88,29 @@ pub fn run(a: Args) -> Result<()> {
                 println!("  experts      {} (top {})", c.n_expert, c.n_expert_used);
             }
             println!("  rms eps      {:e}", c.rms_eps);
-            let kinds: String = c
-                .layer_kinds
-                .iter()
-                .map(|k| if *k == LayerKind::Attention { 'A' } else { 'g' })
+            if let Some(q) = &c.qwen4exp {
+                print_qwen4exp(q, c.gdn_gate, &info);
+            }
+            let sparse =
+                |il: usize| (c.qwen4exp.as_ref()).is_some_and(|q| q.indexer.ratios[il] > 0);
+            let ple_layer = c
+                .qwen4exp
+                .as_ref()
+                .and_then(|q| q.ple.as_ref())
+                .map(|p| p.layer);
+            let kinds: String = (c.layer_kinds.iter().enumerate())
+                .map(|(il, k)| match k {
+                    LayerKind::Attention if sparse(il) => 'Q',
+                    LayerKind::Attention => 'A',
+                    LayerKind::Recurrent if ple_layer == Some(il) => 'p',
+                    LayerKind::Recurrent => 'g',
+                })
                 .collect();
-            println!("  layer map    {kinds}  (g = GDN, A = attention)");
+            let legend = match c.qwen4exp {
+                Some(_) => "g = GDN, p = GDN + PLE, A = dense attention, Q = QSA sparse attention",
+                None => "g = GDN, A = attention",
+            };
+            println!("  layer map    {kinds}  ({legend})");
             println!(
                 "  decode reads {:.1} MiB of weights per token",
                 info.decode_weight_bytes as f64 / 1048576.0
@@ -121,6 +138,62 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// qwen4exp's residual streams, QSA indexer and PLE table.
+fn print_qwen4exp(
+    q: &rill_model::Qwen4ExpConfig,
+    gate: rill_model::GateActivation,
+    info: &rill_load::ModelInfo,
+) {
+    println!(
+        "  streams      {} residual streams (hyper-connections of rank {})",
+        q.streams, q.hc_rank
+    );
+    println!("  GDN gate     {gate:?} of z");
+    let ix = &q.indexer;
+    let qsa: Vec<String> = (ix.ratios.iter().enumerate())
+        .filter(|(_, r)| **r > 0)
+        .map(|(il, r)| format!("{il} (blocks of {r})"))
+        .collect();
+    if qsa.is_empty() {
+        println!(
+            "  indexer      none: every attention layer is dense (compress ratios 0 — a converter \
+             that read the layers as `indexed_attention` drops them)"
+        );
+    } else {
+        println!(
+            "  indexer      {} heads × {}, budget {} tokens; sparse layers {}",
+            ix.n_head,
+            ix.head_dim,
+            ix.budget,
+            qsa.join(", ")
+        );
+    }
+    if let Some(p) = &q.ple {
+        let table = info
+            .tensors
+            .iter()
+            .find(|t| t.name == "per_layer_token_embd.weight");
+        let (rows, bytes, enc) = table.map_or((0, 0, "?"), |t| {
+            (
+                t.shape.get(1).copied().unwrap_or(0),
+                t.bytes,
+                t.encoding.as_str(),
+            )
+        });
+        println!(
+            "  PLE          layer {}: {}-grams, {} heads of {} values, conv {} taps (dilation {}); \
+             table {rows} rows, {enc}, {:.1} MiB read in place",
+            p.layer,
+            p.ngram,
+            p.heads(),
+            p.row_dim,
+            p.conv_kernel,
+            p.ngram,
+            bytes as f64 / 1048576.0
+        );
+    }
 }
 
 /// A tensor's class: its name with every numeric part (layer, expert) as

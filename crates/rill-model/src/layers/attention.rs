@@ -1,10 +1,11 @@
 //! Gated full attention (DESIGN.md §2.1): per-head QK RMSNorm, partial NeoX
 //! RoPE, grouped-query attention over the KV cache, sigmoid output gate.
 
+use super::qsa::{self, IndexKeys, IndexerWeights};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::kv::KvCache;
-use crate::scratch::{Buf, Exec};
+use crate::scratch::{Buf, Exec, JobList};
 use crate::weights::{Binder, Matrix};
 use rill_kernels::attention::{attend_causal, AttnShape};
 use rill_kernels::kv::hadamard;
@@ -20,13 +21,20 @@ pub(crate) struct AttentionWeights {
     o: Matrix,
     q_norm: Vec<f32>,
     k_norm: Vec<f32>,
+    /// QSA's indexer (qwen4exp layers with a compress ratio): the layer
+    /// then attends to the blocks it picks.
+    pub indexer: Option<IndexerWeights>,
 }
 
 impl AttentionWeights {
     /// Bytes of every weight of the layer.
     pub fn weight_bytes(&self) -> u64 {
         let m = self.q.byte_len() + self.k.byte_len() + self.v.byte_len() + self.o.byte_len();
-        (m + (self.q_norm.len() + self.k_norm.len()) * 4) as u64
+        let ix = self
+            .indexer
+            .as_ref()
+            .map_or(0, IndexerWeights::weight_bytes);
+        (m + (self.q_norm.len() + self.k_norm.len()) * 4) as u64 + ix
     }
 
     pub fn bind(b: &Binder, c: &ModelConfig, p: &str) -> Result<Self, ModelError> {
@@ -38,6 +46,7 @@ impl AttentionWeights {
             o: b.matrix(&format!("{p}.attn_output.weight"), h, c.n_head * hd)?,
             q_norm: b.vector(&format!("{p}.attn_q_norm.weight"), hd)?,
             k_norm: b.vector(&format!("{p}.attn_k_norm.weight"), hd)?,
+            indexer: None,
         })
     }
 }
@@ -90,7 +99,7 @@ impl<'f> Rotation<'f> {
 }
 
 /// Rotate the first `2·inv_freq.len()` dims of `x` (NeoX pairing: i with i + rot/2).
-fn rope_neox(x: &mut [f32], pos: usize, inv_freq: &[f32]) {
+pub(crate) fn rope_neox(x: &mut [f32], pos: usize, inv_freq: &[f32]) {
     let half = inv_freq.len();
     for (i, &f) in inv_freq.iter().enumerate() {
         // f32 angle, as the references compute it.
@@ -110,6 +119,8 @@ pub(crate) struct AttnSeq<'a> {
     /// Positions the sequence can hold.
     pub capacity: usize,
     pub kv: &'a mut KvCache,
+    /// The layer's index keys, for a QSA layer.
+    pub index: Option<&'a mut IndexKeys>,
 }
 
 /// Attention for a step of `n` rows (`x` normed) spread over `seqs`: the
@@ -129,34 +140,54 @@ pub(crate) fn forward<'s, 'w>(
     let mut qg = Buf::for_output(ex.ws, n * 2 * nh * hd);
     let mut k = Buf::for_output(ex.ws, n * nkv * hd);
     let mut v = Buf::for_output(ex.ws, n * nkv * hd);
-    matmul_many_on(
-        ex.isa,
-        ex.precision,
-        threads,
-        &mut [
-            MatJob {
-                w: w.q.view(),
+    // A QSA layer's index queries and raw index keys, with the same read of x.
+    let (iq_len, ik_len) = w.indexer.as_ref().map_or((0, 0), |ix| {
+        let ch = ix.choice;
+        (n * ch.n_head * ch.head_dim, n * ch.head_dim)
+    });
+    let mut iq = Buf::for_output(ex.ws, iq_len);
+    let mut ik = Buf::for_output(ex.ws, ik_len);
+    {
+        let mut jobs = JobList::take(ex.ws);
+        jobs.push(MatJob {
+            w: w.q.view(),
+            x,
+            n,
+            out: &mut qg,
+            pick: None,
+        });
+        jobs.push(MatJob {
+            w: w.k.view(),
+            x,
+            n,
+            out: &mut k,
+            pick: None,
+        });
+        jobs.push(MatJob {
+            w: w.v.view(),
+            x,
+            n,
+            out: &mut v,
+            pick: None,
+        });
+        if let Some(ix) = &w.indexer {
+            jobs.push(MatJob {
+                w: ix.q.view(),
                 x,
                 n,
-                out: &mut qg,
+                out: &mut iq,
                 pick: None,
-            },
-            MatJob {
-                w: w.k.view(),
+            });
+            jobs.push(MatJob {
+                w: ix.k.view(),
                 x,
                 n,
-                out: &mut k,
+                out: &mut ik,
                 pick: None,
-            },
-            MatJob {
-                w: w.v.view(),
-                x,
-                n,
-                out: &mut v,
-                pick: None,
-            },
-        ],
-    );
+            });
+        }
+        matmul_many_on(ex.isa, ex.precision, threads, &mut jobs);
+    }
 
     let mut q = Buf::for_output(ex.ws, n * nh * hd);
     let mut gate = Buf::for_output(ex.ws, n * nh * hd);
@@ -214,15 +245,39 @@ pub(crate) fn forward<'s, 'w>(
         }
         s.kv.k.append(&k[a * nkv * hd..b * nkv * hd], s.capacity);
         s.kv.v.append(&v[a * nkv * hd..b * nkv * hd], s.capacity);
-        attend(
-            c,
-            ex,
-            &q[a * nh * hd..b * nh * hd],
-            b - a,
-            s.pos,
-            s.kv,
-            &mut attn[a * nh * hd..b * nh * hd],
-        );
+        // A QSA layer attends densely until a query sees more complete
+        // blocks than its budget, then to the blocks the indexer picks.
+        let dense = match (&w.indexer, s.index) {
+            (Some(ix), Some(keys)) => {
+                let ch = ix.choice;
+                let (iw, kw) = (ch.n_head * ch.head_dim, ch.head_dim);
+                qsa::index_and_attend_sparse(
+                    ix,
+                    c,
+                    inv_freq,
+                    ex,
+                    &mut iq[a * iw..b * iw],
+                    &ik[a * kw..b * kw],
+                    s.pos,
+                    keys,
+                    s.kv,
+                    &q[a * nh * hd..b * nh * hd],
+                    &mut attn[a * nh * hd..b * nh * hd],
+                )
+            }
+            _ => b - a,
+        };
+        if dense > 0 {
+            attend(
+                c,
+                ex,
+                &q[a * nh * hd..(a + dense) * nh * hd],
+                dense,
+                s.pos,
+                s.kv,
+                &mut attn[a * nh * hd..(a + dense) * nh * hd],
+            );
+        }
         if vr > 1 {
             hadamard(&mut attn[a * nh * hd..b * nh * hd], vr);
         }

@@ -2,7 +2,7 @@
 //! carried window, L2-normed q/k, the gated delta rule per value head, and
 //! the gated RMSNorm on the way out.
 
-use crate::config::{HeadOrder, ModelConfig};
+use crate::config::{GateActivation, HeadOrder, ModelConfig};
 use crate::error::ModelError;
 use crate::scratch::{Buf, Exec, JobList};
 use crate::state::{RingLayer, MAX_REWIND_ROWS};
@@ -12,7 +12,8 @@ use rill_kernels::gdn::{
     chunked_scratch_len, delta_rule_chunked_in, delta_rule_recurrent_with, HeadInputs,
 };
 use rill_kernels::ops::{
-    l2_norm_inplace, mul_silu_inplace_with, rms_norm_inplace, sigmoid, softplus,
+    l2_norm_inplace, mul_sigmoid_inplace_with, mul_silu_inplace_with, rms_norm_inplace, sigmoid,
+    softplus,
 };
 use rill_kernels::threads::SharedMut;
 use rill_kernels::{matmul_many_on, matmul_on, MatJob};
@@ -420,14 +421,18 @@ pub(crate) fn forward<'s, 'w>(
             &mut y[a * nv * d..b * nv * d],
         );
     }
-    // Gated RMSNorm per value head: norm(o) ⊙ silu(z), heads in parallel.
+    // Gated RMSNorm per value head: norm(o) ⊙ act(z) (SiLU; qwen4exp's
+    // sigmoid), heads in parallel.
     let y_ptr = SharedMut::new(&mut y);
     threads.for_ranges(n * nv, 64, |h0, h1| {
         // SAFETY: heads `h0..h1` of `y` are this task's alone.
         let y = unsafe { std::slice::from_raw_parts_mut(y_ptr.at(h0 * d), (h1 - h0) * d) };
         for (head, zh) in y.chunks_exact_mut(d).zip(z[h0 * d..h1 * d].chunks_exact(d)) {
             rms_norm_inplace(head, &w.norm, c.rms_eps);
-            mul_silu_inplace_with(ex.isa, head, zh);
+            match c.gdn_gate {
+                GateActivation::Silu => mul_silu_inplace_with(ex.isa, head, zh),
+                GateActivation::Sigmoid => mul_sigmoid_inplace_with(ex.isa, head, zh),
+            }
         }
     });
     let mut out = Buf::for_output(ex.ws, n * c.n_embd);

@@ -2,7 +2,9 @@
 //! §B.6): Qwen3.5 / 3.6 nest the text model's settings in `text_config`
 //! (the folder is a vision-language model), Qwen3-Next keeps them flat.
 
-use crate::config::{interval_layer_kinds, Arch, HeadOrder, LayerKind, ModelConfig};
+use crate::config::{
+    interval_layer_kinds, Arch, GateActivation, HeadOrder, LayerKind, ModelConfig,
+};
 use crate::error::ModelError;
 use serde_json::Value;
 
@@ -248,6 +250,8 @@ pub fn parse(text: &str, file: &str) -> Result<HfConfig, ModelError> {
         n_expert,
         n_expert_used,
         value_head_order: HeadOrder::Grouped,
+        gdn_gate: GateActivation::Silu,
+        qwen4exp: None,
     };
     model.validate(None)?;
     Ok(HfConfig {

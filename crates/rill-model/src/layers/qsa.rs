@@ -1,0 +1,354 @@
+//! QSA (qwen4exp's sparse attention, DESIGN.md §2.5): a gated attention
+//! layer whose causal mask is cut down to the key blocks an indexer picks.
+//!
+//! - Index queries `q = RoPE(RMSNorm(W_q x))`, `n_idx` heads of `d_I`, at
+//!   the query's position; a raw index key `W_k x` (one head) per token,
+//!   cached ([`IndexKeys`]).
+//! - Keys pooled per complete block of `ratio` tokens: the mean of its raw
+//!   keys, RMSNorm, RoPE at the block's first position (a block's key is
+//!   fixed once it is complete, so it is computed then and kept).
+//! - A query at position `p` sees `p + 1` tokens, `nb = (p + 1) / ratio`
+//!   complete blocks. While `nb ≤ budget / ratio` it attends densely.
+//!   Otherwise it scores the blocks, `Σ_heads relu(q_h · k_b) / √d_I`, and
+//!   attends to the `budget / ratio` best blocks (ties: the lower block) plus
+//!   the tokens of the incomplete tail — as transformers' `Qwen4ExpTextQSAIndexer`
+//!   does (llama.cpp's top-k over tokens differs past the budget, wave2.md §C.2).
+
+use super::attention::rope_neox;
+use crate::config::ModelConfig;
+use crate::error::ModelError;
+use crate::kv::KvCache;
+use crate::scratch::Exec;
+use crate::weights::{Binder, Matrix};
+use rill_kernels::attention::{attend_positions, positions_scratch_len, AttnShape};
+use rill_kernels::ops::rms_norm_inplace;
+use rill_kernels::threads::SharedMut;
+
+/// One attention layer's indexer.
+pub(crate) struct IndexerWeights {
+    /// `[n_head·head_dim × n_embd]`.
+    pub q: Matrix,
+    /// `[head_dim × n_embd]`.
+    pub k: Matrix,
+    q_norm: Vec<f32>,
+    k_norm: Vec<f32>,
+    pub choice: BlockChoice,
+}
+
+/// The geometry of the block choice.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BlockChoice {
+    pub n_head: usize,
+    pub head_dim: usize,
+    /// Tokens per key block.
+    pub ratio: usize,
+    /// Complete blocks a query attends to past the dense start.
+    pub top_blocks: usize,
+}
+
+impl BlockChoice {
+    /// The first position that attends sparsely: `budget + ratio − 1`.
+    pub fn sparse_from(&self) -> usize {
+        (self.top_blocks + 1) * self.ratio - 1
+    }
+}
+
+impl IndexerWeights {
+    pub fn bind(b: &Binder, c: &ModelConfig, p: &str, ratio: usize) -> Result<Self, ModelError> {
+        let q4 = c.qwen4exp.as_ref().expect("an indexer belongs to qwen4exp");
+        let ix = &q4.indexer;
+        let (h, d) = (c.n_embd, ix.head_dim);
+        Ok(IndexerWeights {
+            q: b.matrix(&format!("{p}.indexer.q_proj.weight"), ix.n_head * d, h)?,
+            k: b.matrix(&format!("{p}.indexer.k_proj.weight"), d, h)?,
+            q_norm: b.vector(&format!("{p}.indexer.q_norm.weight"), d)?,
+            k_norm: b.vector(&format!("{p}.indexer.k_norm.weight"), d)?,
+            choice: BlockChoice {
+                n_head: ix.n_head,
+                head_dim: d,
+                ratio,
+                top_blocks: ix.budget / ratio,
+            },
+        })
+    }
+
+    pub fn weight_bytes(&self) -> u64 {
+        let v = (self.q_norm.len() + self.k_norm.len()) * 4;
+        (self.q.byte_len() + self.k.byte_len() + v) as u64
+    }
+}
+
+/// A sequence's index keys of one QSA layer: they grow with the context,
+/// like its KV cache.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct IndexKeys {
+    /// The raw key of every position, `[pos × d_I]`.
+    raw: Vec<f32>,
+    /// The pooled, normed and rotated key of each complete block, `[blocks × d_I]`.
+    blocks: Vec<f32>,
+}
+
+impl IndexKeys {
+    pub fn bytes(&self) -> usize {
+        (self.raw.len() + self.blocks.len()) * 4
+    }
+
+    /// Append the raw keys of positions `pos0..` (`[m × d_I]`) and pool
+    /// the blocks they complete.
+    fn append(
+        &mut self,
+        raw: &[f32],
+        pos0: usize,
+        w: &IndexerWeights,
+        c: &ModelConfig,
+        inv_freq: &[f32],
+    ) {
+        let (d, r) = (w.choice.head_dim, w.choice.ratio);
+        debug_assert_eq!(self.raw.len(), pos0 * d);
+        self.raw.extend_from_slice(raw);
+        let held = self.raw.len() / d;
+        let mut pooled = vec![0f32; d];
+        for blk in self.blocks.len() / d..held / r {
+            pooled.fill(0.0);
+            for t in blk * r..(blk + 1) * r {
+                for (p, &x) in pooled.iter_mut().zip(&self.raw[t * d..(t + 1) * d]) {
+                    *p += x;
+                }
+            }
+            let inv = 1.0 / r as f32;
+            for p in pooled.iter_mut() {
+                *p *= inv;
+            }
+            rms_norm_inplace(&mut pooled, &w.k_norm, c.rms_eps);
+            rope_neox(&mut pooled, blk * r, inv_freq);
+            self.blocks.extend_from_slice(&pooled);
+        }
+    }
+}
+
+/// The positions a query at `query` attends to, given its index heads
+/// `q` (`[n_head × d]`, normed and rotated) and the pooled keys of the
+/// complete blocks (`[≥ nb × d]`), into `positions` (ascending); `false`
+/// when it attends densely (every position up to its own). `scores` is
+/// scratch.
+pub(crate) fn select(
+    w: &BlockChoice,
+    q: &[f32],
+    query: usize,
+    blocks: &[f32],
+    scores: &mut Vec<(f32, usize)>,
+    positions: &mut Vec<usize>,
+) -> bool {
+    let (d, r) = (w.head_dim, w.ratio);
+    let nb = (query + 1) / r;
+    if nb <= w.top_blocks {
+        return false;
+    }
+    let scale = 1.0 / (d as f32).sqrt();
+    scores.clear();
+    for b in 0..nb {
+        let kb = &blocks[b * d..(b + 1) * d];
+        let mut s = 0.0f32;
+        for qh in q.chunks_exact(d) {
+            let dot: f32 = qh.iter().zip(kb).map(|(a, b)| a * b).sum();
+            s += dot.max(0.0);
+        }
+        scores.push((s * scale, b));
+    }
+    // Best first; equal scores: the lower block first.
+    scores.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    scores.truncate(w.top_blocks);
+    scores.sort_unstable_by_key(|&(_, b)| b);
+    positions.clear();
+    for &(_, b) in scores.iter() {
+        positions.extend(b * r..(b + 1) * r);
+    }
+    positions.extend(nb * r..=query);
+    true
+}
+
+/// The QSA part of one sequence's attention step, after its keys and
+/// values are in the cache: index the rows `iq` (`[m × n_idx·d]`, raw,
+/// normed and rotated here) and `ik` (`[m × d]`), then attend the rows
+/// from the first sparse one on (`q`, `out`: `[m × n_head·head_dim]`).
+/// Returns how many leading rows are dense (attended by the caller with
+/// the dense kernel).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn index_and_attend_sparse(
+    w: &IndexerWeights,
+    c: &ModelConfig,
+    inv_freq: &[f32],
+    ex: Exec<'_>,
+    iq: &mut [f32],
+    ik: &[f32],
+    pos0: usize,
+    keys: &mut IndexKeys,
+    kv: &KvCache,
+    q: &[f32],
+    out: &mut [f32],
+) -> usize {
+    let ch = w.choice;
+    let (d, m) = (ch.head_dim, ik.len() / ch.head_dim);
+    keys.append(ik, pos0, w, c, inv_freq);
+    let dense = ch.sparse_from().saturating_sub(pos0).min(m);
+    if dense == m {
+        return m;
+    }
+    for (t, row) in iq.chunks_exact_mut(ch.n_head * d).enumerate().skip(dense) {
+        for qh in row.chunks_exact_mut(d) {
+            rms_norm_inplace(qh, &w.q_norm, c.rms_eps);
+            rope_neox(qh, pos0 + t, inv_freq);
+        }
+    }
+    let shape = AttnShape {
+        n_head: c.n_head,
+        n_head_kv: c.n_head_kv,
+        head_dim: c.head_dim,
+    };
+    let width = c.n_head * c.head_dim;
+    let (blocks, iq) = (&keys.blocks[..], &*iq);
+    let (k_side, v_side) = (kv.k.side(), kv.v.side());
+    let out_ptr = SharedMut::new(out);
+    let most = (ch.top_blocks + 1) * ch.ratio;
+    ex.threads.for_ranges(m - dense, 1, |a, b| {
+        let mut scores = Vec::new();
+        let mut positions = Vec::with_capacity(most);
+        let mut scratch = vec![0f32; positions_scratch_len(shape, most)];
+        for t in dense + a..dense + b {
+            let query = pos0 + t;
+            let qi = &iq[t * ch.n_head * d..(t + 1) * ch.n_head * d];
+            if !select(&ch, qi, query, blocks, &mut scores, &mut positions) {
+                unreachable!("rows past `sparse_from` attend sparsely");
+            }
+            // SAFETY: row t of out is this task's alone.
+            let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.at(t * width), width) };
+            attend_positions(
+                ex.isa,
+                shape,
+                &q[t * width..(t + 1) * width],
+                query,
+                &positions,
+                k_side,
+                v_side,
+                &mut scratch,
+                o,
+            );
+        }
+    });
+    dense
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn weights(ratio: usize, budget: usize, n_head: usize, d: usize) -> BlockChoice {
+        BlockChoice {
+            n_head,
+            head_dim: d,
+            ratio,
+            top_blocks: budget / ratio,
+        }
+    }
+
+    /// The definition, written out directly: every complete block's score,
+    /// the `budget / ratio` highest (ties to the lower block), their tokens
+    /// and the tail's, or everything while the complete blocks fit.
+    fn direct(w: &BlockChoice, q: &[f32], query: usize, blocks: &[f32]) -> Vec<usize> {
+        let (d, r) = (w.head_dim, w.ratio);
+        let nb = (query + 1) / r;
+        if nb <= w.top_blocks {
+            return (0..=query).collect();
+        }
+        let score = |b: usize| -> f32 {
+            let mut s = 0.0f32;
+            for h in 0..w.n_head {
+                let mut dot = 0.0f32;
+                for i in 0..d {
+                    dot += q[h * d + i] * blocks[b * d + i];
+                }
+                s += dot.max(0.0);
+            }
+            s / (d as f32).sqrt()
+        };
+        let mut chosen = Vec::new();
+        let mut left: Vec<usize> = (0..nb).collect();
+        for _ in 0..w.top_blocks {
+            let mut best = 0;
+            for i in 1..left.len() {
+                if score(left[i]) > score(left[best]) {
+                    best = i;
+                }
+            }
+            chosen.push(left.remove(best));
+        }
+        chosen.sort();
+        let mut out: Vec<usize> = chosen.iter().flat_map(|&b| b * r..(b + 1) * r).collect();
+        out.extend(nb * r..=query);
+        out
+    }
+
+    fn noise(seed: u64, n: usize) -> Vec<f32> {
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn check(w: &BlockChoice, q: &[f32], query: usize, blocks: &[f32]) {
+        let (mut scores, mut pos) = (Vec::new(), Vec::new());
+        let sparse = select(w, q, query, blocks, &mut scores, &mut pos);
+        let want = direct(w, q, query, blocks);
+        if sparse {
+            assert_eq!(pos, want, "query {query}");
+        } else {
+            assert_eq!((0..=query).collect::<Vec<_>>(), want, "query {query}");
+        }
+    }
+
+    #[test]
+    fn selection_is_the_definition_at_every_context_length() {
+        for (ratio, budget) in [(4, 8), (2, 12), (4, 16), (1, 3)] {
+            let w = weights(ratio, budget, 2, 8);
+            let blocks = noise(ratio as u64 * 31 + budget as u64, 200 * 8);
+            let q = noise(7, 2 * 8);
+            for query in 0..120 {
+                check(&w, &q, query, &blocks);
+            }
+            // Dense exactly up to `budget + ratio − 2`, sparse from `budget + ratio − 1`.
+            let (mut s, mut p) = (Vec::new(), Vec::new());
+            let first = w.sparse_from();
+            assert!(!select(&w, &q, first - 1, &blocks, &mut s, &mut p));
+            assert!(select(&w, &q, first, &blocks, &mut s, &mut p));
+            // There, `budget / ratio + 1` blocks are complete and the tail is empty.
+            assert_eq!(p.len(), budget);
+        }
+    }
+
+    #[test]
+    fn ties_go_to_the_lower_block_and_the_tail_is_always_kept() {
+        let w = weights(4, 8, 1, 4);
+        // Every block scores the same: the first two blocks win.
+        let blocks = vec![0.5f32; 50 * 4];
+        let q = vec![1.0f32; 4];
+        let (mut s, mut p) = (Vec::new(), Vec::new());
+        assert!(select(&w, &q, 13, &blocks, &mut s, &mut p));
+        // 14 tokens: 3 complete blocks (0..12), tail 12..=13.
+        assert_eq!(p, vec![0, 1, 2, 3, 4, 5, 6, 7, 12, 13]);
+        // A query that completes a block has no tail.
+        assert!(select(&w, &q, 15, &blocks, &mut s, &mut p));
+        assert_eq!(p, vec![0, 1, 2, 3, 4, 5, 6, 7]);
+        check(&w, &q, 15, &blocks);
+        // All scores negative: relu makes them 0 — still ties, still the lower blocks.
+        let q = vec![-1.0f32; 4];
+        assert!(select(&w, &q, 20, &blocks, &mut s, &mut p));
+        assert_eq!(p, vec![0, 1, 2, 3, 4, 5, 6, 7, 20]);
+    }
+}
