@@ -9,7 +9,7 @@ use common::*;
 use rill_model::{BatchItem, Model, Outputs, Rows, SequenceState};
 use serde_json::Value;
 
-const FIXTURES: [&str; 2] = ["qwen4exp", "qwen4exp_b12r2"];
+const FIXTURES: [&str; 3] = ["qwen4exp", "qwen4exp_b12r2", "qwen4exp_b64"];
 
 fn fixture(name: &str) -> Value {
     let path = fixtures_dir().join(format!("{name}.json"));
@@ -104,6 +104,36 @@ fn greedy_tokens_match_transformers() {
         }
         assert_eq!(got, want, "{name}: greedy tokens");
     }
+}
+
+/// Where a generation stays dense (llama.cpp selects other keys than
+/// transformers once sparse), rill's greedy tokens are llama.cpp's too
+/// (its F32 GGUF run, f32 KV, recorded by the fixture generator).
+#[test]
+fn greedy_tokens_match_llama_cpp_while_dense() {
+    let run = runner(2);
+    let mut checked = 0;
+    for name in FIXTURES {
+        let f = fixture(name);
+        if f["generation"]["dense"] != true {
+            continue;
+        }
+        let model = load(&f);
+        let prompt = ids(&f["generation"]["prompt_ids"]);
+        let llama = ids(&f["llama_cpp"]["gen_ids"]);
+        assert_eq!(llama.len(), 24, "{name}");
+        let mut st = SequenceState::new(&model, prompt.len() + llama.len());
+        let mut logits = model.forward(&run, &mut st, &prompt, Rows::Last).unwrap();
+        let mut got = Vec::new();
+        for _ in 0..llama.len() {
+            let t = argmax(&logits);
+            got.push(t);
+            logits = model.forward(&run, &mut st, &[t], Rows::Last).unwrap();
+        }
+        assert_eq!(got, llama, "{name}: greedy vs llama.cpp");
+        checked += 1;
+    }
+    assert!(checked > 0, "no fixture with a dense generation");
 }
 
 /// Token-by-token decoding gives the batched prefill's logits, and
