@@ -98,6 +98,17 @@ fn tokenize_detokenize_and_inspect() {
         info.contains("qwen35moe") && info.contains("layer map    gggA"),
         "{info}"
     );
+    // qwen4exp: the streams, the indexer and the PLE table.
+    let q = fixtures().join("qwen4exp_b12r2.f32.gguf");
+    let info = ok(&["inspect", q.to_str().unwrap()]);
+    for want in [
+        "4 residual streams (hyper-connections of rank 8)",
+        "indexer      4 heads × 16, budget 12 tokens; sparse layers 3 (blocks of 2), 7 (blocks of 2)",
+        "PLE          layer 0: 3-grams, 16 heads of 4 values",
+        "layer map    pggQgggQ",
+    ] {
+        assert!(info.contains(want), "missing {want:?} in\n{info}");
+    }
 }
 
 /// The `.npy` bytes `rill logits` writes for tokens 1,2,3,4 of fixture
