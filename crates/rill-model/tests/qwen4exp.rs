@@ -6,8 +6,9 @@
 mod common;
 
 use common::*;
-use rill_model::{BatchItem, Model, Outputs, Rows, SequenceState};
+use rill_model::{BatchItem, HfSource, Model, Outputs, Rows, SequenceState};
 use serde_json::Value;
+use std::sync::Arc;
 
 const FIXTURES: [&str; 3] = ["qwen4exp", "qwen4exp_b12r2", "qwen4exp_b64"];
 
@@ -216,4 +217,30 @@ fn a_cloned_state_resumes_like_the_original() {
         .forward(&run, &mut copy, &ids[50..], Rows::All)
         .unwrap();
     assert_eq!(a, b);
+}
+
+/// The Hugging Face folder the first fixture was converted from, read as it
+/// ships (the indexer's fused `index_qk_proj`, the n-gram table in shards,
+/// hash constants derived from config.json, +1 on the zero-centred norms):
+/// transformers' logits, and the GGUF's.
+#[test]
+fn the_hugging_face_folder_runs_as_transformers_does() {
+    let run = runner(2);
+    let f = fixture("qwen4exp");
+    let dir = fixtures_dir().join("hf/qwen4exp");
+    let src = HfSource::open(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let folder = Model::from_source(Arc::new(src)).unwrap();
+    let gguf = load(&f);
+    assert_eq!(
+        folder.config.qwen4exp, gguf.config.qwen4exp,
+        "hash constants, indexer, streams"
+    );
+    let ids = ids(&f["prompt"]["ids"]);
+    let (_, want) = read_npy(f["prompt"]["logits"].as_str().unwrap());
+    let got = batch_logits(&folder, &run, &ids);
+    let (max, mean) = diff(&got, &want);
+    eprintln!("hf/qwen4exp: max |Δ| {max:.2e}, mean {mean:.2e}");
+    assert!(max <= 1e-4, "folder vs transformers {max:e}");
+    let (max, _) = diff(&got, &batch_logits(&gguf, &run, &ids));
+    assert!(max <= 1e-4, "folder vs GGUF {max:e}");
 }

@@ -172,14 +172,14 @@ pub(crate) fn forward<'s, 'w>(
         });
         if let Some(ix) = &w.indexer {
             jobs.push(MatJob {
-                w: ix.q.view(),
+                w: ix.q_view(),
                 x,
                 n,
                 out: &mut iq,
                 pick: None,
             });
             jobs.push(MatJob {
-                w: ix.k.view(),
+                w: ix.k_view(),
                 x,
                 n,
                 out: &mut ik,

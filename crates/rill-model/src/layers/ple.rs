@@ -20,9 +20,9 @@
 use crate::config::{ModelConfig, PleConfig};
 use crate::error::ModelError;
 use crate::scratch::{Buf, Exec};
-use crate::weights::{Binder, Matrix};
+use crate::weights::{Binder, Experts, Matrix};
 use rill_kernels::ops::{rms_norm, sigmoid, silu};
-use rill_kernels::{matmul_many_on, MatJob};
+use rill_kernels::{matmul_many_on, MatJob, MatRef};
 use std::ops::Range;
 
 pub(crate) struct PleWeights {
@@ -31,7 +31,7 @@ pub(crate) struct PleWeights {
     n_embd: usize,
     eps: f32,
     /// `[rows × row_dim]`, rows of every head's hash range.
-    table: Matrix,
+    table: Table,
     /// `[streams·n_embd × heads·row_dim]`.
     key: Matrix,
     /// `[n_embd × heads·row_dim]`.
@@ -41,6 +41,39 @@ pub(crate) struct PleWeights {
     norm_conv: Vec<f32>,
     /// `[streams·n_embd × taps]`.
     conv: Vec<f32>,
+}
+
+/// The n-gram table: one tensor (GGUF), or shards of equal rows laid end
+/// to end (a Hugging Face checkpoint's `ngram_embedding.shard_{k}`).
+enum Table {
+    One(Matrix),
+    Shards {
+        parts: Experts,
+        rows_per_part: usize,
+    },
+}
+
+impl Table {
+    fn row(&self, row: usize) -> (MatRef<'_>, usize) {
+        match self {
+            Table::One(m) => (m.view(), row),
+            Table::Shards {
+                parts,
+                rows_per_part,
+            } => (parts.expert(row / rows_per_part), row % rows_per_part),
+        }
+    }
+
+    /// Bytes of one row.
+    fn row_bytes(&self) -> usize {
+        match self {
+            Table::One(m) => m.byte_len() / m.rows.max(1),
+            Table::Shards {
+                parts,
+                rows_per_part,
+            } => parts.bytes_per_expert() / rows_per_part.max(&1),
+        }
+    }
 }
 
 /// A sequence's PLE history.
@@ -81,11 +114,31 @@ impl PleWeights {
         let cfg = q.ple.clone().expect("bound where the config has PLE");
         let (s, h) = (q.streams, c.n_embd);
         let e = cfg.heads() * cfg.row_dim;
-        let rows = b
-            .shape("per_layer_token_embd.weight")?
-            .and_then(|sh| sh.get(1).copied())
-            .ok_or_else(|| ModelError::MissingTensor("per_layer_token_embd.weight".into()))?;
-        let table = b.matrix("per_layer_token_embd.weight", rows as usize, cfg.row_dim)?;
+        let name = "per_layer_token_embd.weight";
+        let shape = b
+            .shape(name)?
+            .ok_or_else(|| ModelError::MissingTensor(name.into()))?;
+        let (table, rows) = match shape[..] {
+            [_, rows] => (
+                Table::One(b.matrix(name, rows as usize, cfg.row_dim)?),
+                rows,
+            ),
+            [_, per, parts] => {
+                let n = parts as usize;
+                let table = Table::Shards {
+                    parts: b.experts(name, n, per as usize, cfg.row_dim)?,
+                    rows_per_part: per as usize,
+                };
+                (table, per * parts)
+            }
+            _ => {
+                return Err(ModelError::BadShape {
+                    name: name.into(),
+                    got: shape,
+                    want: vec![cfg.row_dim as u64, 0],
+                })
+            }
+        };
         let end = (cfg.offsets.iter().zip(&cfg.sizes))
             .map(|(o, n)| o + n)
             .max()
@@ -123,7 +176,7 @@ impl PleWeights {
     /// Bytes one token reads: the projections, the vectors, and one table
     /// row per head (the table itself stays in the file).
     pub fn decode_weight_bytes(&self) -> u64 {
-        let rows = self.cfg.heads() * self.table.byte_len() / self.table.rows.max(1);
+        let rows = self.cfg.heads() * self.table.row_bytes();
         let v =
             self.norm_key.len() + self.norm_query.len() + self.norm_conv.len() + self.conv.len();
         (self.key.byte_len() + self.value.byte_len() + rows + v * 4) as u64
@@ -162,7 +215,6 @@ impl PleWeights {
 
         // The n-gram rows of every token, gathered from the table.
         let mut emb = Buf::for_output(ex.ws, n * e_dim);
-        let table = self.table.view();
         let mut ids = vec![0u64; heads];
         let mut prev = vec![p.eos; p.ngram - 1];
         for sq in &seqs {
@@ -180,7 +232,8 @@ impl PleWeights {
                 self.rows_of(hist[at], &prev, &mut ids);
                 for (hd, &row) in ids.iter().enumerate() {
                     let dst = &mut emb[t * e_dim + hd * rd..t * e_dim + (hd + 1) * rd];
-                    table.dequantize_row(ex.isa, row as usize, dst);
+                    let (part, r) = self.table.row(row as usize);
+                    part.dequantize_row(ex.isa, r, dst);
                 }
             }
         }

@@ -23,16 +23,22 @@ use crate::weights::{Binder, Matrix};
 use rill_kernels::attention::{attend_positions, positions_scratch_len, AttnShape};
 use rill_kernels::ops::rms_norm_inplace;
 use rill_kernels::threads::SharedMut;
+use rill_kernels::MatRef;
 
 /// One attention layer's indexer.
 pub(crate) struct IndexerWeights {
-    /// `[n_head·head_dim × n_embd]`.
-    pub q: Matrix,
-    /// `[head_dim × n_embd]`.
-    pub k: Matrix,
+    proj: IndexProj,
     q_norm: Vec<f32>,
     k_norm: Vec<f32>,
     pub choice: BlockChoice,
+}
+
+/// The index projections: apart (GGUF: `indexer.q_proj`, `indexer.k_proj`)
+/// or as one matrix whose first rows are the queries' (Hugging Face:
+/// `index_qk_proj`).
+enum IndexProj {
+    Apart { q: Matrix, k: Matrix },
+    Fused { qk: Matrix, q_rows: usize },
 }
 
 /// The geometry of the block choice.
@@ -58,9 +64,19 @@ impl IndexerWeights {
         let q4 = c.qwen4exp.as_ref().expect("an indexer belongs to qwen4exp");
         let ix = &q4.indexer;
         let (h, d) = (c.n_embd, ix.head_dim);
+        let fused = format!("{p}.indexer.qk_proj.weight");
+        let proj = match b.has(&fused)? {
+            true => IndexProj::Fused {
+                qk: b.matrix(&fused, (ix.n_head + 1) * d, h)?,
+                q_rows: ix.n_head * d,
+            },
+            false => IndexProj::Apart {
+                q: b.matrix(&format!("{p}.indexer.q_proj.weight"), ix.n_head * d, h)?,
+                k: b.matrix(&format!("{p}.indexer.k_proj.weight"), d, h)?,
+            },
+        };
         Ok(IndexerWeights {
-            q: b.matrix(&format!("{p}.indexer.q_proj.weight"), ix.n_head * d, h)?,
-            k: b.matrix(&format!("{p}.indexer.k_proj.weight"), d, h)?,
+            proj,
             q_norm: b.vector(&format!("{p}.indexer.q_norm.weight"), d)?,
             k_norm: b.vector(&format!("{p}.indexer.k_norm.weight"), d)?,
             choice: BlockChoice {
@@ -74,7 +90,27 @@ impl IndexerWeights {
 
     pub fn weight_bytes(&self) -> u64 {
         let v = (self.q_norm.len() + self.k_norm.len()) * 4;
-        (self.q.byte_len() + self.k.byte_len() + v) as u64
+        let m = match &self.proj {
+            IndexProj::Apart { q, k } => q.byte_len() + k.byte_len(),
+            IndexProj::Fused { qk, .. } => qk.byte_len(),
+        };
+        (m + v) as u64
+    }
+
+    /// `[n_head·head_dim × n_embd]`: the index queries' projection.
+    pub fn q_view(&self) -> MatRef<'_> {
+        match &self.proj {
+            IndexProj::Apart { q, .. } => q.view(),
+            IndexProj::Fused { qk, q_rows } => qk.view().slice_rows(0, *q_rows),
+        }
+    }
+
+    /// `[head_dim × n_embd]`: the raw index key's.
+    pub fn k_view(&self) -> MatRef<'_> {
+        match &self.proj {
+            IndexProj::Apart { k, .. } => k.view(),
+            IndexProj::Fused { qk, q_rows } => qk.view().slice_rows(*q_rows, qk.rows),
+        }
     }
 }
 

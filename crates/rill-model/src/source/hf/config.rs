@@ -3,7 +3,8 @@
 //! (the folder is a vision-language model), Qwen3-Next keeps them flat.
 
 use crate::config::{
-    interval_layer_kinds, Arch, GateActivation, HeadOrder, LayerKind, ModelConfig,
+    interval_layer_kinds, Arch, GateActivation, HeadOrder, IndexerConfig, LayerKind, ModelConfig,
+    PleConfig, Qwen4ExpConfig,
 };
 use crate::error::ModelError;
 use serde_json::Value;
@@ -79,12 +80,135 @@ impl Fields<'_> {
     }
 }
 
+/// qwen4exp's settings (transformers' `Qwen4ExpTextConfig`): the
+/// hyper-connections, the QSA indexer on every attention layer, and the
+/// PLE layer, whose hash constants are derived as transformers derives them
+/// (the checkpoint's int64 copies are not read).
+fn qwen4exp(t: &Fields, m: &ModelConfig) -> Result<Qwen4ExpConfig, ModelError> {
+    let ratio = t.opt_usize("indexer_compress_ratio")?.unwrap_or(0);
+    let indexer = IndexerConfig {
+        n_head: t.opt_usize("indexer_n_heads")?.unwrap_or(0),
+        head_dim: t.opt_usize("indexer_head_dim")?.unwrap_or(0),
+        budget: t.opt_usize("indexer_budget")?.unwrap_or(0),
+        ratios: (m.layer_kinds.iter())
+            .map(|k| if *k == LayerKind::Attention { ratio } else { 0 })
+            .collect(),
+    };
+    if t.opt_usize("indexer_kv_heads")?.is_some_and(|h| h != 1) {
+        return Err(t.err("`indexer_kv_heads` must be 1".into()));
+    }
+    let ple_ids: Vec<usize> = match t.obj.get("ple_layer_ids") {
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(Value::as_u64)
+            .map(|x| x as usize)
+            .collect(),
+        _ => Vec::new(),
+    };
+    let ple = match ple_ids[..] {
+        [] => None,
+        [id] if id >= 1 => {
+            let ngram = t.opt_usize("ngram_size")?.unwrap_or(3);
+            let heads_per_ngram = t.opt_usize("heads_per_ngram")?.unwrap_or(8);
+            let heads = ngram.saturating_sub(1) * heads_per_ngram;
+            let embed = t.opt_usize("ple_embed_dim")?.unwrap_or(m.n_embd);
+            if heads == 0 || !embed.is_multiple_of(heads) {
+                return Err(t.err(format!("`ple_embed_dim` {embed} over {heads} n-gram heads")));
+            }
+            let eos = match t.obj.get("eos_token_id") {
+                Some(Value::Array(a)) => a.first().and_then(Value::as_u64),
+                Some(v) => v.as_u64(),
+                None => None,
+            }
+            .ok_or_else(|| t.err("`eos_token_id` is needed: the PLE window resets on it".into()))?;
+            let base = t.opt_usize("ngram_vocab_size_base")?.unwrap_or(20_000_000) as u64;
+            let seed = t.opt_usize("seed")?.unwrap_or(1234) as u64;
+            let (offsets, sizes) = ngram_head_sizes(base, heads);
+            Some(PleConfig {
+                layer: id - 1,
+                ngram,
+                heads_per_ngram,
+                conv_kernel: t.opt_usize("ple_conv_kernel_size")?.unwrap_or(4),
+                multipliers: ngram_multipliers(m.n_vocab as u64, ngram, 0, seed),
+                offsets,
+                sizes,
+                eos: eos as u32,
+                row_dim: embed / heads,
+            })
+        }
+        _ => {
+            return Err(t.err(format!(
+                "`ple_layer_ids` {ple_ids:?}: rill runs one PLE layer"
+            )))
+        }
+    };
+    Ok(Qwen4ExpConfig {
+        streams: t.opt_usize("hc_count")?.unwrap_or(4),
+        hc_rank: t.opt_usize("hc_lowrank")?.unwrap_or(320),
+        indexer,
+        ple,
+    })
+}
+
+/// splitmix64's output function.
+fn splitmix64(x: u64) -> u64 {
+    let x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    let x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// The odd multiplier of each n-gram position: transformers'
+/// `_build_layer_multipliers` (below `i64::MAX / vocab`, so products of a
+/// token id and a multiplier never overflow).
+fn ngram_multipliers(vocab: u64, ngram: usize, ple_index: u64, seed: u64) -> Vec<u64> {
+    let bound = (i64::MAX as u64 / vocab.max(1)) / 2;
+    let half = bound.max(1);
+    let base = seed.wrapping_add(10007 * ple_index);
+    (0..ngram as u64)
+        .map(|i| {
+            let v = base.wrapping_add(0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i + 1));
+            2 * (splitmix64(v) % half) + 1
+        })
+        .collect()
+}
+
+/// Each head's (offset, prime row count): the successive primes above
+/// `base − 1`, rows laid end to end.
+fn ngram_head_sizes(base: u64, heads: usize) -> (Vec<u64>, Vec<u64>) {
+    let is_prime = |v: u64| {
+        if v < 2 || v.is_multiple_of(2) {
+            return v == 2;
+        }
+        let mut d = 3;
+        while d * d <= v {
+            if v.is_multiple_of(d) {
+                return false;
+            }
+            d += 2;
+        }
+        true
+    };
+    let (mut offsets, mut sizes, mut total, mut p) = (Vec::new(), Vec::new(), 0, base - 1);
+    for _ in 0..heads {
+        p += 1;
+        while !is_prime(p) {
+            p += 1;
+        }
+        offsets.push(total);
+        sizes.push(p);
+        total += p;
+    }
+    (offsets, sizes)
+}
+
 /// The architecture a `model_type` names.
 fn arch_of(model_type: &str) -> Option<Arch> {
     match model_type {
         "qwen3_5_moe" | "qwen3_5_moe_text" => Some(Arch::Qwen35Moe),
         "qwen3_5" | "qwen3_5_text" => Some(Arch::Qwen35),
         "qwen3_next" => Some(Arch::Qwen3Next),
+        "qwen4_exp" | "qwen4_exp_text" => Some(Arch::Qwen4Exp),
         _ => None,
     }
 }
@@ -173,7 +297,8 @@ pub fn parse(text: &str, file: &str) -> Result<HfConfig, ModelError> {
                 .iter()
                 .map(|v| match v.as_str() {
                     Some("linear_attention") => Ok(LayerKind::Recurrent),
-                    Some("full_attention") => Ok(LayerKind::Attention),
+                    // qwen4exp: transformers' name for its QSA layers.
+                    Some("full_attention" | "indexed_attention") => Ok(LayerKind::Attention),
                     _ => Err(t.err(format!(
                         "`layer_types` entry {v} is neither linear_attention nor full_attention"
                     ))),
@@ -253,6 +378,20 @@ pub fn parse(text: &str, file: &str) -> Result<HfConfig, ModelError> {
         gdn_gate: GateActivation::Silu,
         qwen4exp: None,
     };
+    let mut model = model;
+    if arch == Arch::Qwen4Exp {
+        let gate = t.opt_str("output_gate_type").or(t.opt_str("hidden_act"));
+        model.gdn_gate = match gate {
+            Some("sigmoid") => GateActivation::Sigmoid,
+            Some("silu") | None => GateActivation::Silu,
+            Some(other) => {
+                return Err(t.err(format!(
+                    "`output_gate_type` {other}: rill runs sigmoid or silu"
+                )))
+            }
+        };
+        model.qwen4exp = Some(Box::new(qwen4exp(&t, &model)?));
+    }
     model.validate(None)?;
     Ok(HfConfig {
         model,

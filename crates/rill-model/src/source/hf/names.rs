@@ -59,6 +59,16 @@ pub fn map(hf: &str, n_layer: usize, tied: bool) -> Target {
     match rest {
         "embed_tokens.weight" => return tensor("token_embd.weight", Transform::None),
         "norm.weight" => return tensor("output_norm.weight", Transform::PlusOne),
+        // qwen4exp's final mix of the residual streams.
+        "hyper_connection_mixer.hc_norm.weight" => {
+            return tensor("output_hc_norm.weight", Transform::PlusOne)
+        }
+        "hyper_connection_mixer.input_mix_weight_down.weight" => {
+            return tensor("output_hc_down.weight", Transform::None)
+        }
+        "hyper_connection_mixer.input_mix_weight_up.weight" => {
+            return tensor("output_hc_up.weight", Transform::None)
+        }
         _ => {}
     }
     let Some(rest) = rest.strip_prefix("layers.") else {
@@ -139,7 +149,44 @@ fn map_layer(p: &str, inner: &str) -> Target {
         "mlp.gate_proj.weight" => ("ffn_gate.weight", None),
         "mlp.up_proj.weight" => ("ffn_up.weight", None),
         "mlp.down_proj.weight" => ("ffn_down.weight", None),
-        _ => return map_expert(p, inner),
+        // qwen4exp: hyper-connections, the QSA indexer, PLE.
+        "attn_hyper_connection.hc_norm.weight" => ("hc_attn_norm.weight", PlusOne),
+        "attn_hyper_connection.input_mix_weight_down.weight" => ("hc_attn_down.weight", None),
+        "attn_hyper_connection.input_mix_weight_up.weight" => ("hc_attn_up.weight", None),
+        "attn_hyper_connection.block_inject_weight.weight" => ("hc_attn_inject.weight", None),
+        "mlp_hyper_connection.hc_norm.weight" => ("hc_ffn_norm.weight", PlusOne),
+        "mlp_hyper_connection.input_mix_weight_down.weight" => ("hc_ffn_down.weight", None),
+        "mlp_hyper_connection.input_mix_weight_up.weight" => ("hc_ffn_up.weight", None),
+        "mlp_hyper_connection.block_inject_weight.weight" => ("hc_ffn_inject.weight", None),
+        // One projection for the index queries and the key: the layer splits its rows.
+        "self_attn.indexer.index_qk_proj.weight" => ("indexer.qk_proj.weight", None),
+        "self_attn.indexer.q_layernorm.weight" => ("indexer.q_norm.weight", PlusOne),
+        "self_attn.indexer.k_layernorm.weight" => ("indexer.k_norm.weight", PlusOne),
+        "ple.key_proj.weight" => ("ple_key.weight", None),
+        "ple.value_proj.weight" => ("ple_value.weight", None),
+        "ple.norm_key.weight" => ("ple_norm_key.weight", PlusOne),
+        "ple.norm_query.weight" => ("ple_norm_query.weight", PlusOne),
+        "ple.norm_conv.weight" => ("ple_norm_conv.weight", PlusOne),
+        "ple.conv1d.weight" => ("ple_conv1d.weight", Squeeze),
+        "ple.ple_embedding.layer_multipliers"
+        | "ple.ple_embedding.ngram_heads_offsets"
+        | "ple.ple_embedding.ngram_heads_vocab_sizes" => {
+            return Target::Skip("PLE hash constants: rill derives them from config.json")
+        }
+        _ => {
+            // The n-gram table in shards of equal rows, read as one table.
+            if let Some(k) = inner
+                .strip_prefix("ple.ple_embedding.ngram_embedding.shard_")
+                .and_then(|r| r.strip_suffix(".weight"))
+                .and_then(|k| k.parse::<usize>().ok())
+            {
+                return Target::Expert {
+                    name: "per_layer_token_embd.weight".into(),
+                    expert: k,
+                };
+            }
+            return map_expert(p, inner);
+        }
     };
     to(name, t)
 }
