@@ -114,19 +114,23 @@ impl IndexerWeights {
     }
 }
 
-/// A sequence's index keys of one QSA layer: they grow with the context,
-/// like its KV cache.
+/// A sequence's index keys of one QSA layer. A block's key depends only
+/// on its own tokens' raw keys, so those are kept only until the block is
+/// complete: the cache grows by one key per `ratio` tokens (llama.cpp keeps
+/// every token's raw key).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct IndexKeys {
-    /// The raw key of every position, `[pos × d_I]`.
-    raw: Vec<f32>,
+    /// Positions seen.
+    pos: usize,
+    /// The raw keys of the incomplete block's positions, `[< ratio × d_I]`.
+    tail: Vec<f32>,
     /// The pooled, normed and rotated key of each complete block, `[blocks × d_I]`.
     blocks: Vec<f32>,
 }
 
 impl IndexKeys {
     pub fn bytes(&self) -> usize {
-        (self.raw.len() + self.blocks.len()) * 4
+        (self.tail.capacity() + self.blocks.len()) * 4
     }
 
     /// Append the raw keys of positions `pos0..` (`[m × d_I]`) and pool
@@ -140,17 +144,22 @@ impl IndexKeys {
         inv_freq: &[f32],
     ) {
         let (d, r) = (w.choice.head_dim, w.choice.ratio);
-        debug_assert_eq!(self.raw.len(), pos0 * d);
-        self.raw.extend_from_slice(raw);
-        let held = self.raw.len() / d;
+        debug_assert_eq!(self.pos, pos0);
         let mut pooled = vec![0f32; d];
-        for blk in self.blocks.len() / d..held / r {
+        for row in raw.chunks_exact(d) {
+            self.tail.extend_from_slice(row);
+            self.pos += 1;
+            if !self.pos.is_multiple_of(r) {
+                continue;
+            }
+            let blk = self.pos / r - 1;
             pooled.fill(0.0);
-            for t in blk * r..(blk + 1) * r {
-                for (p, &x) in pooled.iter_mut().zip(&self.raw[t * d..(t + 1) * d]) {
+            for key in self.tail.chunks_exact(d) {
+                for (p, &x) in pooled.iter_mut().zip(key) {
                     *p += x;
                 }
             }
+            self.tail.clear();
             let inv = 1.0 / r as f32;
             for p in pooled.iter_mut() {
                 *p *= inv;
