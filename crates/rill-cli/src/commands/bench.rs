@@ -53,6 +53,11 @@ pub struct Args {
     kernels: Option<rill_kernels::Isa>,
     #[command(flatten)]
     kv: crate::kv_args::KvArgs,
+    /// Context depth of the generation test (llama-bench's `-d`): each
+    /// request first prefills this many random tokens (not timed), then
+    /// decodes `-n`. With a depth there is no warm-up run.
+    #[arg(short = 'd', long, default_value_t = 0)]
+    depth: usize,
     /// Sequences decoded together in the generation test (one batched step
     /// per token for all of them, as the server does); tg reports the
     /// aggregate tokens/s.
@@ -195,9 +200,10 @@ pub fn run(a: Args) -> Result<()> {
         tokenizer,
         EngineConfig {
             max_parallel: par,
-            ctx_size: (a.n_prompt + 1).max(a.n_gen + gen_prompt_len + 1),
-            // The whole prompt in one batch, as llama-bench's pp does.
-            prefill_chunk: a.n_prompt.max(1),
+            ctx_size: (a.n_prompt + 1).max(a.depth + a.n_gen + gen_prompt_len + 1),
+            // The whole prompt in one batch, as llama-bench's pp does (a
+            // deep context in chunks of at most 4096).
+            prefill_chunk: a.n_prompt.max(1).max(a.depth.min(4096)),
             cache_bytes: 0,
             threads: a.threads,
             kernels,
@@ -233,15 +239,18 @@ pub fn run(a: Args) -> Result<()> {
     let mut tg = Vec::new();
     let (mut drafted, mut accepted) = (0usize, 0usize);
     if a.n_gen > 0 {
-        for rep in 0..=a.reps {
-            // One token of prompt, then n_gen decode steps after the first
-            // sampled token.
+        // A deep context is its own warm-up (its prefill touches everything).
+        let first_rep = usize::from(a.depth > 0);
+        for rep in first_rep..=a.reps {
+            // One token of prompt (after `depth` of context), then n_gen
+            // decode steps after the first sampled token.
             let reqs = (0..par)
                 .map(|_| {
-                    let p = match &gen_prompt {
-                        Some(p) => p.clone(),
-                        None => random_tokens(1),
-                    };
+                    let mut p = random_tokens(a.depth);
+                    match &gen_prompt {
+                        Some(g) => p.extend_from_slice(g),
+                        None => p.extend(random_tokens(1)),
+                    }
                     request(p, a.n_gen + 1)
                 })
                 .collect();
@@ -297,7 +306,7 @@ pub fn run(a: Args) -> Result<()> {
             "load_s": load_s,
             "peak_rss_bytes": rss,
             "pp": { "n": a.n_prompt, "tok_s": pp, "mean": pp_m, "sd": pp_sd },
-            "tg": { "n": a.n_gen, "parallel": par, "tok_s": tg, "mean": tg_m, "sd": tg_sd },
+            "tg": { "n": a.n_gen, "parallel": par, "depth": a.depth, "tok_s": tg, "mean": tg_m, "sd": tg_sd },
             "active_weight_bytes_per_token": active,
             "decode_weight_bandwidth_bytes_s": decode_bw,
             "read_bandwidth_bytes_s": bw,
@@ -328,11 +337,14 @@ pub fn run(a: Args) -> Result<()> {
         println!("| pp{:<4} | {pp_m:>7.2} ± {pp_sd:>5.2} |", a.n_prompt);
     }
     if a.n_gen > 0 {
-        let label = if par > 1 {
+        let mut label = if par > 1 {
             format!("tg{}x{par}", a.n_gen)
         } else {
             format!("tg{}", a.n_gen)
         };
+        if a.depth > 0 {
+            label.push_str(&format!(" @ d{}", a.depth));
+        }
         println!("| {label:<6} | {tg_m:>7.2} ± {tg_sd:>5.2} |");
     }
     if drafted > 0 {
