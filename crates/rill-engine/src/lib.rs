@@ -14,6 +14,7 @@
 //! - [`prefix_cache`]: snapshots of sequence state looked up by token prefix.
 //! - [`stop`]: stop strings that may span token boundaries.
 
+mod budget;
 pub mod metrics;
 mod output;
 pub mod prefix_cache;

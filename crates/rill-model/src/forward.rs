@@ -369,7 +369,7 @@ impl Model {
                             _ => unreachable!("state layout is built from the same layer kinds"),
                         }
                     });
-                    attention::forward(w, c, &self.rope_inv_freq, ex, &xn, n, seqs)
+                    attention::forward(w, c, &self.rope, ex, &xn, n, seqs)
                 }
                 Mixer::Recurrent(w) => {
                     let ri = recurrent_index;
@@ -525,7 +525,7 @@ impl Model {
                 kv: &mut s.kv,
             }
         });
-        let mixed = attention::forward(w, c, &self.rope_inv_freq, ex, &xn, n, seqs);
+        let mixed = attention::forward(w, c, &self.rope, ex, &xn, n, seqs);
         let post = &layer.post_attention_norm;
         add_then_norm(threads, h, &mut x, Some(&mixed), post, c.rms_eps, &mut xn);
         drop(mixed);

@@ -182,6 +182,33 @@ impl KvConfig {
     }
 }
 
+impl KvConfig {
+    /// Most bytes one attention layer's K and V take holding `positions`
+    /// positions of `per_pos` values each, appended at most `step_rows`
+    /// rows at a time (the f16 window ring grows with the largest step).
+    /// What a memory budget plans against; [`KvCache::bytes`] never
+    /// exceeds it.
+    pub fn layer_bytes(&self, per_pos: usize, positions: usize, step_rows: usize) -> usize {
+        [self.k, self.v]
+            .into_iter()
+            .map(|t| {
+                let rows = t.bytes_for(per_pos) * positions;
+                let exact = if t.keeps_exact_rows() && self.sinks + self.window > 0 {
+                    let row = 2 * per_pos;
+                    let sinks = self.sinks.min(positions) * row;
+                    // The ring grows to `need` rows, doubling: under 2 × need.
+                    let need = self.window.saturating_sub(1) + step_rows.max(RING_SLACK);
+                    let ring = if self.window > 0 { 2 * need * row } else { 0 };
+                    sinks + ring
+                } else {
+                    0
+                };
+                rows + exact
+            })
+            .sum()
+    }
+}
+
 /// Rows a window ring keeps past the window, so that dropping the last few
 /// positions (rejected draft tokens) leaves the window's rows in f16.
 const RING_SLACK: usize = 64;
