@@ -314,6 +314,59 @@ impl KvStore {
         }
     }
 
+    /// The rows (and the f16 sinks and window ring) as bytes
+    /// (`state_io.rs`).
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        use crate::state_io::{put_bytes, put_f32s, put_u64};
+        put_f32s(out, &self.values);
+        put_bytes(out, &self.bytes);
+        match &self.exact {
+            None => out.push(0),
+            Some(e) => {
+                out.push(1);
+                put_u64(out, e.ring_rows as u64);
+                put_bytes(out, &e.sink_rows);
+                put_bytes(out, &e.ring);
+            }
+        }
+    }
+
+    /// Fill this empty store (made by [`new`](Self::new) for the same
+    /// type and shape) from [`write_to`](Self::write_to)'s bytes, every
+    /// length checked.
+    pub(crate) fn read_from(&mut self, r: &mut crate::state_io::Reader) -> Result<(), String> {
+        let (values, bytes) = (r.f32s()?, r.bytes()?);
+        let row = encoded_len(self.dtype, self.per_pos);
+        let ok = if self.dtype == DType::F32 {
+            bytes.is_empty() && values.len().is_multiple_of(self.per_pos)
+        } else {
+            values.is_empty() && bytes.len().is_multiple_of(row)
+        };
+        if !ok {
+            return Err("KV rows of another type or width".into());
+        }
+        (self.values, self.bytes) = (values, bytes);
+        let positions = self.positions();
+        match (&mut self.exact, r.u8()?) {
+            (None, 0) => Ok(()),
+            (Some(e), 1) => {
+                let row = 2 * self.per_pos;
+                let ring_rows = r.usize()?;
+                let (sinks, ring) = (r.bytes()?, r.bytes()?);
+                let ring_ok = ring_rows.checked_mul(row) == Some(ring.len())
+                    && (positions == 0 || e.window == 0 || ring_rows >= e.window - 1 + RING_SLACK);
+                if sinks.len() != e.sinks.min(positions) * row || !ring_ok {
+                    return Err("f16 sinks or window of another size".into());
+                }
+                (e.sink_rows, e.ring, e.ring_rows) = (sinks, ring, ring_rows);
+                Ok(())
+            }
+            _ => Err(
+                "f16 sinks and window where the KV type keeps none (or none where it does)".into(),
+            ),
+        }
+    }
+
     /// Drop positions `pos..`.
     pub fn truncate(&mut self, pos: usize) {
         let len = self.positions();

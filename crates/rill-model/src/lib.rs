@@ -16,6 +16,7 @@ pub mod rope;
 mod scratch;
 pub mod source;
 mod state;
+mod state_io;
 mod weights;
 
 pub use config::{Arch, LayerKind, ModelConfig};
@@ -27,3 +28,4 @@ pub use rope::{Rope, RopeOverride, RopeScaling, RopeScalingType};
 pub use scratch::Runner;
 pub use source::{GgufSource, HfSource, TensorRef, WeightSource, WithMtpHead};
 pub use state::{RewindError, SequenceState, StateSize, MAX_REWIND_ROWS};
+pub use state_io::STATE_FORMAT_VERSION;

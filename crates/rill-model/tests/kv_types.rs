@@ -336,3 +336,48 @@ fn the_mtp_heads_cache_takes_the_same_types() {
         );
     }
 }
+
+/// A state written as bytes and read back continues with the bits the
+/// original gives (f32, q8_0, q4_0 with its f16 sinks and window, the MTP
+/// head's cache); bytes of another model or damaged ones are refused.
+#[test]
+fn a_state_encoded_and_decoded_continues_bit_for_bit() {
+    let run = runner(1);
+    let mut files = vec![fixtures("f32")[0].clone()];
+    files.extend(fixtures("mtp").into_iter().take(1));
+    for f in &files {
+        let model = load(f);
+        let ids = prompt(150, model.config.n_vocab);
+        for c in [
+            KvConfig::f32(),
+            kv(KvType::Q8_0, KvType::Q8_0, 0, 0),
+            KvConfig {
+                window: 16,
+                ..KvConfig::uniform(KvType::Q4_0)
+            },
+        ] {
+            let mut st = SequenceState::with_kv(&model, 200, c).unwrap();
+            model
+                .forward(&run, &mut st, &ids[..140], Rows::None)
+                .unwrap();
+            let bytes = st.encode();
+            let mut back = SequenceState::decode(&model, &bytes, 200).unwrap();
+            assert_eq!(back.bytes(), st.bytes());
+            assert_eq!(back.encode(), bytes, "encoding is canonical");
+            let a = model
+                .forward(&run, &mut st, &ids[140..], Rows::All)
+                .unwrap();
+            let b = model
+                .forward(&run, &mut back, &ids[140..], Rows::All)
+                .unwrap();
+            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+            for cut in [0, 9, bytes.len() / 2, bytes.len() - 1] {
+                assert!(SequenceState::decode(&model, &bytes[..cut], 200).is_err());
+            }
+        }
+    }
+    let (a, b) = (load(&files[0]), load(&files[1]));
+    let st = SequenceState::new(&a, 8);
+    let err = SequenceState::decode(&b, &st.encode(), 8).unwrap_err();
+    assert!(!err.is_empty());
+}
