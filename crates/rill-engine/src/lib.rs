@@ -15,6 +15,7 @@
 //! - [`stop`]: stop strings that may span token boundaries.
 
 mod budget;
+mod disk_cache;
 pub mod metrics;
 mod output;
 pub mod prefix_cache;

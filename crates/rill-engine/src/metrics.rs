@@ -29,6 +29,9 @@ pub struct Metrics {
     pub mem_cache_evictions_total: AtomicU64,
     pub mem_quantized_kv_total: AtomicU64,
     pub mem_waits_total: AtomicU64,
+    /// Requests that resumed from a `--cache-dir` file (also in
+    /// `cache_hits_total`).
+    pub cache_disk_hits_total: AtomicU64,
     /// Sum and count of time to first token, in microseconds.
     pub ttft_us_sum: AtomicU64,
     pub ttft_count: AtomicU64,
@@ -148,6 +151,12 @@ impl Metrics {
             "gauge",
             "Snapshots held by the prompt cache.",
             g(&self.cache_entries),
+        );
+        put(
+            "prompt_cache_disk_hits_total",
+            "counter",
+            "Requests that resumed from a prompt-cache file of --cache-dir.",
+            g(&self.cache_disk_hits_total),
         );
         put(
             "memory_budget_bytes",

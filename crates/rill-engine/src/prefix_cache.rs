@@ -48,6 +48,11 @@ impl PrefixCache {
         self.entries.len()
     }
 
+    /// Every entry: its tokens and state.
+    pub fn entries(&self) -> impl Iterator<Item = (&[u32], &SequenceState)> {
+        self.entries.iter().map(|e| (&e.tokens[..], &e.state))
+    }
+
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

@@ -13,6 +13,7 @@
 //! a crowd.
 
 use crate::budget::{mib, Fit, MemoryPlan};
+use crate::disk_cache::DiskCache;
 use crate::metrics::Metrics;
 use crate::prefix_cache::PrefixCache;
 use crate::request::{Done, Event, Request, SubmitError};
@@ -50,6 +51,10 @@ pub struct EngineConfig {
     /// prompt cache (`None`: only `cache_bytes` bounds anything); see
     /// `budget.rs` for how admission plans against it.
     pub mem_budget: Option<usize>,
+    /// Keep the prompt cache on disk too (`--cache-dir`): written at
+    /// shutdown, read after a restart; at most `cache_dir_bytes`.
+    pub cache_dir: Option<std::path::PathBuf>,
+    pub cache_dir_bytes: u64,
     /// Also snapshot a prompt every this many tokens (a multiple of `prefill_chunk`).
     pub cache_interval: usize,
     /// Worker threads of the forward passes (0 = all cores).
@@ -76,6 +81,8 @@ impl Default for EngineConfig {
             prefill_chunk: 256,
             cache_bytes: 2 << 30,
             mem_budget: None,
+            cache_dir: None,
+            cache_dir_bytes: 4 << 30,
             cache_interval: 1024,
             threads: 0,
             kernels: Isa::best(),
@@ -160,7 +167,27 @@ impl Engine {
             metrics.mem_budget_bytes.store(b as u64, Relaxed);
         }
         let waiting = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let disk = config.cache_dir.as_ref().and_then(|dir| {
+            match DiskCache::open(dir, config.cache_dir_bytes, &model) {
+                Ok(d) => {
+                    tracing::info!(
+                        "prompt cache on disk: {} ({} entries)",
+                        dir.display(),
+                        d.len()
+                    );
+                    Some(d)
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "--cache-dir {}: {e}; the cache stays in memory",
+                        dir.display()
+                    );
+                    None
+                }
+            }
+        });
         let mut worker = Worker {
+            disk,
             runner: Runner::new(
                 Threads::new(config.threads),
                 config.kernels,
@@ -322,6 +349,8 @@ struct Worker {
     config: EngineConfig,
     metrics: Arc<Metrics>,
     cache: PrefixCache,
+    /// The prompt cache's files (`--cache-dir`).
+    disk: Option<DiskCache>,
     waiting_count: Arc<std::sync::atomic::AtomicUsize>,
     plan: Arc<MemoryPlan>,
     /// Bytes the running sequences reserved (their worst cases).
@@ -363,6 +392,7 @@ impl Worker {
                 }
             }
             if closing && self.running.is_empty() && self.waiting.is_empty() {
+                self.persist();
                 return;
             }
             self.admit();
@@ -399,10 +429,18 @@ impl Worker {
                 .fetch_add(prompt.len() as u64, Relaxed);
             // A sequence pressed into the quantized KV does not resume an
             // entry of another type (the cache is empty by then anyway).
-            let hit = match kv == self.config.kv {
+            let mut hit = match kv == self.config.kv {
                 true => self.cache.lookup(prompt, self.config.ctx_size),
                 false => None,
             };
+            if let Some(disk) = self.disk.as_ref().filter(|_| kv == self.config.kv) {
+                let than = hit.as_ref().map_or(0, |h| h.len);
+                let ctx = self.config.ctx_size;
+                if let Some((len, state)) = disk.lookup(&self.model, prompt, than, ctx) {
+                    self.metrics.cache_disk_hits_total.fetch_add(1, Relaxed);
+                    hit = Some(crate::prefix_cache::Hit { len, state });
+                }
+            }
             let (state, cached) = match hit {
                 Some(hit) => {
                     self.metrics.cache_hits_total.fetch_add(1, Relaxed);
@@ -500,6 +538,19 @@ impl Worker {
                     );
                 }
                 true
+            }
+        }
+    }
+
+    /// Write the memory cache's entries to `--cache-dir` (at shutdown).
+    fn persist(&mut self) {
+        let Some(disk) = &mut self.disk else {
+            return;
+        };
+        for (tokens, state) in self.cache.entries() {
+            if let Err(e) = disk.store(tokens, state) {
+                tracing::warn!("--cache-dir: cannot write a prompt-cache file: {e}");
+                return;
             }
         }
     }

@@ -47,6 +47,14 @@ pub struct Args {
     /// Default: the available memory minus the weights.
     #[arg(long, env = "RILL_MEM_BUDGET")]
     mem_budget: Option<usize>,
+    /// Keep the prompt cache in this folder too: written at shutdown,
+    /// read after a restart (files of another model, or damaged, are
+    /// ignored with a warning).
+    #[arg(long, env = "RILL_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Most MiB the --cache-dir files take (the oldest go first).
+    #[arg(long, default_value_t = 4096, env = "RILL_CACHE_DIR_SIZE")]
+    cache_dir_size: u64,
     /// Requests that may wait for a slot before new ones get 429.
     #[arg(long, default_value_t = 64, env = "RILL_QUEUE")]
     queue: usize,
@@ -198,6 +206,8 @@ pub fn run(a: Args) -> Result<()> {
         prefill_chunk,
         cache_bytes: a.cache_ram << 20,
         mem_budget,
+        cache_dir: a.cache_dir.clone(),
+        cache_dir_bytes: a.cache_dir_size << 20,
         cache_interval: prefill_chunk * 4,
         threads: a.threads,
         kernels,
