@@ -26,6 +26,10 @@ pub struct KvArgs {
     /// V are Walsh–Hadamard-rotated first, as llama.cpp does).
     #[arg(long, env = "RILL_NO_KV_ROTATION")]
     pub no_kv_rotation: bool,
+    /// The RoPE scaling flags ride along: every command with a KV cache runs
+    /// the attention they scale.
+    #[command(flatten)]
+    pub rope: crate::rope_args::RopeArgs,
 }
 
 fn parse_kv_type(s: &str) -> Result<KvType, String> {
@@ -43,12 +47,14 @@ impl KvArgs {
         }
     }
 
-    /// [`config`](Self::config), checked against `model` and said on stderr.
+    /// The RoPE flags put into `model`, then [`config`](Self::config),
+    /// checked against it; both said on stderr.
     pub fn resolve(
         &self,
         precision: Precision,
-        model: &rill_model::Model,
+        model: &mut rill_model::Model,
     ) -> anyhow::Result<KvConfig> {
+        self.rope.apply(model)?;
         let kv = self.config(precision);
         kv.check(&model.config)?;
         eprintln!("rill: KV cache {}", kv.describe());

@@ -6,8 +6,10 @@ mod demo;
 mod drive;
 mod kv_args;
 mod load;
+mod mem_budget;
 mod npy;
 mod ppl;
+mod rope_args;
 mod spec_args;
 
 use clap::{Parser, Subcommand};

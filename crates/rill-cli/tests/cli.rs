@@ -265,6 +265,63 @@ fn cache_type_flags_change_the_kv_cache_as_llama_cpp_spells_them() {
     );
 }
 
+/// `--rope-scaling/--rope-scale/--yarn-orig-ctx` (llama.cpp's names) replace
+/// the file's YaRN: off, the logits change; the file's own settings given as
+/// flags give its bits (the way back from `none` is in rill-model's
+/// tests/yarn.rs); a bad value is a clear error.
+#[test]
+fn rope_scaling_flags_replace_the_files_yarn() {
+    let name = "qwen35moe_yarn.f32.gguf";
+    let file = logits_npy(name, &[]);
+    let off = logits_npy(name, &["--rope-scaling", "none"]);
+    assert_ne!(off, file, "YaRN changes the logits");
+    let other = logits_npy(name, &["--rope-scale", "2"]);
+    assert_ne!(other, file, "another factor, other logits");
+    let flags = [
+        "--rope-scaling",
+        "yarn",
+        "--rope-scale",
+        "4",
+        "--yarn-orig-ctx",
+        "64",
+    ];
+    assert_eq!(
+        logits_npy(name, &flags),
+        file,
+        "the file's settings as flags"
+    );
+    let m = fixtures().join(name);
+    let info = ok(&["inspect", m.to_str().unwrap()]);
+    assert!(
+        info.contains("RoPE scaling yarn ×4 over an original context of 64"),
+        "{info}"
+    );
+    for (flag, value, says) in [
+        ("--rope-scale", "-2", "must be greater than 0"),
+        (
+            "--rope-scaling",
+            "longrope",
+            "rill runs none, linear and yarn",
+        ),
+        ("--yarn-orig-ctx", "0", "not a positive number"),
+    ] {
+        let out = rill(&[
+            "logits",
+            "-m",
+            m.to_str().unwrap(),
+            "--tokens",
+            "1",
+            "--out",
+            "/tmp/x.npy",
+            flag,
+            value,
+        ]);
+        assert!(!out.status.success(), "{flag} {value}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{flag} {value}: {err}");
+    }
+}
+
 #[test]
 fn bad_input_is_a_clear_error_not_a_panic() {
     let m = fixtures().join("qwen35moe.f32.gguf");

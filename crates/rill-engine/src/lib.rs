@@ -14,6 +14,8 @@
 //! - [`prefix_cache`]: snapshots of sequence state looked up by token prefix.
 //! - [`stop`]: stop strings that may span token boundaries.
 
+mod budget;
+mod disk_cache;
 pub mod metrics;
 mod output;
 pub mod prefix_cache;

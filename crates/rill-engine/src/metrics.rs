@@ -18,6 +18,20 @@ pub struct Metrics {
     pub cache_misses_total: AtomicU64,
     pub cache_bytes: AtomicU64,
     pub cache_entries: AtomicU64,
+    /// The memory budget (0: none), what running sequences reserve of it,
+    /// what states and cache hold now and at most.
+    pub mem_budget_bytes: AtomicU64,
+    pub mem_reserved_bytes: AtomicU64,
+    pub mem_held_bytes: AtomicU64,
+    pub mem_held_peak_bytes: AtomicU64,
+    /// The ladder's rungs: prompt-cache entries evicted to admit a request,
+    /// sequences started with the quantized KV, waits for memory.
+    pub mem_cache_evictions_total: AtomicU64,
+    pub mem_quantized_kv_total: AtomicU64,
+    pub mem_waits_total: AtomicU64,
+    /// Requests that resumed from a `--cache-dir` file (also in
+    /// `cache_hits_total`).
+    pub cache_disk_hits_total: AtomicU64,
     /// Sum and count of time to first token, in microseconds.
     pub ttft_us_sum: AtomicU64,
     pub ttft_count: AtomicU64,
@@ -36,6 +50,20 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// What the budget has in use, 0–1: the running sequences' reservations
+    /// plus the prompt cache, over the budget (`None` without a budget).
+    pub fn memory_usage_of_budget(&self) -> Option<f64> {
+        let budget = self.mem_budget_bytes.load(Relaxed);
+        (budget > 0).then(|| {
+            let used = self.mem_reserved_bytes.load(Relaxed) + self.cache_bytes.load(Relaxed);
+            (used as f64 / budget as f64).min(1.0)
+        })
+    }
+
+    fn memory_usage(&self) -> f64 {
+        self.memory_usage_of_budget().unwrap_or(0.0)
+    }
+
     /// The Prometheus exposition text.
     pub fn render(&self) -> String {
         let mut s = String::new();
@@ -123,6 +151,60 @@ impl Metrics {
             "gauge",
             "Snapshots held by the prompt cache.",
             g(&self.cache_entries),
+        );
+        put(
+            "prompt_cache_disk_hits_total",
+            "counter",
+            "Requests that resumed from a prompt-cache file of --cache-dir.",
+            g(&self.cache_disk_hits_total),
+        );
+        put(
+            "memory_budget_bytes",
+            "gauge",
+            "The memory budget for sequence states and the prompt cache (0: none).",
+            g(&self.mem_budget_bytes),
+        );
+        put(
+            "memory_reserved_bytes",
+            "gauge",
+            "Bytes running sequences reserve (their states' worst cases).",
+            g(&self.mem_reserved_bytes),
+        );
+        put(
+            "memory_held_bytes",
+            "gauge",
+            "Bytes sequence states and the prompt cache hold now.",
+            g(&self.mem_held_bytes),
+        );
+        put(
+            "memory_held_peak_bytes",
+            "gauge",
+            "Most bytes sequence states and the prompt cache have held.",
+            g(&self.mem_held_peak_bytes),
+        );
+        put(
+            "memory_usage",
+            "gauge",
+            "Reserved plus prompt-cache bytes over the budget (0-1; 0 without a budget).",
+            self.memory_usage(),
+        );
+        put(
+            "memory_cache_evictions_total",
+            "counter",
+            "Prompt-cache entries evicted to admit a request (ladder rung 1).",
+            g(&self.mem_cache_evictions_total),
+        );
+        put(
+            "memory_quantized_kv_total",
+            "counter",
+            "Sequences started with the quantized KV to fit the budget (rung 2).",
+            g(&self.mem_quantized_kv_total),
+        );
+        put(
+            "memory_waits_total",
+            "counter",
+            "Times a request waited for memory, fewer sequences running (rung 3).",
+            g(&self.mem_waits_total),
         );
         put(
             "time_to_first_token_seconds_sum",

@@ -48,6 +48,11 @@ impl PrefixCache {
         self.entries.len()
     }
 
+    /// Every entry: its tokens and state.
+    pub fn entries(&self) -> impl Iterator<Item = (&[u32], &SequenceState)> {
+        self.entries.iter().map(|e| (&e.tokens[..], &e.state))
+    }
+
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -68,19 +73,11 @@ impl PrefixCache {
         })
     }
 
-    /// Remember the state after `tokens`. Replaces an entry for the same
-    /// prefix; evicts the least recently used entries to stay in budget.
-    pub fn insert(&mut self, tokens: &[u32], state: &SequenceState) {
-        let bytes = state.bytes() + tokens.len() * 4;
-        if bytes > self.budget || tokens.is_empty() {
-            return;
-        }
-        self.clock += 1;
-        if let Some(e) = self.entries.iter_mut().find(|e| e.tokens == tokens) {
-            e.last_used = self.clock;
-            return;
-        }
-        while self.used + bytes > self.budget {
+    /// Evict least recently used entries until at most `limit` bytes are
+    /// held: (entries, bytes) evicted.
+    pub fn shrink_to(&mut self, limit: usize) -> (usize, usize) {
+        let (mut n, mut bytes) = (0, 0);
+        while self.used > limit {
             let Some(oldest) = self
                 .entries
                 .iter()
@@ -90,8 +87,28 @@ impl PrefixCache {
             else {
                 break;
             };
-            self.used -= self.entries.swap_remove(oldest).bytes;
+            let b = self.entries.swap_remove(oldest).bytes;
+            self.used -= b;
+            (n, bytes) = (n + 1, bytes + b);
         }
+        (n, bytes)
+    }
+
+    /// Remember the state after `tokens`, holding at most `room` bytes
+    /// (besides its own budget). Replaces an entry for the same prefix;
+    /// evicts the least recently used entries to stay in budget.
+    pub fn insert(&mut self, tokens: &[u32], state: &SequenceState, room: usize) {
+        let bytes = state.bytes() + tokens.len() * 4;
+        let budget = self.budget.min(room);
+        if bytes > budget || tokens.is_empty() {
+            return;
+        }
+        self.clock += 1;
+        if let Some(e) = self.entries.iter_mut().find(|e| e.tokens == tokens) {
+            e.last_used = self.clock;
+            return;
+        }
+        self.shrink_to(budget - bytes);
         self.used += bytes;
         self.entries.push(Entry {
             tokens: tokens.to_vec(),

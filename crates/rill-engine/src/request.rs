@@ -158,4 +158,16 @@ pub enum SubmitError {
     Invalid(String),
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// The request's worst case (its state at prompt + `max_tokens`
+    /// positions) exceeds the whole memory budget: it could never run.
+    #[error(
+        "the request needs up to {need_mib} MiB of sequence state ({positions} positions: the \
+         prompt plus max_tokens, capped by the context) but the memory budget is {budget_mib} \
+         MiB; lower max_tokens, shorten the prompt or raise --mem-budget"
+    )]
+    OverBudget {
+        need_mib: f64,
+        budget_mib: f64,
+        positions: usize,
+    },
 }

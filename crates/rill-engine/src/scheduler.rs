@@ -12,6 +12,8 @@
 //! the other rows of the step, so a request gets the same tokens alone or in
 //! a crowd.
 
+use crate::budget::{mib, Fit, MemoryPlan};
+use crate::disk_cache::DiskCache;
 use crate::metrics::Metrics;
 use crate::prefix_cache::PrefixCache;
 use crate::request::{Done, Event, Request, SubmitError};
@@ -42,8 +44,17 @@ pub struct EngineConfig {
     pub ctx_size: usize,
     /// Prompt tokens per sequence per step.
     pub prefill_chunk: usize,
-    /// Prompt-cache budget in bytes (0 disables the cache).
+    /// Prompt-cache budget in bytes (0 disables the cache), within
+    /// `mem_budget`.
     pub cache_bytes: usize,
+    /// One budget, in bytes, for the running sequences' states and the
+    /// prompt cache (`None`: only `cache_bytes` bounds anything); see
+    /// `budget.rs` for how admission plans against it.
+    pub mem_budget: Option<usize>,
+    /// Keep the prompt cache on disk too (`--cache-dir`): written at
+    /// shutdown, read after a restart; at most `cache_dir_bytes`.
+    pub cache_dir: Option<std::path::PathBuf>,
+    pub cache_dir_bytes: u64,
     /// Also snapshot a prompt every this many tokens (a multiple of `prefill_chunk`).
     pub cache_interval: usize,
     /// Worker threads of the forward passes (0 = all cores).
@@ -69,6 +80,9 @@ impl Default for EngineConfig {
             ctx_size: 4096,
             prefill_chunk: 256,
             cache_bytes: 2 << 30,
+            mem_budget: None,
+            cache_dir: None,
+            cache_dir_bytes: 4 << 30,
             cache_interval: 1024,
             threads: 0,
             kernels: Isa::best(),
@@ -127,6 +141,8 @@ pub struct Engine {
     /// The vocabulary's token trie for constraints, built on first use.
     grammars: std::sync::OnceLock<Result<Grammars, GrammarError>>,
     waiting: Arc<std::sync::atomic::AtomicUsize>,
+    /// What states cost and the budget, for the check at submission.
+    plan: Arc<MemoryPlan>,
     closing: AtomicBool,
     worker: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -146,8 +162,32 @@ impl Engine {
             _ => None,
         };
         let metrics = Arc::new(Metrics::default());
+        let plan = Arc::new(MemoryPlan::new(&model, &config));
+        if let Some(b) = config.mem_budget {
+            metrics.mem_budget_bytes.store(b as u64, Relaxed);
+        }
         let waiting = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let disk = config.cache_dir.as_ref().and_then(|dir| {
+            match DiskCache::open(dir, config.cache_dir_bytes, &model) {
+                Ok(d) => {
+                    tracing::info!(
+                        "prompt cache on disk: {} ({} entries)",
+                        dir.display(),
+                        d.len()
+                    );
+                    Some(d)
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "--cache-dir {}: {e}; the cache stays in memory",
+                        dir.display()
+                    );
+                    None
+                }
+            }
+        });
         let mut worker = Worker {
+            disk,
             runner: Runner::new(
                 Threads::new(config.threads),
                 config.kernels,
@@ -159,6 +199,9 @@ impl Engine {
             config: config.clone(),
             metrics: metrics.clone(),
             waiting_count: waiting.clone(),
+            plan: plan.clone(),
+            reserved: 0,
+            pressed: false,
             waiting: VecDeque::new(),
             running: Vec::new(),
             outputs: StepOutputs::new(),
@@ -178,6 +221,7 @@ impl Engine {
             tok,
             grammars: std::sync::OnceLock::new(),
             waiting,
+            plan,
             closing: AtomicBool::new(false),
             worker: std::sync::Mutex::new(Some(handle)),
         }
@@ -230,6 +274,9 @@ impl Engine {
         }
         if let Err(e) = req.sampler.validate() {
             return reject(SubmitError::Invalid(e.message));
+        }
+        if let Err(e) = self.plan.check(&req) {
+            return reject(e);
         }
         // Grammars compile here, on the caller's thread, not in the step loop.
         let constraint = match &req.constraint {
@@ -302,7 +349,14 @@ struct Worker {
     config: EngineConfig,
     metrics: Arc<Metrics>,
     cache: PrefixCache,
+    /// The prompt cache's files (`--cache-dir`).
+    disk: Option<DiskCache>,
     waiting_count: Arc<std::sync::atomic::AtomicUsize>,
+    plan: Arc<MemoryPlan>,
+    /// Bytes the running sequences reserved (their worst cases).
+    reserved: usize,
+    /// A request is waiting for memory (rung 3 logged once per episode).
+    pressed: bool,
     waiting: VecDeque<Submitted>,
     running: Vec<Sequence>,
     /// The last step's outputs, in a buffer kept from step to step, and
@@ -338,6 +392,7 @@ impl Worker {
                 }
             }
             if closing && self.running.is_empty() && self.waiting.is_empty() {
+                self.persist();
                 return;
             }
             self.admit();
@@ -350,6 +405,11 @@ impl Worker {
             let Some(sub) = self.waiting.pop_front() else {
                 break;
             };
+            if !sub.is_gone() && !self.fits(&sub.req) {
+                // First come, first served: it stays at the head.
+                self.waiting.push_front(sub);
+                break;
+            }
             self.waiting_count.fetch_sub(1, Relaxed);
             self.metrics
                 .queue_depth
@@ -358,11 +418,30 @@ impl Worker {
                 self.metrics.requests_cancelled.fetch_add(1, Relaxed);
                 continue;
             }
+            let Fit::Start { kv, need, .. } =
+                self.plan.fit(&sub.req, self.reserved, self.cache.bytes())
+            else {
+                unreachable!("fits() said it starts");
+            };
             let prompt = &sub.req.prompt;
             self.metrics
                 .prompt_tokens_total
                 .fetch_add(prompt.len() as u64, Relaxed);
-            let (state, cached) = match self.cache.lookup(prompt, self.config.ctx_size) {
+            // A sequence pressed into the quantized KV does not resume an
+            // entry of another type (the cache is empty by then anyway).
+            let mut hit = match kv == self.config.kv {
+                true => self.cache.lookup(prompt, self.config.ctx_size),
+                false => None,
+            };
+            if let Some(disk) = self.disk.as_ref().filter(|_| kv == self.config.kv) {
+                let than = hit.as_ref().map_or(0, |h| h.len);
+                let ctx = self.config.ctx_size;
+                if let Some((len, state)) = disk.lookup(&self.model, prompt, than, ctx) {
+                    self.metrics.cache_disk_hits_total.fetch_add(1, Relaxed);
+                    hit = Some(crate::prefix_cache::Hit { len, state });
+                }
+            }
+            let (state, cached) = match hit {
                 Some(hit) => {
                     self.metrics.cache_hits_total.fetch_add(1, Relaxed);
                     self.metrics
@@ -373,7 +452,7 @@ impl Worker {
                 None => {
                     self.metrics.cache_misses_total.fetch_add(1, Relaxed);
                     let ctx = self.config.ctx_size;
-                    match SequenceState::with_kv(&self.model, ctx, self.config.kv) {
+                    match SequenceState::with_kv(&self.model, ctx, kv) {
                         Ok(s) => (s, 0),
                         Err(e) => {
                             let _ = sub.events.send(Event::Error(e.to_string()));
@@ -391,12 +470,106 @@ impl Worker {
             };
             let spec = self.speculation_for(&sub.req, &state);
             self.metrics.requests_running.fetch_add(1, Relaxed);
-            let seq = Sequence::new(sub, state, cached, sampler);
+            let mut seq = Sequence::new(sub, state, cached, sampler);
+            seq.reserved = need;
+            self.reserved += need;
+            self.metrics
+                .mem_reserved_bytes
+                .store(self.reserved as u64, Relaxed);
             self.running.push(match spec {
                 Some(spec) => seq.with_speculation(spec),
                 None => seq,
             });
         }
+    }
+
+    /// Whether `req` can start now under the memory budget, climbing the
+    /// ladder (evict prompt-cache entries, quantized KV) as far as that
+    /// takes; each rung logged and counted. When it cannot, the request
+    /// waits for running sequences to finish (logged once per episode).
+    fn fits(&mut self, req: &Request) -> bool {
+        let total = self.plan.total.unwrap_or(0);
+        match self.plan.fit(req, self.reserved, self.cache.bytes()) {
+            Fit::Wait { need } => {
+                if !self.pressed {
+                    self.pressed = true;
+                    self.metrics.mem_waits_total.fetch_add(1, Relaxed);
+                    tracing::warn!(
+                        "memory budget: the next request needs up to {} MiB; {} running \
+                         sequences reserve {} MiB of {} MiB, so it waits (fewer sequences run)",
+                        mib(need),
+                        self.running.len(),
+                        mib(self.reserved),
+                        mib(total)
+                    );
+                }
+                false
+            }
+            Fit::Start {
+                kv,
+                need,
+                cache_limit,
+            } => {
+                self.pressed = false;
+                if let Some(limit) = cache_limit {
+                    let (n, bytes) = self.cache.shrink_to(limit);
+                    self.cache_metrics();
+                    if n > 0 {
+                        self.metrics
+                            .mem_cache_evictions_total
+                            .fetch_add(n as u64, Relaxed);
+                        tracing::info!(
+                            "memory budget: evicted {n} prompt-cache entries ({} MiB) for a \
+                             request needing up to {} MiB",
+                            mib(bytes),
+                            mib(need)
+                        );
+                    }
+                }
+                if kv != self.config.kv {
+                    self.metrics.mem_quantized_kv_total.fetch_add(1, Relaxed);
+                    tracing::warn!(
+                        "memory budget: the new sequence stores its KV as {} ({} MiB at most; \
+                         {} would need {} MiB)",
+                        kv.describe(),
+                        mib(need),
+                        self.config.kv.describe(),
+                        mib(self.plan.worst_case(req))
+                    );
+                }
+                true
+            }
+        }
+    }
+
+    /// Write the memory cache's entries to `--cache-dir` (at shutdown).
+    fn persist(&mut self) {
+        let Some(disk) = &mut self.disk else {
+            return;
+        };
+        for (tokens, state) in self.cache.entries() {
+            if let Err(e) = disk.store(tokens, state) {
+                tracing::warn!("--cache-dir: cannot write a prompt-cache file: {e}");
+                return;
+            }
+        }
+    }
+
+    /// Give back what a sequence that leaves reserved.
+    fn release(&mut self, reserved: usize) {
+        self.reserved -= reserved;
+        self.metrics
+            .mem_reserved_bytes
+            .store(self.reserved as u64, Relaxed);
+    }
+
+    fn cache_metrics(&self) {
+        self.metrics
+            .cache_bytes
+            .store(self.cache.bytes() as u64, Relaxed);
+        self.metrics
+            .cache_entries
+            .store(self.cache.len() as u64, Relaxed);
     }
 
     /// A request speculates when the engine and the request allow it, the
@@ -523,6 +696,7 @@ impl Worker {
                 continue;
             }
             let s = self.running.swap_remove(i);
+            self.release(s.reserved);
             self.metrics.requests_cancelled.fetch_add(1, Relaxed);
             self.metrics.requests_running.fetch_sub(1, Relaxed);
             let events = s.sub.events.clone();
@@ -558,6 +732,8 @@ impl Worker {
         if let Err(e) = result {
             // Never expected (inputs are validated at submission); fail
             // the step's requests rather than the server.
+            self.reserved = 0;
+            self.metrics.mem_reserved_bytes.store(0, Relaxed);
             for s in self.running.drain(..) {
                 self.metrics.requests_running.fetch_sub(1, Relaxed);
                 let _ = s
@@ -598,7 +774,12 @@ impl Worker {
                 let interval = self.config.cache_interval.max(1);
                 let wanted = s.sub.req.cache_points.contains(&at);
                 if !still_prefilling || at.is_multiple_of(interval) || wanted {
-                    self.cache.insert(s.fed_prompt(), &s.state);
+                    // The cache holds what the reservations leave.
+                    let room = self
+                        .plan
+                        .total
+                        .map_or(usize::MAX, |t| t.saturating_sub(self.reserved));
+                    self.cache.insert(s.fed_prompt(), &s.state, room);
                     self.metrics
                         .cache_bytes
                         .store(self.cache.bytes() as u64, Relaxed);
@@ -621,6 +802,7 @@ impl Worker {
         }
         for (i, end) in finished.drain(..).rev() {
             let s = self.running.swap_remove(i);
+            self.release(s.reserved);
             // Counters first, so a client that sees Done sees them settled.
             self.metrics.requests_finished.fetch_add(1, Relaxed);
             self.metrics.requests_running.fetch_sub(1, Relaxed);
@@ -631,5 +813,16 @@ impl Worker {
         }
         self.finished = finished;
         self.spans = spans;
+        self.held_metrics();
+    }
+
+    /// What the states and the cache hold now (never more than the
+    /// reservations plus the cache: the budget's invariant), and its peak.
+    fn held_metrics(&self) {
+        let held = self.running.iter().map(|s| s.state.bytes()).sum::<usize>() + self.cache.bytes();
+        self.metrics.mem_held_bytes.store(held as u64, Relaxed);
+        self.metrics
+            .mem_held_peak_bytes
+            .fetch_max(held as u64, Relaxed);
     }
 }

@@ -69,6 +69,8 @@ pub(crate) struct Sequence {
     constraint: Option<Constrained>,
     /// Speculative decoding with the MTP head, when this sequence uses it.
     spec: Option<Speculation>,
+    /// Bytes of the memory budget this sequence reserved (its worst case).
+    pub reserved: usize,
 }
 
 /// How a step ended a sequence.
@@ -117,6 +119,7 @@ impl Sequence {
             cached,
             next_input: None,
             generated: 0,
+            reserved: 0,
             sampler,
             admitted_at: Instant::now(),
             first_token_at: None,

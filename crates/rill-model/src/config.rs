@@ -5,6 +5,7 @@
 //! and the binder cross-checks them against the tensor shapes.
 
 use crate::error::ModelError;
+use crate::rope::{RopeScaling, RopeScalingType};
 use rill_gguf::{GgufFile, MetaValue};
 use rill_kernels::conv::MAX_CONV_TAPS;
 
@@ -173,6 +174,8 @@ pub struct ModelConfig {
     pub head_dim: usize,
     pub rope_theta: f32,
     pub n_rot: usize,
+    /// How rotary positions are scaled past the trained context (YaRN).
+    pub rope_scaling: RopeScaling,
     // Gated DeltaNet.
     pub conv_kernel: usize,
     pub ssm_head_dim: usize,
@@ -258,6 +261,7 @@ impl ModelConfig {
             head_dim,
             rope_theta: m.opt_f32("rope.freq_base")?.unwrap_or(10000.0),
             n_rot,
+            rope_scaling: rope_scaling(&m)?,
             conv_kernel: m.usize("ssm.conv_kernel")?,
             ssm_head_dim: m.usize("ssm.state_size")?,
             ssm_n_k_heads: m.usize("ssm.group_count")?,
@@ -469,6 +473,56 @@ fn qwen4exp_config(m: &Meta, n_layer: usize, n_embd: usize) -> Result<Qwen4ExpCo
         indexer,
         ple,
     })
+}
+
+/// `{arch}.rope.scaling.*`, the keys llama.cpp's converter writes from a
+/// checkpoint's `rope_scaling` (absent: no scaling).
+fn rope_scaling(m: &Meta) -> Result<RopeScaling, ModelError> {
+    let key = m.key("rope.scaling.type");
+    let kind = match m.file.get(&key) {
+        None => None,
+        Some(v) => Some(
+            v.as_str()
+                .ok_or_else(|| ModelError::BadKey {
+                    key: key.clone(),
+                    why: "not a string".into(),
+                })?
+                .parse::<RopeScalingType>()
+                .map_err(|why| ModelError::BadKey { key, why })?,
+        ),
+    };
+    let factor = match m.opt_f32("rope.scaling.factor")? {
+        Some(f) => Some(f),
+        None => m.opt_f32("rope.scale_linear")?,
+    }
+    .filter(|&f| f != 0.0);
+    // llama.cpp reads a factor without a type as linear scaling.
+    let kind = match (kind, factor) {
+        (Some(k), _) => k,
+        (None, Some(f)) if f != 1.0 => RopeScalingType::Linear,
+        _ => RopeScalingType::None,
+    };
+    let d = RopeScaling::default();
+    let s = RopeScaling {
+        kind,
+        factor: if kind == RopeScalingType::None {
+            1.0
+        } else {
+            factor.unwrap_or(1.0)
+        },
+        orig_ctx: m.opt_usize("rope.scaling.original_context_length")?,
+        ext_factor: m.opt_f32("rope.scaling.yarn_ext_factor")?,
+        attn_factor: m.opt_f32("rope.scaling.yarn_attn_factor")?,
+        attn_scale: m.opt_f32("rope.scaling.attn_factor")?.unwrap_or(1.0),
+        beta_fast: m
+            .opt_f32("rope.scaling.yarn_beta_fast")?
+            .unwrap_or(d.beta_fast),
+        beta_slow: m
+            .opt_f32("rope.scaling.yarn_beta_slow")?
+            .unwrap_or(d.beta_slow),
+    };
+    s.validate()?;
+    Ok(s)
 }
 
 /// Layers `0..n_layer` with every `interval`-th one full attention.

@@ -378,7 +378,7 @@ impl Model {
                             _ => unreachable!("state layout is built from the same layer kinds"),
                         }
                     });
-                    attention::forward(w, c, &self.rope_inv_freq, ex, &xn, n, seqs)
+                    attention::forward(w, c, &self.rope, ex, &xn, n, seqs)
                 }
                 Mixer::Recurrent(w) => {
                     let ri = recurrent_index;
@@ -544,7 +544,7 @@ impl Model {
                 index: None,
             }
         });
-        let mixed = attention::forward(w, c, &self.rope_inv_freq, ex, &xn, n, seqs);
+        let mixed = attention::forward(w, c, &self.rope, ex, &xn, n, seqs);
         let post = &layer.post_attention_norm;
         add_then_norm(threads, h, &mut x, Some(&mixed), post, c.rms_eps, &mut xn);
         drop(mixed);

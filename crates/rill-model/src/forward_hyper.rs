@@ -91,7 +91,7 @@ impl Model {
                             _ => unreachable!("state layout is built from the same layer kinds"),
                         }
                     });
-                    attention::forward(w, c, &self.rope_inv_freq, ex, &m.input, n, seqs)
+                    attention::forward(w, c, &self.rope, ex, &m.input, n, seqs)
                 }
                 Mixer::Recurrent(w) => {
                     let seqs = items.iter_mut().zip(spans).map(|(item, span)| {

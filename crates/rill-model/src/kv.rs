@@ -182,6 +182,33 @@ impl KvConfig {
     }
 }
 
+impl KvConfig {
+    /// Most bytes one attention layer's K and V take holding `positions`
+    /// positions of `per_pos` values each, appended at most `step_rows`
+    /// rows at a time (the f16 window ring grows with the largest step).
+    /// What a memory budget plans against; [`KvCache::bytes`] never
+    /// exceeds it.
+    pub fn layer_bytes(&self, per_pos: usize, positions: usize, step_rows: usize) -> usize {
+        [self.k, self.v]
+            .into_iter()
+            .map(|t| {
+                let rows = t.bytes_for(per_pos) * positions;
+                let exact = if t.keeps_exact_rows() && self.sinks + self.window > 0 {
+                    let row = 2 * per_pos;
+                    let sinks = self.sinks.min(positions) * row;
+                    // The ring grows to `need` rows, doubling: under 2 × need.
+                    let need = self.window.saturating_sub(1) + step_rows.max(RING_SLACK);
+                    let ring = if self.window > 0 { 2 * need * row } else { 0 };
+                    sinks + ring
+                } else {
+                    0
+                };
+                rows + exact
+            })
+            .sum()
+    }
+}
+
 /// Rows a window ring keeps past the window, so that dropping the last few
 /// positions (rejected draft tokens) leaves the window's rows in f16.
 const RING_SLACK: usize = 64;
@@ -284,6 +311,59 @@ impl KvStore {
         }
         if let Some(e) = &mut self.exact {
             e.append(self.per_pos, len, new, m);
+        }
+    }
+
+    /// The rows (and the f16 sinks and window ring) as bytes
+    /// (`state_io.rs`).
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        use crate::state_io::{put_bytes, put_f32s, put_u64};
+        put_f32s(out, &self.values);
+        put_bytes(out, &self.bytes);
+        match &self.exact {
+            None => out.push(0),
+            Some(e) => {
+                out.push(1);
+                put_u64(out, e.ring_rows as u64);
+                put_bytes(out, &e.sink_rows);
+                put_bytes(out, &e.ring);
+            }
+        }
+    }
+
+    /// Fill this empty store (made by [`new`](Self::new) for the same
+    /// type and shape) from [`write_to`](Self::write_to)'s bytes, every
+    /// length checked.
+    pub(crate) fn read_from(&mut self, r: &mut crate::state_io::Reader) -> Result<(), String> {
+        let (values, bytes) = (r.f32s()?, r.bytes()?);
+        let row = encoded_len(self.dtype, self.per_pos);
+        let ok = if self.dtype == DType::F32 {
+            bytes.is_empty() && values.len().is_multiple_of(self.per_pos)
+        } else {
+            values.is_empty() && bytes.len().is_multiple_of(row)
+        };
+        if !ok {
+            return Err("KV rows of another type or width".into());
+        }
+        (self.values, self.bytes) = (values, bytes);
+        let positions = self.positions();
+        match (&mut self.exact, r.u8()?) {
+            (None, 0) => Ok(()),
+            (Some(e), 1) => {
+                let row = 2 * self.per_pos;
+                let ring_rows = r.usize()?;
+                let (sinks, ring) = (r.bytes()?, r.bytes()?);
+                let ring_ok = ring_rows.checked_mul(row) == Some(ring.len())
+                    && (positions == 0 || e.window == 0 || ring_rows >= e.window - 1 + RING_SLACK);
+                if sinks.len() != e.sinks.min(positions) * row || !ring_ok {
+                    return Err("f16 sinks or window of another size".into());
+                }
+                (e.sink_rows, e.ring, e.ring_rows) = (sinks, ring, ring_rows);
+                Ok(())
+            }
+            _ => Err(
+                "f16 sinks and window where the KV type keeps none (or none where it does)".into(),
+            ),
         }
     }
 

@@ -13,9 +13,11 @@ mod forward_hyper;
 pub mod kv;
 mod layers;
 mod model;
+pub mod rope;
 mod scratch;
 pub mod source;
 mod state;
+mod state_io;
 mod weights;
 
 pub use config::{
@@ -25,6 +27,8 @@ pub use error::{ForwardError, ModelError};
 pub use forward::{BatchItem, MtpItem, MtpOptions, Outputs, Rows, StepOutputs};
 pub use kv::{KvConfig, KvType};
 pub use model::Model;
+pub use rope::{Rope, RopeOverride, RopeScaling, RopeScalingType};
 pub use scratch::Runner;
 pub use source::{GgufSource, HfSource, TensorRef, WeightSource, WithMtpHead};
-pub use state::{RewindError, SequenceState, MAX_REWIND_ROWS};
+pub use state::{RewindError, SequenceState, StateSize, MAX_REWIND_ROWS};
+pub use state_io::STATE_FORMAT_VERSION;

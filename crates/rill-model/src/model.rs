@@ -11,6 +11,7 @@ use crate::layers::gdn::GdnWeights;
 use crate::layers::hyper::HyperMix;
 use crate::layers::ple::PleWeights;
 use crate::layers::qsa::IndexerWeights;
+use crate::rope::{Rope, RopeOverride};
 use crate::source::{GgufSource, WeightSource};
 use crate::weights::{Binder, Matrix};
 use rill_gguf::GgufFile;
@@ -63,8 +64,9 @@ pub struct Model {
     pub(crate) layers: Vec<Layer>,
     /// The MTP head, when the file has one (`{arch}.nextn_predict_layers`).
     pub(crate) mtp: Option<MtpHead>,
-    /// RoPE inverse frequencies, one per rotated pair.
-    pub(crate) rope_inv_freq: Vec<f32>,
+    /// The rotary embedding of every attention layer (scaled as
+    /// `config.rope_scaling` says).
+    pub(crate) rope: Rope,
     /// qwen4exp: the final mix of the residual streams, in place of the
     /// final norm (`output_norm` is then empty).
     pub(crate) output_hyper: Option<HyperMix>,
@@ -139,10 +141,8 @@ impl Model {
             }
         };
 
-        let half = config.n_rot / 2;
-        let rope_inv_freq = (0..half)
-            .map(|i| 1.0 / config.rope_theta.powf((2 * i) as f32 / config.n_rot as f32))
-            .collect();
+        config.rope_scaling.validate()?;
+        let rope = Rope::of(&config);
 
         Ok(Model {
             config,
@@ -151,10 +151,30 @@ impl Model {
             output,
             layers,
             mtp,
-            rope_inv_freq,
+            rope,
             output_hyper,
             source,
         })
+    }
+
+    /// Replace the file's RoPE scaling by `o`'s settings (the command
+    /// line's `--rope-scaling`, `--rope-scale`, `--yarn-*`). When it
+    /// rescales YaRN, the trained context becomes the original context
+    /// times the factor (what `-c 0` then gives), as llama.cpp adjusts its
+    /// `n_ctx_train`.
+    pub fn override_rope(&mut self, o: &RopeOverride) -> Result<(), ModelError> {
+        if o.is_empty() {
+            return Ok(());
+        }
+        let before = self.config.rope_scaling;
+        let after = before.with(o);
+        after.validate()?;
+        if after.kind == crate::rope::RopeScalingType::Yarn && after.factor != before.factor {
+            self.config.n_ctx_train = after.scaled_context(self.config.n_ctx_train);
+        }
+        self.config.rope_scaling = after;
+        self.rope = Rope::of(&self.config);
+        Ok(())
     }
 
     /// Where the weights come from.

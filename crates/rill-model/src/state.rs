@@ -133,6 +133,58 @@ impl RingLayer {
     }
 }
 
+/// What a model's sequence state costs, by the positions it holds: the
+/// worst case a memory budget reserves before a sequence starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateSize {
+    /// Recurrent states and conv windows (independent of the context).
+    pub recurrent: usize,
+    /// Attention layers (trunk and MTP head).
+    pub attention_layers: usize,
+    /// Values per position of one attention layer's K (and of its V).
+    pub kv_per_pos: usize,
+    /// One rewind-ring slot (every recurrent layer's state once).
+    pub ring_slot: usize,
+    pub kv: KvConfig,
+}
+
+impl StateSize {
+    /// The size of `model`'s states with KV stored as `kv`.
+    pub fn of(model: &Model, kv: KvConfig) -> StateSize {
+        let c = &model.config;
+        let rec = c
+            .layer_kinds
+            .iter()
+            .filter(|k| **k == LayerKind::Recurrent)
+            .count();
+        let per_layer = ((c.conv_kernel - 1) * c.conv_dim()
+            + c.ssm_n_v_heads * c.ssm_head_dim * c.ssm_head_dim)
+            * std::mem::size_of::<f32>();
+        let attn = c.layer_kinds.len() - rec + usize::from(model.has_mtp());
+        StateSize {
+            recurrent: rec * per_layer,
+            attention_layers: attn,
+            kv_per_pos: c.n_head_kv * c.head_dim,
+            ring_slot: rec * per_layer,
+            kv,
+        }
+    }
+
+    /// The same model with another KV type.
+    pub fn with_kv(self, kv: KvConfig) -> StateSize {
+        StateSize { kv, ..self }
+    }
+
+    /// Most bytes of a state holding up to `positions` positions, fed at
+    /// most `step_rows` rows a step, with a rewind ring of `rewind_rows`
+    /// rows (0: the sequence does not speculate).
+    pub fn bytes(&self, positions: usize, step_rows: usize, rewind_rows: usize) -> usize {
+        self.recurrent
+            + self.attention_layers * self.kv.layer_bytes(self.kv_per_pos, positions, step_rows)
+            + rewind_rows.saturating_sub(1) * self.ring_slot
+    }
+}
+
 /// Why a rewind was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(

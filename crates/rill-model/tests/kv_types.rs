@@ -201,6 +201,56 @@ fn a_cache_type_the_head_dimension_cannot_hold_is_refused() {
     assert!(SequenceState::with_kv(&model, 8, KvConfig::uniform(KvType::F16)).is_ok());
 }
 
+/// The worst case a memory budget plans with (`StateSize`) is what a state
+/// holds: equal for the block types, an upper bound with the f16 window, on
+/// a model with and without an MTP head, prompt fed in chunks.
+#[test]
+fn state_size_bounds_what_a_state_holds() {
+    let run = runner(1);
+    let mut files = vec![fixtures("f32")[0].clone()];
+    files.extend(fixtures("mtp").into_iter().take(1));
+    for f in files {
+        let model = load(&f);
+        let n = 200;
+        let ids = prompt(n, model.config.n_vocab);
+        for c in [
+            KvConfig::f32(),
+            KvConfig::uniform(KvType::F16),
+            kv(KvType::Q8_0, KvType::Q8_0, 0, 0),
+            KvConfig::uniform(KvType::Q4_0),
+        ] {
+            let size = rill_model::StateSize::of(&model, c);
+            let mut st = SequenceState::with_kv(&model, n, c).unwrap();
+            for chunk in ids.chunks(64) {
+                model.forward(&run, &mut st, chunk, Rows::None).unwrap();
+            }
+            if let Some(0) = st.mtp_position() {
+                let hidden = vec![0f32; n * model.config.n_embd];
+                let mut out = rill_model::StepOutputs::new();
+                let mut items = [rill_model::MtpItem {
+                    state: &mut st,
+                    tokens: &ids,
+                    hidden: &hidden,
+                    outputs: rill_model::Outputs::logits(Rows::Last),
+                }];
+                model.forward_mtp_into(&run, &mut items, &mut out).unwrap();
+            }
+            let (held, worst) = (st.bytes(), size.bytes(n, 64, 0));
+            let name = f["name"].as_str().unwrap();
+            assert!(held <= worst, "{name} {}: {held} > {worst}", c.describe());
+            if !c.k.keeps_exact_rows() {
+                assert_eq!(held, worst, "{name} {}", c.describe());
+            }
+            assert!(size.bytes(2 * n, 64, 0) > worst, "grows with positions");
+            assert_eq!(
+                size.bytes(n, 64, 4) - worst,
+                3 * size.ring_slot,
+                "a ring of 4 rows keeps 3 slots"
+            );
+        }
+    }
+}
+
 #[test]
 fn state_bytes_follow_the_cache_types() {
     let f = &fixtures("f32")[0];
@@ -285,4 +335,49 @@ fn the_mtp_heads_cache_takes_the_same_types() {
             "{name}: q8 {q8:e} q4 {q4:e}"
         );
     }
+}
+
+/// A state written as bytes and read back continues with the bits the
+/// original gives (f32, q8_0, q4_0 with its f16 sinks and window, the MTP
+/// head's cache); bytes of another model or damaged ones are refused.
+#[test]
+fn a_state_encoded_and_decoded_continues_bit_for_bit() {
+    let run = runner(1);
+    let mut files = vec![fixtures("f32")[0].clone()];
+    files.extend(fixtures("mtp").into_iter().take(1));
+    for f in &files {
+        let model = load(f);
+        let ids = prompt(150, model.config.n_vocab);
+        for c in [
+            KvConfig::f32(),
+            kv(KvType::Q8_0, KvType::Q8_0, 0, 0),
+            KvConfig {
+                window: 16,
+                ..KvConfig::uniform(KvType::Q4_0)
+            },
+        ] {
+            let mut st = SequenceState::with_kv(&model, 200, c).unwrap();
+            model
+                .forward(&run, &mut st, &ids[..140], Rows::None)
+                .unwrap();
+            let bytes = st.encode();
+            let mut back = SequenceState::decode(&model, &bytes, 200).unwrap();
+            assert_eq!(back.bytes(), st.bytes());
+            assert_eq!(back.encode(), bytes, "encoding is canonical");
+            let a = model
+                .forward(&run, &mut st, &ids[140..], Rows::All)
+                .unwrap();
+            let b = model
+                .forward(&run, &mut back, &ids[140..], Rows::All)
+                .unwrap();
+            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+            for cut in [0, 9, bytes.len() / 2, bytes.len() - 1] {
+                assert!(SequenceState::decode(&model, &bytes[..cut], 200).is_err());
+            }
+        }
+    }
+    let (a, b) = (load(&files[0]), load(&files[1]));
+    let st = SequenceState::new(&a, 8);
+    let err = SequenceState::decode(&b, &st.encode(), 8).unwrap_err();
+    assert!(!err.is_empty());
 }

@@ -152,6 +152,9 @@ impl From<SubmitError> for ApiError {
             SubmitError::EmptyPrompt => ApiError::invalid(msg).with_param("prompt"),
             SubmitError::Invalid(_) => ApiError::invalid(msg).with_code("invalid_value"),
             SubmitError::ShuttingDown => ApiError::unavailable(msg),
+            SubmitError::OverBudget { .. } => ApiError::invalid(msg)
+                .with_param("max_tokens")
+                .with_code("memory_budget_exceeded"),
         }
     }
 }

@@ -174,13 +174,16 @@ impl FleetMetrics {
             "Number of requests waiting for a sequence slot.",
             e.queue_depth.load(Relaxed) as f64,
         );
-        // Each running sequence holds one slot of sequence state (its KV
-        // cache and recurrent state); the engine may hold --parallel of them.
-        let usage = (running / slots).min(1.0);
+        // With a memory budget: what its reservations and the prompt cache
+        // use of it. Without: each running sequence holds one of the
+        // --parallel slots of sequence state.
+        let usage = e
+            .memory_usage_of_budget()
+            .unwrap_or((running / slots).min(1.0));
         one(
             "vllm:kv_cache_usage_perc",
             "gauge",
-            "Sequence state in use, over what the engine may hold (1 = all --parallel slots).",
+            "Sequence state (KV + GDN) and prompt cache in use over the memory budget (0-1).",
             usage,
         );
         one(

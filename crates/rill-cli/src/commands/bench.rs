@@ -149,9 +149,9 @@ fn run_all(engine: &Engine, reqs: Vec<Request>) -> Result<Vec<Done>> {
 pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.reps > 0, "-r must be at least 1");
     let t0 = Instant::now();
-    let (loaded, kernels, precision) =
+    let (mut loaded, kernels, precision) =
         load::open_to_decode(&a.model, &a.spec, a.kernels, a.precision, Prefault::Now)?;
-    let kv = a.kv.resolve(precision, &loaded.model)?;
+    let kv = a.kv.resolve(precision, &mut loaded.model)?;
     let load_s = t0.elapsed().as_secs_f64();
     if a.verify_costs {
         let run = rill_model::Runner::new(Threads::new(a.threads), kernels, precision);

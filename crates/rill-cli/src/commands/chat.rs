@@ -71,14 +71,14 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (loaded, kernels, precision) = load::open_to_decode(
+    let (mut loaded, kernels, precision) = load::open_to_decode(
         &a.model,
         &a.spec,
         a.kernels,
         a.precision,
         Prefault::Background,
     )?;
-    let kv = a.kv.resolve(precision, &loaded.model)?;
+    let kv = a.kv.resolve(precision, &mut loaded.model)?;
     let ctx_size = load::context(a.ctx_size, &loaded.model)?;
     let tmpl = template(&loaded.template, &loaded.info)?;
     let tok = Arc::new(loaded.tokenizer);

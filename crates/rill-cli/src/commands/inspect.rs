@@ -80,6 +80,9 @@ pub fn run(a: Args) -> Result<()> {
                 "  attention    {} heads / {} KV heads × {} (RoPE {} dims, θ {})",
                 c.n_head, c.n_head_kv, c.head_dim, c.n_rot, c.rope_theta
             );
+            if c.rope_scaling.kind != rill_model::RopeScalingType::None {
+                println!("  RoPE scaling {}", c.rope_scaling.describe(c.n_ctx_train));
+            }
             println!(
                 "  GDN          {} key / {} value heads × {}, conv {}",
                 c.ssm_n_k_heads, c.ssm_n_v_heads, c.ssm_head_dim, c.conv_kernel

@@ -61,13 +61,13 @@ pub fn parse_tokens(s: &str) -> Result<Vec<u32>> {
 
 pub fn run(a: Args) -> Result<()> {
     let tokens = parse_tokens(&a.tokens)?;
-    let (loaded, kernels, precision) = load::open(
+    let (mut loaded, kernels, precision) = load::open(
         &a.model,
         a.kernels,
         Some(a.precision),
         rill_load::Prefault::Lazy,
     )?;
-    let kv = a.kv.resolve(precision, &loaded.model)?;
+    let kv = a.kv.resolve(precision, &mut loaded.model)?;
     let model = loaded.model;
     let run = Runner::new(Threads::new(a.threads), kernels, precision);
     let mut state = SequenceState::with_kv(&model, tokens.len(), kv)?;

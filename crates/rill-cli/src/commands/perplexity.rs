@@ -108,9 +108,9 @@ impl Windows<'_> {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (loaded, kernels, precision) =
+    let (mut loaded, kernels, precision) =
         load::open(&a.model, a.kernels, a.precision, rill_load::Prefault::Now)?;
-    let kv = a.kv.resolve(precision, &loaded.model)?;
+    let kv = a.kv.resolve(precision, &mut loaded.model)?;
     let model = &loaded.model;
     let tok = &loaded.tokenizer;
     let n_vocab = model.config.n_vocab;

@@ -125,9 +125,9 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (loaded, kernels, precision) =
+    let (mut loaded, kernels, precision) =
         load::open_to_decode(&a.model, &a.spec, a.kernels, a.precision, Prefault::Lazy)?;
-    let kv = a.kv.resolve(precision, &loaded.model)?;
+    let kv = a.kv.resolve(precision, &mut loaded.model)?;
     let tok = Arc::new(loaded.tokenizer);
     let prompt = if a.chat {
         let tmpl = crate::chat_prompt::template(&loaded.template, &loaded.info)?;

@@ -39,9 +39,22 @@ pub struct Args {
     /// Require `Authorization: Bearer KEY` on /v1/*.
     #[arg(long, env = "RILL_API_KEY")]
     api_key: Option<String>,
-    /// Prompt-cache budget in MiB (0 = off).
+    /// Prompt-cache budget in MiB (0 = off), within --mem-budget.
     #[arg(long, default_value_t = 2048, env = "RILL_CACHE_RAM")]
     cache_ram: usize,
+    /// One memory budget in MiB for sequence states (KV + GDN, MTP caches)
+    /// and the prompt cache: requests are admitted against it (0 = none).
+    /// Default: the available memory minus the weights.
+    #[arg(long, env = "RILL_MEM_BUDGET")]
+    mem_budget: Option<usize>,
+    /// Keep the prompt cache in this folder too: written at shutdown,
+    /// read after a restart (files of another model, or damaged, are
+    /// ignored with a warning).
+    #[arg(long, env = "RILL_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Most MiB the --cache-dir files take (the oldest go first).
+    #[arg(long, default_value_t = 4096, env = "RILL_CACHE_DIR_SIZE")]
+    cache_dir_size: u64,
     /// Requests that may wait for a slot before new ones get 429.
     #[arg(long, default_value_t = 64, env = "RILL_QUEUE")]
     queue: usize,
@@ -120,14 +133,14 @@ pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.parallel >= 1, "--parallel must be at least 1");
     let cors_origins =
         rill_server::wire::CorsOrigins::parse(&a.cors_origins).map_err(anyhow::Error::msg)?;
-    let (loaded, kernels, precision) = load::open_to_decode(
+    let (mut loaded, kernels, precision) = load::open_to_decode(
         &a.model,
         &a.spec,
         a.kernels,
         a.precision,
         Prefault::Background,
     )?;
-    let kv = a.kv.resolve(precision, &loaded.model)?;
+    let kv = a.kv.resolve(precision, &mut loaded.model)?;
     let ctx_size = load::context(a.ctx_size, &loaded.model)?;
     anyhow::ensure!(ctx_size >= 2, "--ctx-size must be at least 2");
     if loaded.template.is_none() {
@@ -178,6 +191,7 @@ pub fn run(a: Args) -> Result<()> {
     };
     let sampling = from_flags.or(&from_file);
     let model_label = loaded.info.label.clone();
+    let mem_budget = crate::mem_budget::resolve(a.mem_budget, loaded.info.weight_bytes());
     let (model, tok) = (Arc::new(loaded.model), Arc::new(loaded.tokenizer));
     let prefill_chunk = a.prefill_chunk.max(1);
     let threads = match a.threads {
@@ -191,6 +205,9 @@ pub fn run(a: Args) -> Result<()> {
         ctx_size,
         prefill_chunk,
         cache_bytes: a.cache_ram << 20,
+        mem_budget,
+        cache_dir: a.cache_dir.clone(),
+        cache_dir_bytes: a.cache_dir_size << 20,
         cache_interval: prefill_chunk * 4,
         threads: a.threads,
         kernels,

@@ -5,6 +5,7 @@ use super::qsa::{self, IndexKeys, IndexerWeights};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::kv::KvCache;
+use crate::rope::{Rope, Rotation};
 use crate::scratch::{Buf, Exec, JobList};
 use crate::weights::{Binder, Matrix};
 use rill_kernels::attention::{attend_causal, AttnShape};
@@ -51,66 +52,6 @@ impl AttentionWeights {
     }
 }
 
-/// Most rotary pairs a [`Rotation`] keeps (head_dim 512, fully rotated);
-/// more are rotated as they come.
-const MAX_ROPE_PAIRS: usize = 256;
-
-/// One position's rotation, `sin` and `cos` of each pair's angle, for
-/// every head of a row: the same values `rope_neox` computes per head.
-struct Rotation<'f> {
-    inv_freq: &'f [f32],
-    pos: usize,
-    sin: [f32; MAX_ROPE_PAIRS],
-    cos: [f32; MAX_ROPE_PAIRS],
-}
-
-impl<'f> Rotation<'f> {
-    fn new(inv_freq: &'f [f32]) -> Rotation<'f> {
-        Rotation {
-            inv_freq,
-            pos: 0,
-            sin: [0.0; MAX_ROPE_PAIRS],
-            cos: [0.0; MAX_ROPE_PAIRS],
-        }
-    }
-
-    fn set(&mut self, pos: usize) {
-        self.pos = pos;
-        if self.inv_freq.len() <= MAX_ROPE_PAIRS {
-            for (i, &f) in self.inv_freq.iter().enumerate() {
-                // f32 angle, as the references compute it.
-                (self.sin[i], self.cos[i]) = (pos as f32 * f).sin_cos();
-            }
-        }
-    }
-
-    /// `rope_neox(x, pos, inv_freq)` at the last [`set`](Self::set)'s position.
-    fn apply(&self, x: &mut [f32]) {
-        let half = self.inv_freq.len();
-        if half > MAX_ROPE_PAIRS {
-            return rope_neox(x, self.pos, self.inv_freq);
-        }
-        for i in 0..half {
-            let (a, b) = (x[i], x[i + half]);
-            x[i] = a * self.cos[i] - b * self.sin[i];
-            x[i + half] = a * self.sin[i] + b * self.cos[i];
-        }
-    }
-}
-
-/// Rotate the first `2·inv_freq.len()` dims of `x` (NeoX pairing: i with i + rot/2).
-pub(crate) fn rope_neox(x: &mut [f32], pos: usize, inv_freq: &[f32]) {
-    let half = inv_freq.len();
-    for (i, &f) in inv_freq.iter().enumerate() {
-        // f32 angle, as the references compute it.
-        let angle = pos as f32 * f;
-        let (sin, cos) = angle.sin_cos();
-        let (a, b) = (x[i], x[i + half]);
-        x[i] = a * cos - b * sin;
-        x[i + half] = a * sin + b * cos;
-    }
-}
-
 /// One sequence's rows of an attention step: where it starts and its cache.
 pub(crate) struct AttnSeq<'a> {
     pub rows: std::ops::Range<usize>,
@@ -129,7 +70,7 @@ pub(crate) struct AttnSeq<'a> {
 pub(crate) fn forward<'s, 'w>(
     w: &AttentionWeights,
     c: &ModelConfig,
-    inv_freq: &[f32],
+    rope: &Rope,
     ex: Exec<'w>,
     x: &[f32],
     n: usize,
@@ -203,7 +144,7 @@ pub(crate) fn forward<'s, 'w>(
         );
         let (row0, pos0) = (s.rows.start, s.pos);
         threads.for_ranges(s.rows.len(), 8, |r0, r1| {
-            let mut rot = Rotation::new(inv_freq);
+            let mut rot = Rotation::new(rope);
             for t in row0 + r0..row0 + r1 {
                 rot.set(pos0 + (t - row0));
                 // SAFETY: row t of q, gate and k is this task's alone.
@@ -254,7 +195,7 @@ pub(crate) fn forward<'s, 'w>(
                 qsa::index_and_attend_sparse(
                     ix,
                     c,
-                    inv_freq,
+                    rope,
                     ex,
                     &mut iq[a * iw..b * iw],
                     &ik[a * kw..b * kw],
@@ -335,42 +276,4 @@ fn attend(
         &mut scratch,
         attn,
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{rope_neox, Rotation};
-
-    #[test]
-    fn a_rows_rotation_gives_rope_neox_bits() {
-        let inv: Vec<f32> = (0..32).map(|i| 1e7f32.powf(-(i as f32) / 32.0)).collect();
-        let x: Vec<f32> = (0..256).map(|i| (i as f32 * 0.37).sin()).collect();
-        let mut rot = Rotation::new(&inv);
-        for pos in [0, 1, 17, 4095, 262_143] {
-            rot.set(pos);
-            let (mut a, mut b) = (x.clone(), x.clone());
-            rope_neox(&mut a, pos, &inv);
-            rot.apply(&mut b);
-            assert!(
-                a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
-                "pos {pos}"
-            );
-        }
-    }
-
-    #[test]
-    fn rope_rotates_pairs_and_keeps_norm() {
-        let inv = [1.0f32, 0.01];
-        let mut x = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
-        let norm0: f32 = x[..4].iter().map(|v| v * v).sum();
-        rope_neox(&mut x, 3, &inv);
-        let norm1: f32 = x[..4].iter().map(|v| v * v).sum();
-        assert!((norm0 - norm1).abs() < 1e-4);
-        // dims past the rotary part pass through
-        assert_eq!(&x[4..], &[5.0, 6.0]);
-        // pair (0, 2) rotated by angle 3
-        let (s, c) = 3f32.sin_cos();
-        assert!((x[0] - (1.0 * c - 3.0 * s)).abs() < 1e-6);
-        assert!((x[2] - (1.0 * s + 3.0 * c)).abs() < 1e-6);
-    }
 }

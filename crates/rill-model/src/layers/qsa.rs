@@ -14,10 +14,10 @@
 //!   the tokens of the incomplete tail — as transformers' `Qwen4ExpTextQSAIndexer`
 //!   does (llama.cpp's top-k over tokens differs past the budget, wave2.md §C.2).
 
-use super::attention::rope_neox;
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::kv::KvCache;
+use crate::rope::{Rope, Rotation};
 use crate::scratch::Exec;
 use crate::weights::{Binder, Matrix};
 use rill_kernels::attention::{attend_positions, positions_scratch_len, AttnShape};
@@ -141,7 +141,7 @@ impl IndexKeys {
         pos0: usize,
         w: &IndexerWeights,
         c: &ModelConfig,
-        inv_freq: &[f32],
+        rope: &Rope,
     ) {
         let (d, r) = (w.choice.head_dim, w.choice.ratio);
         debug_assert_eq!(self.pos, pos0);
@@ -165,7 +165,9 @@ impl IndexKeys {
                 *p *= inv;
             }
             rms_norm_inplace(&mut pooled, &w.k_norm, c.rms_eps);
-            rope_neox(&mut pooled, blk * r, inv_freq);
+            let mut rot = Rotation::new(rope);
+            rot.set(blk * r);
+            rot.apply(&mut pooled);
             self.blocks.extend_from_slice(&pooled);
         }
     }
@@ -222,7 +224,7 @@ pub(crate) fn select(
 pub(crate) fn index_and_attend_sparse(
     w: &IndexerWeights,
     c: &ModelConfig,
-    inv_freq: &[f32],
+    rope: &Rope,
     ex: Exec<'_>,
     iq: &mut [f32],
     ik: &[f32],
@@ -234,15 +236,17 @@ pub(crate) fn index_and_attend_sparse(
 ) -> usize {
     let ch = w.choice;
     let (d, m) = (ch.head_dim, ik.len() / ch.head_dim);
-    keys.append(ik, pos0, w, c, inv_freq);
+    keys.append(ik, pos0, w, c, rope);
     let dense = ch.sparse_from().saturating_sub(pos0).min(m);
     if dense == m {
         return m;
     }
+    let mut rot = Rotation::new(rope);
     for (t, row) in iq.chunks_exact_mut(ch.n_head * d).enumerate().skip(dense) {
+        rot.set(pos0 + t);
         for qh in row.chunks_exact_mut(d) {
             rms_norm_inplace(qh, &w.q_norm, c.rms_eps);
-            rope_neox(qh, pos0 + t, inv_freq);
+            rot.apply(qh);
         }
     }
     let shape = AttnShape {

@@ -20,7 +20,7 @@ pub fn fixture() -> PathBuf {
 }
 
 /// The model and tokenizer, loaded once per test binary.
-fn loaded() -> (Arc<Model>, Arc<Tokenizer>) {
+pub fn loaded() -> (Arc<Model>, Arc<Tokenizer>) {
     static M: OnceLock<(Arc<Model>, Arc<Tokenizer>)> = OnceLock::new();
     M.get_or_init(|| {
         let l = rill_load::load(&ModelSource::File(fixture()), &LoadOptions::default())
@@ -40,6 +40,8 @@ pub struct Opts {
     pub cors: rill_server::wire::CorsOrigins,
     pub sampling: rill_server::openai::params::SamplingDefaults,
     pub chat_template_kwargs: serde_json::Map<String, Value>,
+    /// The engine's memory budget in bytes (`None`: none).
+    pub mem_budget: Option<usize>,
 }
 
 impl Default for Opts {
@@ -54,6 +56,7 @@ impl Default for Opts {
             cors: rill_server::wire::CorsOrigins::None,
             sampling: Default::default(),
             chat_template_kwargs: Default::default(),
+            mem_budget: None,
         }
     }
 }
@@ -83,6 +86,7 @@ pub async fn start(o: Opts) -> TestServer {
             cache_bytes: 16 << 20,
             cache_interval: 256,
             threads: 1,
+            mem_budget: o.mem_budget,
             ..EngineConfig::default()
         },
     ));

@@ -8,6 +8,7 @@ mod defaults;
 mod errors;
 mod fleet;
 mod lifecycle;
+mod memory;
 mod messages;
 mod utility;
 mod webui;

@@ -7,6 +7,7 @@ use crate::config::{
     PleConfig, Qwen4ExpConfig,
 };
 use crate::error::ModelError;
+use crate::rope::{RopeScaling, RopeScalingType};
 use serde_json::Value;
 
 /// What `config.json` says, beyond the hyperparameters.
@@ -275,14 +276,11 @@ pub fn parse(text: &str, file: &str) -> Result<HfConfig, ModelError> {
     let rope_theta = rope_key("rope_theta")?.unwrap_or(10000.0);
     // The family's default (transformers' config classes), when the file is silent.
     let partial = rope_key("partial_rotary_factor")?.unwrap_or(0.25);
-    if let Some(r) = &rope_f {
-        let kind = r.opt_str("rope_type").or_else(|| r.opt_str("type"));
-        if let Some(kind) = kind.filter(|k| *k != "default") {
-            return Err(t.err(format!(
-                "RoPE type `{kind}`: rill runs the default rotary embedding only"
-            )));
-        }
-    }
+    let n_ctx_train = t.opt_usize("max_position_embeddings")?.unwrap_or(0);
+    let rope_scaling = match &rope_f {
+        None => RopeScaling::default(),
+        Some(r) => hf_rope_scaling(&t, r, n_ctx_train)?,
+    };
     let n_rot = (head_dim as f64 * partial).round() as usize;
 
     let layer_kinds = match t.obj.get("layer_types") {
@@ -360,7 +358,7 @@ pub fn parse(text: &str, file: &str) -> Result<HfConfig, ModelError> {
         n_nextn: 0,
         n_embd,
         n_vocab: vocab_size,
-        n_ctx_train: t.opt_usize("max_position_embeddings")?.unwrap_or(0),
+        n_ctx_train,
         rms_eps: t.opt_f64("rms_norm_eps")?.unwrap_or(1e-6) as f32,
         layer_kinds,
         n_head,
@@ -368,6 +366,7 @@ pub fn parse(text: &str, file: &str) -> Result<HfConfig, ModelError> {
         head_dim,
         rope_theta: rope_theta as f32,
         n_rot,
+        rope_scaling,
         conv_kernel: t.opt_usize("linear_conv_kernel_dim")?.unwrap_or(4),
         ssm_head_dim: dk,
         ssm_n_k_heads: t.opt_usize("linear_num_key_heads")?.unwrap_or(0),
@@ -401,4 +400,73 @@ pub fn parse(text: &str, file: &str) -> Result<HfConfig, ModelError> {
         quantization,
         vocab_size,
     })
+}
+
+/// The scaling of `rope_parameters` / `rope_scaling` (`rope_type` or the
+/// older `type`): default, linear or YaRN, with transformers' defaults
+/// (`_compute_yarn_parameters`: a missing factor is
+/// `max_position_embeddings / original_max_position_embeddings`, a missing
+/// `attention_factor` comes from `mscale` / `mscale_all_dim` when both are
+/// given, else `0.1·ln(factor) + 1`).
+fn hf_rope_scaling(t: &Fields, r: &Fields, n_ctx_train: usize) -> Result<RopeScaling, ModelError> {
+    let kind = r.opt_str("rope_type").or_else(|| r.opt_str("type"));
+    let kind = match kind.unwrap_or("default") {
+        "default" => RopeScalingType::None,
+        "linear" => RopeScalingType::Linear,
+        "yarn" => RopeScalingType::Yarn,
+        other => {
+            return Err(t.err(format!(
+                "RoPE type `{other}`: rill runs the default, linear and yarn rotary embeddings"
+            )))
+        }
+    };
+    if kind == RopeScalingType::None {
+        return Ok(RopeScaling::default());
+    }
+    let orig = r.opt_usize("original_max_position_embeddings")?;
+    let factor = match r.opt_f64("factor")? {
+        Some(f) => f,
+        None => match (kind, orig) {
+            (RopeScalingType::Yarn, Some(o)) if o > 0 && n_ctx_train > 0 => {
+                n_ctx_train as f64 / o as f64
+            }
+            _ => return Err(t.err("RoPE scaling without a `factor`".into())),
+        },
+    };
+    if r.opt_bool("truncate")? == Some(false) {
+        return Err(t.err(
+            "YaRN with `truncate: false`: rill (as llama.cpp) rounds the correction range".into(),
+        ));
+    }
+    let mscale = |scale: f64, m: f64| {
+        if scale <= 1.0 {
+            1.0
+        } else {
+            0.1 * m * scale.ln() + 1.0
+        }
+    };
+    let attn_factor = match r.opt_f64("attention_factor")? {
+        Some(a) => Some(a),
+        None => match (r.opt_f64("mscale")?, r.opt_f64("mscale_all_dim")?) {
+            (Some(m), Some(all)) if m != 0.0 && all != 0.0 => {
+                Some(mscale(factor, m) / mscale(factor, all))
+            }
+            _ => None,
+        },
+    };
+    let d = RopeScaling::default();
+    let s = RopeScaling {
+        kind,
+        factor: factor as f32,
+        // transformers requires it for YaRN; older configs leave it to
+        // `max_position_embeddings`.
+        orig_ctx: orig.or((n_ctx_train > 0).then_some(n_ctx_train)),
+        ext_factor: None,
+        attn_factor: attn_factor.map(|a| a as f32),
+        attn_scale: 1.0,
+        beta_fast: r.opt_f64("beta_fast")?.map_or(d.beta_fast, |b| b as f32),
+        beta_slow: r.opt_f64("beta_slow")?.map_or(d.beta_slow, |b| b as f32),
+    };
+    s.validate()?;
+    Ok(s)
 }
