@@ -40,7 +40,7 @@
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
-use super::groups::{self, Table, Toks};
+use super::groups::{self, Kernel, Table, Toks};
 use super::Q8Rows;
 use crate::matmul::MatRef;
 use crate::threads::SharedMut;
@@ -91,9 +91,13 @@ macro_rules! k4_unpack {
 }
 
 mod avx2;
+mod avx2_decode;
 mod avx512;
+mod avx512_decode;
 use avx2::{kmin_y, q6k_y_body, q80_y_body};
+use avx2_decode::{kmin_y1, q6k_body_y1};
 use avx512::{kmin_z, q6k_z_body, q80_z_body};
+use avx512_decode::{kmin_z1, q6k_body_z1};
 
 /// Whether the CPU has AVX-512 VNNI (detected once).
 fn vnni() -> bool {
@@ -122,23 +126,29 @@ pub(super) unsafe fn rows(
 }
 
 static Z_VNNI: [Table; 4] = [
-    shapes!(q4k_zv),
-    shapes!(q5k_zv),
-    shapes!(q6k_zv),
+    with_decode(shapes!(q4k_zv), q4k_zv1),
+    with_decode(shapes!(q5k_zv), q5k_zv1),
+    with_decode(shapes!(q6k_zv), q6k_zv1),
     shapes!(q80_zv),
 ];
 static Z: [Table; 4] = [
-    shapes!(q4k_z),
-    shapes!(q5k_z),
-    shapes!(q6k_z),
+    with_decode(shapes!(q4k_z), q4k_z1),
+    with_decode(shapes!(q5k_z), q5k_z1),
+    with_decode(shapes!(q6k_z), q6k_z1),
     shapes!(q80_z),
 ];
 static Y: [Table; 4] = [
-    shapes!(q4k_y),
-    shapes!(q5k_y),
-    shapes!(q6k_y),
+    with_decode(shapes!(q4k_y), q4k_y1),
+    with_decode(shapes!(q5k_y), q5k_y1),
+    with_decode(shapes!(q6k_y), q6k_y1),
     shapes!(q80_y),
 ];
+
+/// `t` with its 4-row, 1-token shape (decode) run by `k`.
+const fn with_decode(mut t: Table, k: Kernel) -> Table {
+    t[1][0] = k;
+    t
+}
 
 /// The kernels of `dtype` on this path, if any.
 fn table(avx512: bool, dtype: DType) -> Option<&'static Table> {
@@ -168,6 +178,21 @@ entry! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c":
     q5k_z = kmin_z::<true, false>;
     q6k_z = q6k_z_body::<false>;
     q80_z = q80_z_body::<false>;
+}
+decode_entry! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c":
+    q4k_zv1 = kmin_z1::<false, true>;
+    q5k_zv1 = kmin_z1::<true, true>;
+    q6k_zv1 = q6k_body_z1::<true>;
+}
+decode_entry! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c":
+    q4k_z1 = kmin_z1::<false, false>;
+    q5k_z1 = kmin_z1::<true, false>;
+    q6k_z1 = q6k_body_z1::<false>;
+}
+decode_entry! {"avx2,fma,f16c":
+    q4k_y1 = kmin_y1::<false>;
+    q5k_y1 = kmin_y1::<true>;
+    q6k_y1 = q6k_body_y1::<>;
 }
 entry! {"avx2,fma,f16c":
     q4k_y = kmin_y::<false>;
