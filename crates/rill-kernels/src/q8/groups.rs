@@ -53,6 +53,17 @@ macro_rules! entry {
     )*};
 }
 
+/// As [`entry!`], for kernels of one shape (4 rows × 1 token): `$name`
+/// runs `$body` with its extra arguments.
+macro_rules! decode_entry {
+    ($feat:literal: $($name:ident = $body:ident::<$($arg:literal),*>;)*) => {$(
+        #[target_feature(enable = $feat)]
+        unsafe fn $name(w: *const u8, rb: usize, x: &Toks, nb: usize) -> [f32; 16] {
+            $body::<$($arg),*>(w, rb, x, nb)
+        }
+    )*};
+}
+
 /// Up to four tokens' quantized activations (unused slots repeat the last).
 pub(super) struct Toks {
     pub(super) qs: [*const i8; TOKENS],

@@ -10,13 +10,13 @@ use std::arch::x86_64::*;
 use super::{dx4, halves, prefetch, q80_finish, q80_rest, q80_scales, sums32, to_partials, Toks};
 
 #[inline(always)]
-unsafe fn bc256(v: __m128i) -> __m256i {
+pub(super) unsafe fn bc256(v: __m128i) -> __m256i {
     _mm256_broadcastsi128_si256(v)
 }
 
 /// `[a's 8 lanes folded to 4 | b's]`.
 #[inline(always)]
-unsafe fn fold2(a: __m256i, b: __m256i) -> __m256i {
+pub(super) unsafe fn fold2(a: __m256i, b: __m256i) -> __m256i {
     _mm256_add_epi32(
         _mm256_permute2x128_si256::<0x21>(a, b),
         _mm256_blend_epi32::<0xF0>(a, b),
@@ -25,7 +25,7 @@ unsafe fn fold2(a: __m256i, b: __m256i) -> __m256i {
 
 /// As [`tsum4`], on 256 bits.
 #[inline(always)]
-unsafe fn tsum4_y(f: [__m256i; 4]) -> __m256i {
+pub(super) unsafe fn tsum4_y(f: [__m256i; 4]) -> __m256i {
     let pair = |x, y| _mm256_add_epi32(_mm256_unpacklo_epi32(x, y), _mm256_unpackhi_epi32(x, y));
     let (s01, s23) = (pair(f[0], f[1]), pair(f[2], f[3]));
     _mm256_add_epi32(
@@ -76,7 +76,7 @@ unsafe fn tree_y(p: &[[__m256; 2]; 8]) -> [f32; 16] {
 
 /// `v` (i16 lanes) with bits shifted left by `n` (right by `−n`).
 #[inline(always)]
-unsafe fn shift16_y(v: __m256i, n: i32) -> __m256i {
+pub(super) unsafe fn shift16_y(v: __m256i, n: i32) -> __m256i {
     if n >= 0 {
         _mm256_sll_epi16(v, _mm_cvtsi32_si128(n))
     } else {

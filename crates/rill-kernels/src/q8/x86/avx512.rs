@@ -13,7 +13,7 @@ use super::{
 
 /// Insert `x` as 128-bit chunk `r` of `v`.
 #[inline(always)]
-unsafe fn ins128(v: __m512i, x: __m128i, r: usize) -> __m512i {
+pub(super) unsafe fn ins128(v: __m512i, x: __m128i, r: usize) -> __m512i {
     match r {
         0 => _mm512_inserti32x4::<0>(v, x),
         1 => _mm512_inserti32x4::<1>(v, x),
@@ -23,13 +23,13 @@ unsafe fn ins128(v: __m512i, x: __m128i, r: usize) -> __m512i {
 }
 
 #[inline(always)]
-unsafe fn bc512(v: __m128i) -> __m512i {
+pub(super) unsafe fn bc512(v: __m128i) -> __m512i {
     _mm512_broadcast_i32x4(v)
 }
 
 /// `acc + Σ pairs a·b` (i16 × i16 → i32 per lane pair).
 #[inline(always)]
-unsafe fn dot16<const VNNI: bool>(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+pub(super) unsafe fn dot16<const VNNI: bool>(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
     if VNNI {
         dpwssd(acc, a, b)
     } else {
@@ -56,7 +56,7 @@ unsafe fn dpwssd(mut acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
 
 /// Four vectors → chunk `r` holds 4 i32 lanes summing to `Σ a[r]`.
 #[inline(always)]
-unsafe fn fold4(a: [__m512i; 4]) -> __m512i {
+pub(super) unsafe fn fold4(a: [__m512i; 4]) -> __m512i {
     let half = |x, y| {
         _mm512_add_epi32(
             _mm512_shuffle_i64x2::<0x4E>(x, y),
@@ -73,7 +73,7 @@ unsafe fn fold4(a: [__m512i; 4]) -> __m512i {
 /// Four vectors of per-chunk partials → lane `4c + t` = the sum of chunk
 /// `c` of `f[t]`.
 #[inline(always)]
-unsafe fn tsum4(f: [__m512i; 4]) -> __m512i {
+pub(super) unsafe fn tsum4(f: [__m512i; 4]) -> __m512i {
     let pair = |x, y| _mm512_add_epi32(_mm512_unpacklo_epi32(x, y), _mm512_unpackhi_epi32(x, y));
     let (s01, s23) = (pair(f[0], f[1]), pair(f[2], f[3]));
     _mm512_add_epi32(
