@@ -10,7 +10,12 @@ use rill_model::{BatchItem, HfSource, Model, Outputs, Rows, SequenceState};
 use serde_json::Value;
 use std::sync::Arc;
 
-const FIXTURES: [&str; 4] = ["qwen4exp", "qwen4exp_b12r2", "qwen4exp_b64", "qwen4exp_yarn"];
+const FIXTURES: [&str; 4] = [
+    "qwen4exp",
+    "qwen4exp_b12r2",
+    "qwen4exp_b64",
+    "qwen4exp_yarn",
+];
 
 fn fixture(name: &str) -> Value {
     let path = fixtures_dir().join(format!("{name}.json"));
