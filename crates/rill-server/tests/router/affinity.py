@@ -6,11 +6,16 @@ second turns in a shuffled order (sessions do not take turns in lockstep).
 A second turn is a hit when the replica that serves it resumes from its
 prompt cache: its `usage.prompt_tokens_details.cached_tokens` is > 0, and
 the replicas' own `/metrics` (`rill_prompt_cache_hits_total`) count it.
+Requests go one at a time, so the replica that served each one is known
+from the replicas' `vllm:prompt_tokens_total`: a second turn must hit
+exactly when it lands on its first turn's replica.
 
 - `--policy consistent_hash` on `X-Session-ID`: every second turn lands on
   the replica that served the first, so >= 95% must hit;
 - `--policy round_robin`: a second turn lands on either replica, so about
-  half miss (the test asserts between 20% and 80% hits).
+  half miss (the test asserts between 20% and 80% hits);
+- `--policy cache_aware` (the router's default: its own prefix tree of the
+  prompts it routed): >= 95% must hit, no X-Session-ID needed.
 
 Prints one JSON line per policy with the counts. Run through run.sh.
 """
@@ -99,34 +104,49 @@ def chat(router, session, messages):
         return json.loads(r.read())
 
 
-def first_turn(k):
+def first_turn(policy, k):
+    # Each run's conversations are its own: the replicas keep the caches of the runs before.
     return [{"role": "system", "content": "You are a helpful assistant for Python questions."},
-            {"role": "user", "content": f"Session {k}: how do I read the file number {k * 7919} line by line?"}]
+            {"role": "user", "content": f"{policy} session {k}: how do I read the file number {k * 7919} line by line?"}]
+
+
+def served_by(replicas, before):
+    """Which replica a request just served went to (requests are sent one at a time): the one whose
+    prompt-token counter moved."""
+    after = [metric(b, "vllm:prompt_tokens_total") for _, b in replicas]
+    moved = [i for i, (a, b) in enumerate(zip(after, before)) if a > b]
+    assert len(moved) == 1, f"expected one replica to serve the request, saw {moved}"
+    return moved[0], after
 
 
 def run(policy, replicas):
+    t0 = time.time()
     router, base = start_router([b for _, b in replicas], policy)
     try:
-        convs = {}
+        convs, first_at = {}, {}
+        counters = [metric(b, "vllm:prompt_tokens_total") for _, b in replicas]
         for k in range(SESSIONS):
-            msgs = first_turn(k)
+            msgs = first_turn(policy, k)
             r = chat(base, f"session-{policy}-{k}", msgs)
+            first_at[k], counters = served_by(replicas, counters)
             msgs.append({"role": "assistant", "content": r["choices"][0]["message"]["content"] or ""})
             msgs.append({"role": "user", "content": "And how do I skip blank lines?"})
             convs[k] = msgs
         before = [metric(b, "rill_prompt_cache_hits_total") for _, b in replicas]
+        # The second turns in a fixed shuffled order: sessions do not take turns in lockstep.
         order = list(range(SESSIONS))
-        random.Random(18).shuffle(order)
-        cached = 0
+        random.Random(0).shuffle(order)
+        cached = same = 0
         for k in order:
             r = chat(base, f"session-{policy}-{k}", convs[k])
+            at, counters = served_by(replicas, counters)
+            same += at == first_at[k]
             cached += r["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
         after = [metric(b, "rill_prompt_cache_hits_total") for _, b in replicas]
         hits = [a - b for a, b in zip(after, before)]
-        served = [metric(b, "vllm:prompt_tokens_total") for _, b in replicas]
-        result = {"policy": policy, "second_turns": SESSIONS, "hit_by_usage": cached,
-                  "hit_by_metrics": int(sum(hits)), "hits_per_replica": [int(h) for h in hits],
-                  "prompt_tokens_per_replica": served}
+        result = {"policy": policy, "seconds": round(time.time() - t0, 1), "second_turns": SESSIONS,
+                  "on_first_turns_replica": same, "hit_by_usage": cached,
+                  "hit_by_metrics": int(sum(hits)), "hits_per_replica": [int(h) for h in hits]}
         print(json.dumps(result), flush=True)
         return result
     finally:
@@ -140,19 +160,28 @@ def main():
     try:
         sticky = run("consistent_hash", replicas)
         rr = run("round_robin", replicas)
+        aware = run("cache_aware", replicas)
     finally:
         for p, _ in replicas:
             stop(p)
     ok = True
-    if not (sticky["hit_by_metrics"] >= 0.95 * SESSIONS and sticky["hit_by_usage"] >= 0.95 * SESSIONS):
-        print(f"FAIL: consistent_hash: {sticky['hit_by_metrics']}/{SESSIONS} second turns hit the cache", file=sys.stderr)
+
+    def fail(msg):
+        nonlocal ok
+        print("FAIL: " + msg, file=sys.stderr)
         ok = False
+
+    for r in (sticky, rr, aware):
+        # A second turn hits the cache exactly when it lands where its first turn was.
+        if not (r["hit_by_metrics"] == r["hit_by_usage"] == r["on_first_turns_replica"]):
+            fail(f"{r['policy']}: hits (metrics {r['hit_by_metrics']}, usage {r['hit_by_usage']}) "
+                 f"differ from the turns on their first replica ({r['on_first_turns_replica']})")
+    if sticky["hit_by_metrics"] < 0.95 * SESSIONS:
+        fail(f"consistent_hash: {sticky['hit_by_metrics']}/{SESSIONS} second turns hit the cache")
+    if aware["hit_by_metrics"] < 0.95 * SESSIONS:
+        fail(f"cache_aware: {aware['hit_by_metrics']}/{SESSIONS} second turns hit the cache")
     if not (0.2 * SESSIONS <= rr["hit_by_metrics"] <= 0.8 * SESSIONS):
-        print(f"FAIL: round_robin: {rr['hit_by_metrics']}/{SESSIONS} hits, expected about half", file=sys.stderr)
-        ok = False
-    if sticky["hit_by_metrics"] != sticky["hit_by_usage"] or rr["hit_by_metrics"] != rr["hit_by_usage"]:
-        print("FAIL: the replicas' /metrics and the replies' usage disagree on the hits", file=sys.stderr)
-        ok = False
+        fail(f"round_robin: {rr['hit_by_metrics']}/{SESSIONS} hits, expected about half")
     sys.exit(0 if ok else 1)
 
 
