@@ -224,12 +224,25 @@ impl Constraint {
             .matcher
             .compute_mask_or_eos()
             .map_err(|e| GrammarError(format!("grammar error: {e}")))?;
+        // A word of the bit set at a time: most words of a grammar's mask
+        // are all-allowed or all-banned, so this is a pass over the
+        // vocabulary's bits, not a call per token.
+        let words = allowed.as_slice();
         let mut n = 0;
-        for (id, l) in logits.iter_mut().enumerate() {
-            if allowed.is_allowed(id as u32) {
-                n += 1;
-            } else {
-                *l = f32::NEG_INFINITY;
+        for (w, chunk) in logits.chunks_mut(32).enumerate() {
+            let bits = words.get(w).copied().unwrap_or(0);
+            match bits {
+                u32::MAX if chunk.len() == 32 => n += 32,
+                0 => chunk.fill(f32::NEG_INFINITY),
+                _ => {
+                    for (b, l) in chunk.iter_mut().enumerate() {
+                        if bits >> b & 1 == 1 {
+                            n += 1;
+                        } else {
+                            *l = f32::NEG_INFINITY;
+                        }
+                    }
+                }
             }
         }
         Ok(n)

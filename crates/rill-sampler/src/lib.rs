@@ -1,6 +1,7 @@
 //! Picking the next token from a row of logits.
 //!
-//! The chain, in order (as llama.cpp applies it): repetition / presence /
+//! The chain, in order (as llama.cpp applies it): logit bias →
+//! repetition / presence /
 //! frequency penalties over the recent history → top-k → top-p → min-p →
 //! temperature → a draw from the remaining distribution. Temperature 0 is
 //! greedy (argmax after penalties; ties go to the lower id). A seed makes the
@@ -31,7 +32,13 @@ pub struct SamplerConfig {
     /// How many most recent tokens the penalties look at (0 = all).
     pub penalty_window: usize,
     pub seed: u64,
+    /// Added to these tokens' logits before anything else (OpenAI's
+    /// `logit_bias`, in [-100, 100]); -100 bans the token.
+    pub logit_bias: Vec<(u32, f32)>,
 }
+
+/// OpenAI's range of a logit bias; the low end bans the token.
+pub const MAX_LOGIT_BIAS: f32 = 100.0;
 
 impl Default for SamplerConfig {
     fn default() -> Self {
@@ -45,6 +52,7 @@ impl Default for SamplerConfig {
             frequency_penalty: 0.0,
             penalty_window: 64,
             seed: 0,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -115,6 +123,14 @@ impl SamplerConfig {
                 return bad(name, format!("{name} must be in [-2, 2] (got {v})"));
             }
         }
+        for &(id, b) in &self.logit_bias {
+            if !(b.is_finite() && (-MAX_LOGIT_BIAS..=MAX_LOGIT_BIAS).contains(&b)) {
+                return bad(
+                    "logit_bias",
+                    format!("logit_bias of token {id} must be in [-100, 100] (got {b})"),
+                );
+            }
+        }
         Ok(())
     }
 }
@@ -146,6 +162,7 @@ impl Sampler {
     /// Pick the next token given `logits` (one row) and the tokens so far.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
         let mut row = logits.to_vec();
+        apply_bias(&self.config, &mut row);
         apply_penalties(&self.config, &mut row, history);
         if self.config.temperature == 0.0 {
             return argmax(&row);
@@ -173,6 +190,7 @@ impl Sampler {
     /// the draft.
     pub fn verify(&mut self, logits: &[f32], history: &[u32], draft: u32) -> u32 {
         let mut row = logits.to_vec();
+        apply_bias(&self.config, &mut row);
         apply_penalties(&self.config, &mut row, history);
         if self.config.temperature == 0.0 {
             return argmax(&row);
@@ -235,6 +253,20 @@ impl Sampler {
         }
         self.cand.truncate(keep.max(1));
         softmax(&self.cand, c.temperature)
+    }
+}
+
+/// The logit bias: added, or -∞ at -100 (a ban, as OpenAI means it).
+/// Ids outside the row are the caller's to refuse; here they are skipped.
+fn apply_bias(c: &SamplerConfig, row: &mut [f32]) {
+    for &(id, b) in &c.logit_bias {
+        if let Some(l) = row.get_mut(id as usize) {
+            *l = if b <= -MAX_LOGIT_BIAS {
+                f32::NEG_INFINITY
+            } else {
+                *l + b
+            };
+        }
     }
 }
 

@@ -220,3 +220,40 @@ fn verify_preserves_the_distribution() {
     assert_eq!(g.verify(&logits, &[], 7), 7);
     assert_eq!(g.verify(&logits, &[], 1), 7);
 }
+
+#[test]
+fn logit_bias_shifts_and_bans() {
+    let logits = [0.0, 3.0, 1.0, 2.0];
+    // Greedy takes 1; a ban on 1 leaves 3; +5 on 2 makes 2 the best.
+    let greedy = |bias: Vec<(u32, f32)>| {
+        Sampler::new(SamplerConfig {
+            logit_bias: bias,
+            ..cfg(0.0)
+        })
+        .unwrap()
+        .sample(&logits, &[])
+    };
+    assert_eq!(greedy(vec![]), 1);
+    assert_eq!(greedy(vec![(1, -100.0)]), 3);
+    assert_eq!(greedy(vec![(2, 5.0)]), 2);
+    // A banned token is never drawn, at any temperature.
+    let mut s = Sampler::new(SamplerConfig {
+        logit_bias: vec![(1, -100.0), (3, -100.0)],
+        seed: 3,
+        ..cfg(5.0)
+    })
+    .unwrap();
+    for _ in 0..500 {
+        let t = s.sample(&logits, &[]);
+        assert!(t == 0 || t == 2, "drew banned token {t}");
+    }
+    for bad in [101.0, -100.5, f32::NAN] {
+        let e = SamplerConfig {
+            logit_bias: vec![(0, bad)],
+            ..cfg(1.0)
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(e.param, "logit_bias");
+    }
+}

@@ -366,44 +366,45 @@ pub fn to_chat(req: &MessagesRequest, counting: bool) -> Result<ChatCompletionRe
     for (i, m) in req.messages.iter().enumerate() {
         convert_message(i, m, &mut messages)?;
     }
-    if req.messages.last().is_some_and(|m| m.role == "assistant") && !counting {
-        return Err(bad(
-            "messages",
-            "the last message must be the user's (continuing a prefilled assistant turn is not supported)",
-        ));
-    }
-    let mut tools = match &req.tools {
+    // A final assistant message is a prefill: the reply continues it.
+    let tools = match &req.tools {
         Some(t) if !t.is_empty() => Some(convert_tools(t)?),
         _ => None,
     };
-    // rill cannot force a call: `any` offers the tools as `auto` does, and
-    // `tool` offers only the named one.
+    // `any` and `tool` force a call (constrained to the tool's schema in
+    // the model's tool-call syntax); `disable_parallel_tool_use`: one call.
+    let mut parallel = None;
     let tool_choice = match &req.tool_choice {
         None => None,
-        Some(c) => match c.get("type").and_then(Json::as_str) {
-            Some("auto") | Some("any") => Some("auto"),
-            Some("none") => Some("none"),
-            Some("tool") => {
-                let name = c.get("name").and_then(Json::as_str).unwrap_or("");
-                let found = tools.as_mut().and_then(|ts| {
-                    ts.retain(|t| t["function"]["name"] == name);
-                    (!ts.is_empty()).then_some(())
-                });
-                if found.is_none() {
-                    return Err(bad(
-                        "tool_choice.name",
-                        format!("tool_choice names {name:?}, which is not among the tools"),
-                    ));
+        Some(c) => {
+            if c.get("disable_parallel_tool_use").and_then(Json::as_bool) == Some(true) {
+                parallel = Some(false);
+            }
+            match c.get("type").and_then(Json::as_str) {
+                Some("auto") => Some(json!("auto")),
+                Some("any") => Some(json!("required")),
+                Some("none") => Some(json!("none")),
+                Some("tool") => {
+                    let name = c.get("name").and_then(Json::as_str).unwrap_or("");
+                    let found = tools
+                        .as_ref()
+                        .is_some_and(|ts| ts.iter().any(|t| t["function"]["name"] == name));
+                    if !found {
+                        return Err(bad(
+                            "tool_choice.name",
+                            format!("tool_choice names {name:?}, which is not among the tools"),
+                        ));
+                    }
+                    Some(json!({"type": "function", "function": {"name": name}}))
                 }
-                Some("auto")
+                _ => {
+                    return Err(bad(
+                        "tool_choice",
+                        "tool_choice.type must be auto, any, tool or none",
+                    ))
+                }
             }
-            _ => {
-                return Err(bad(
-                    "tool_choice",
-                    "tool_choice.type must be auto, any, tool or none",
-                ))
-            }
-        },
+        }
     };
     let enable_thinking = match &req.thinking {
         None => None,
@@ -439,6 +440,7 @@ pub fn to_chat(req: &MessagesRequest, counting: bool) -> Result<ChatCompletionRe
     set("stop", json!(req.stop_sequences));
     set("tools", json!(tools));
     set("tool_choice", json!(tool_choice));
+    set("parallel_tool_calls", json!(parallel));
     set("enable_thinking", json!(enable_thinking));
     serde_json::from_value(body).map_err(|e| ApiError::invalid(format!("invalid request: {e}")))
 }
@@ -502,7 +504,7 @@ mod tests {
         assert_eq!(m[3]["content"], "sunny");
         assert_eq!(m[4]["role"], "user");
         assert_eq!(m[4]["content"], "Thanks");
-        assert_eq!(c.tool_choice, Some(json!("auto")));
+        assert_eq!(c.tool_choice, Some(json!("required")));
         assert_eq!(
             c.tools.unwrap()[0]["function"]["parameters"],
             json!({"type": "object"})
@@ -537,10 +539,6 @@ mod tests {
                 "messages[0].content[0].text",
             ),
             (
-                json!({"max_tokens": 1, "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}),
-                "messages",
-            ),
-            (
                 json!({"max_tokens": 1, "messages": [{"role": "user", "content": "x"}], "tools": [{"name": "t"}]}),
                 "tools[0].input_schema",
             ),
@@ -573,16 +571,25 @@ mod tests {
     }
 
     #[test]
-    fn tool_choice_tool_offers_only_that_tool() {
-        let r = req(
-            json!({"max_tokens": 1, "messages": [{"role": "user", "content": "x"}],
-            "tools": [{"name": "a", "input_schema": {}}, {"name": "b", "input_schema": {}}],
-            "tool_choice": {"type": "tool", "name": "b"}}),
+    fn any_and_tool_force_a_call() {
+        let tools = json!([{"name": "a", "input_schema": {}}, {"name": "b", "input_schema": {}}]);
+        let with = |choice: Json| {
+            let r = req(
+                json!({"max_tokens": 1, "messages": [{"role": "user", "content": "x"}],
+                "tools": tools, "tool_choice": choice}),
+            );
+            to_chat(&r, false).unwrap()
+        };
+        let c = with(json!({"type": "tool", "name": "b"}));
+        assert_eq!(c.tools.unwrap().len(), 2);
+        assert_eq!(
+            c.tool_choice,
+            Some(json!({"type": "function", "function": {"name": "b"}}))
         );
-        let c = to_chat(&r, false).unwrap();
-        let tools = c.tools.unwrap();
-        assert_eq!(tools.len(), 1);
-        assert_eq!(tools[0]["function"]["name"], "b");
+        assert_eq!(c.parallel_tool_calls, None);
+        let c = with(json!({"type": "any", "disable_parallel_tool_use": true}));
+        assert_eq!(c.tool_choice, Some(json!("required")));
+        assert_eq!(c.parallel_tool_calls, Some(false));
     }
 
     #[test]

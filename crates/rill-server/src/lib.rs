@@ -15,6 +15,7 @@
 
 pub mod anthropic;
 pub mod auth;
+pub mod choices;
 pub mod errors;
 pub mod fleet;
 pub mod logging;
@@ -24,6 +25,7 @@ pub mod routes;
 pub mod sse;
 pub mod state;
 pub mod structured;
+pub mod tool_choice;
 pub mod urls;
 pub mod webui;
 pub mod wire;

@@ -135,14 +135,7 @@ pub fn build_request(
     logprobs: Option<usize>,
     ctx_size: usize,
 ) -> Result<Request, ApiError> {
-    if let Some(n) = f.n {
-        if n != 1 {
-            return Err(ApiError::bad_param(
-                "n",
-                format!("n = {n} is not supported; only n = 1"),
-            ));
-        }
-    }
+    // `n` is the route's (several choices are several requests).
     let max_tokens = match f.max_tokens {
         None => ctx_size,
         Some(m) if m < 1 => {
@@ -199,6 +192,7 @@ pub fn build_request(
         presence_penalty: presence as f32,
         frequency_penalty: frequency as f32,
         seed: f.seed.map_or_else(random_seed, |s| s as u64),
+        logit_bias: logit_bias(f.logit_bias.as_ref())?,
         ..SamplerConfig::default()
     };
     sampler
@@ -224,6 +218,54 @@ pub fn build_request(
             Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
         },
     })
+}
+
+/// Most entries in a `logit_bias` map (OpenAI's limit).
+pub const MAX_LOGIT_BIAS_ENTRIES: usize = 300;
+
+/// `logit_bias` as (token id, bias) pairs; ids are checked against the
+/// vocabulary by [`check_token_ids`], ranges by the sampler.
+fn logit_bias(
+    m: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> Result<Vec<(u32, f32)>, ApiError> {
+    let p = "logit_bias";
+    let Some(m) = m else { return Ok(Vec::new()) };
+    if m.len() > MAX_LOGIT_BIAS_ENTRIES {
+        return Err(ApiError::bad_param(
+            p,
+            format!(
+                "logit_bias has {} entries; at most {MAX_LOGIT_BIAS_ENTRIES}",
+                m.len()
+            ),
+        ));
+    }
+    m.iter()
+        .map(|(k, v)| {
+            let id: u32 = k.trim().parse().map_err(|_| {
+                ApiError::bad_param(p, format!("logit_bias key {k:?} is not a token id"))
+            })?;
+            let b = v.as_f64().ok_or_else(|| {
+                ApiError::bad_param(p, format!("logit_bias of token {id} must be a number"))
+            })?;
+            Ok((id, b as f32))
+        })
+        .collect()
+}
+
+/// Token ids a request names (`logit_bias`) must be in the vocabulary.
+pub fn check_token_ids(req: &Request, n_vocab: usize) -> Result<(), ApiError> {
+    match req
+        .sampler
+        .logit_bias
+        .iter()
+        .find(|(id, _)| *id as usize >= n_vocab)
+    {
+        Some((id, _)) => Err(ApiError::bad_param(
+            "logit_bias",
+            format!("logit_bias names token {id}, outside the vocabulary ({n_vocab} tokens)"),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// `top_logprobs` checked: `None` when log-probabilities are off.
@@ -327,10 +369,6 @@ mod tests {
             },
             SamplingFields {
                 repetition_penalty: Some(0.0),
-                ..fields()
-            },
-            SamplingFields {
-                n: Some(2),
                 ..fields()
             },
             SamplingFields {

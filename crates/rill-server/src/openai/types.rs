@@ -49,6 +49,8 @@ pub struct SamplingFields {
     /// llama-server's `speculative.n_max`: most tokens the MTP head drafts
     /// per step for this request (0: no speculation).
     pub speculative_n_max: Option<i64>,
+    /// OpenAI's `logit_bias`: token id (a decimal string) → bias.
+    pub logit_bias: Option<Map<String, Json>>,
 }
 
 /// `POST /v1/chat/completions`.
@@ -89,6 +91,8 @@ pub struct ChatCompletionRequest {
     #[serde(default, rename = "speculative.n_max")]
     pub speculative_n_max: Option<i64>,
     #[serde(default)]
+    pub logit_bias: Option<Map<String, Json>>,
+    #[serde(default)]
     pub stream: Option<bool>,
     #[serde(default)]
     pub stream_options: Option<StreamOptions>,
@@ -100,6 +104,13 @@ pub struct ChatCompletionRequest {
     pub tools: Option<Vec<Json>>,
     #[serde(default)]
     pub tool_choice: Option<Json>,
+    /// vLLM's: `false` answers a final assistant message with a new turn
+    /// instead of continuing it (the default here, as in llama-server).
+    #[serde(default)]
+    pub continue_final_message: Option<bool>,
+    /// `false`: at most one tool call (exactly one when a call is forced).
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
     #[serde(default)]
     pub chat_template_kwargs: Option<Map<String, Json>>,
     /// Convenience for `chat_template_kwargs.enable_thinking`.
@@ -130,6 +141,7 @@ impl ChatCompletionRequest {
             n: self.n,
             ignore_eos: self.ignore_eos,
             speculative_n_max: self.speculative_n_max,
+            logit_bias: self.logit_bias.clone(),
         }
     }
 
@@ -191,6 +203,8 @@ pub struct CompletionRequest {
     #[serde(default, rename = "speculative.n_max")]
     pub speculative_n_max: Option<i64>,
     #[serde(default)]
+    pub logit_bias: Option<Map<String, Json>>,
+    #[serde(default)]
     pub stream: Option<bool>,
     #[serde(default)]
     pub stream_options: Option<StreamOptions>,
@@ -226,6 +240,7 @@ impl CompletionRequest {
             n: self.n,
             ignore_eos: self.ignore_eos,
             speculative_n_max: self.speculative_n_max,
+            logit_bias: self.logit_bias.clone(),
         }
     }
 

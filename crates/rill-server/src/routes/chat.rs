@@ -1,5 +1,6 @@
 //! `POST /v1/chat/completions`.
 
+use crate::choices;
 use crate::errors::{parse_json, ApiError};
 use crate::openai::logprobs::{chat_token, ChatLogprobs};
 use crate::openai::params::{build_request, logprobs_count, random_id};
@@ -11,15 +12,17 @@ use crate::openai::types::ChatCompletionRequest;
 use crate::routes::finish_reason;
 use crate::sse::{self, ChunkBuilder};
 use crate::state::AppState;
+use crate::tool_choice::{call_grammar, CallSyntax, ReplyOutput, ToolChoice};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json as JsonBody;
 use rill_chat::reply::ToolCall;
-use rill_chat::reply::{ChatOutput, Gathered, Part, ThinkSplitter};
+use rill_chat::reply::{Gathered, Part, ThinkSplitter};
+use rill_chat::ChatTemplate;
 use rill_chat::{ChatPrompt, ChatRequest, Content, Message};
-use rill_engine::{ConstraintRequest, Done, Event, Handle, Request, TokenInfo};
+use rill_engine::{ConstraintRequest, Done, Event, Request, TokenInfo};
 use serde_json::Value as Json;
 use std::sync::Arc;
 
@@ -27,7 +30,9 @@ use std::sync::Arc;
 pub(crate) struct Prepared {
     pub(crate) request: Request,
     pub(crate) prompt_text: String,
-    pub(crate) parse_tools: bool,
+    /// The tools offered (and whose calls are parsed from the reply).
+    pub(crate) tools: Option<Vec<Json>>,
+    pub(crate) parallel_tool_calls: bool,
     pub(crate) stream: bool,
     pub(crate) include_usage: bool,
 }
@@ -38,28 +43,82 @@ pub async fn chat_completions(
 ) -> Result<Response, ApiError> {
     let body = body?;
     let req: ChatCompletionRequest = parse_json(&body)?;
+    let n = choices::count(req.n)?;
     let prepared = prepare(&state, req).await?;
     let logprobs = prepared.request.logprobs.is_some();
-    let handle = state.engine.submit(prepared.request)?;
+    let outputs: Vec<ReplyOutput> = (0..n).map(|_| prepared.output()).collect();
+    let (stream, include_usage) = (prepared.stream, prepared.include_usage);
+    let mut submitted = choices::submit(&state, prepared.request, n).await?;
     let id = format!("chatcmpl-{}", random_id(24));
-    let output = ChatOutput::new(&prepared.prompt_text, prepared.parse_tools);
-    if prepared.stream {
-        let builder = ChatStream {
-            id,
-            created: now(),
-            model: state.config.model_id.clone(),
-            tok: state.tok.clone(),
-            output,
-            logprobs,
-            pending_logprobs: Vec::new(),
-            n_calls: 0,
-            include_usage: prepared.include_usage,
-        };
-        Ok(sse::response(handle, builder, state.clone()))
+    let created = now();
+    let builder = |index: usize, output: ReplyOutput| ChatStream {
+        id: id.clone(),
+        index,
+        created,
+        model: state.config.model_id.clone(),
+        tok: state.tok.clone(),
+        output,
+        logprobs,
+        pending_logprobs: Vec::new(),
+        n_calls: 0,
+        // With several choices the usage chunk comes once, after all.
+        include_usage: include_usage && n == 1,
+    };
+    if stream && n == 1 {
+        let output = outputs.into_iter().next().expect("one output");
+        let choice = submitted.pop().expect("one choice");
+        Ok(sse::response(
+            choice.handle,
+            builder(0, output),
+            state.clone(),
+        ))
+    } else if stream {
+        let builders = outputs
+            .into_iter()
+            .enumerate()
+            .map(|(i, o)| builder(i, o))
+            .collect();
+        let tail_chunk = builder(0, prepared_output_placeholder());
+        let tail: choices::Tail = Box::new(move |dones: &[Done]| {
+            if !include_usage {
+                return Vec::new();
+            }
+            let mut b = tail_chunk;
+            vec![serde_json::to_string(&b.usage_chunk(dones)).unwrap_or_default()]
+        });
+        Ok(choices::response(submitted, builders, tail, state.clone()))
     } else {
-        let body = collect(&state, handle, output, logprobs, id).await?;
-        Ok(JsonBody(body).into_response())
+        let mut out = Vec::with_capacity(n);
+        let mut dones = Vec::with_capacity(n);
+        for (i, (choice, output)) in submitted.into_iter().zip(outputs).enumerate() {
+            let (c, d) = collect(&state, choice, output, logprobs, i).await?;
+            out.push(c);
+            dones.push(d);
+        }
+        Ok(JsonBody(ChatCompletion {
+            id,
+            object: "chat.completion",
+            created,
+            model: state.config.model_id.clone(),
+            choices: out,
+            usage: usage_of(&dones),
+            timings: Timings::from_done(&dones[0]),
+        })
+        .into_response())
     }
+}
+
+/// A parser for a builder that only writes the usage chunk.
+fn prepared_output_placeholder() -> ReplyOutput {
+    ReplyOutput::new("", None, true)
+}
+
+/// Usage of all choices: the prompt once, every choice's completion.
+fn usage_of(dones: &[Done]) -> Usage {
+    let mut u = Usage::from_done(&dones[0]);
+    u.completion_tokens = dones.iter().map(|d| d.completion_tokens).sum();
+    u.total_tokens = u.prompt_tokens + u.completion_tokens;
+    u
 }
 
 /// Check the request, render the prompt, tokenize it.
@@ -81,24 +140,26 @@ pub(crate) async fn prepare(
     }
     let mut messages = req.messages.clone();
     check_messages(&mut messages)?;
-    let grammar = req.constraint.grammar()?;
-    let parse_tools = match &req.tool_choice {
-        None => true,
-        Some(Json::String(s)) if s == "auto" => true,
-        Some(Json::String(s)) if s == "none" => false,
-        Some(_) => {
-            return Err(ApiError::bad_param(
-                "tool_choice",
-                "only tool_choice \"auto\" and \"none\" are supported",
-            ))
-        }
-    };
+    let mut grammar = req.constraint.grammar()?;
+    let choice = ToolChoice::parse(req.tool_choice.as_ref())?;
     let tools = match &req.tools {
         Some(tools) if !tools.is_empty() => {
             check_tools(tools)?;
-            parse_tools.then(|| tools.clone())
+            (choice != ToolChoice::None).then(|| tools.clone())
         }
         _ => None,
+    };
+    let parallel = req.parallel_tool_calls.unwrap_or(true);
+    let forced = if choice.forces() {
+        Some(forced_call(
+            &template,
+            &choice,
+            tools.as_deref(),
+            parallel,
+            grammar.is_some(),
+        )?)
+    } else {
+        None
     };
     let logprobs = logprobs_count(
         req.logprobs.unwrap_or(false),
@@ -107,6 +168,7 @@ pub(crate) async fn prepare(
     )?;
     let sampling = state.config.sampling.fill(req.sampling());
     let mut request = build_request(&sampling, logprobs, state.ctx_size())?;
+    crate::openai::params::check_token_ids(&request, state.tok.vocab_size())?;
 
     let mut chat = ChatRequest::new(messages);
     chat.parse_tool_call_arguments();
@@ -149,8 +211,16 @@ pub(crate) async fn prepare(
     }
     // Rendering and tokenizing a long conversation is real work: keep it off
     // the I/O threads.
+    // A final assistant message is a prefill the model continues (as
+    // llama-server does; vLLM's `continue_final_message`), unless the
+    // client says `continue_final_message: false`.
+    let prefill = chat.messages.last().is_some_and(|m| m.role == "assistant")
+        && req.continue_final_message != Some(false);
     let st = state.clone();
     let prompt = tokio::task::spawn_blocking(move || {
+        if prefill {
+            return render_prefill(&template, &chat, |t| st.tok.encode_prompt(t));
+        }
         ChatPrompt::render(&template, &chat, |t| st.tok.encode_prompt(t))
             .map_err(|e| ApiError::invalid(e.to_string()).with_code("template_error"))
     })
@@ -159,21 +229,137 @@ pub(crate) async fn prepare(
     let (prompt_text, ids, history_end) = (prompt.text, prompt.tokens, prompt.history_end);
     // The constraint starts after the thinking block when the prompt opens
     // one: the model thinks freely, then answers in the grammar.
+    let in_think = ThinkSplitter::new(&prompt_text).in_think;
+    let end_think = in_think
+        .then(|| state.tok.token_to_id("</think>"))
+        .flatten();
+    if let Some((syntax, chosen, one)) = forced {
+        // A vocabulary without a `</think>` token: the call's grammar itself
+        // lets the thinking run to its end.
+        let refs: Vec<&Json> = chosen.iter().collect();
+        grammar = Some(call_grammar(
+            syntax,
+            &refs,
+            one,
+            in_think && end_think.is_none(),
+        )?);
+    }
     request.constraint = grammar.map(|grammar| ConstraintRequest {
         grammar,
-        after: ThinkSplitter::new(&prompt_text)
-            .in_think
-            .then(|| state.tok.token_to_id("</think>"))
-            .flatten(),
+        after: end_think,
     });
     request.prompt = ids;
     request.cache_points = history_end.into_iter().collect();
     Ok(Prepared {
         request,
         prompt_text,
-        parse_tools: tools.is_some(),
+        tools,
+        parallel_tool_calls: parallel,
         stream: req.streaming(),
         include_usage: req.include_usage(),
+    })
+}
+
+impl Prepared {
+    /// The reply's parser, with this request's tool policy.
+    pub(crate) fn output(&self) -> ReplyOutput {
+        ReplyOutput::new(
+            &self.prompt_text,
+            self.tools.as_deref(),
+            self.parallel_tool_calls,
+        )
+    }
+}
+
+/// A forced call (`tool_choice` `required` or a named function), checked:
+/// the template's tool-call syntax, the tools it may call, and whether
+/// exactly one call is wanted.
+fn forced_call(
+    template: &ChatTemplate,
+    choice: &ToolChoice,
+    tools: Option<&[Json]>,
+    parallel: bool,
+    other_constraint: bool,
+) -> Result<(CallSyntax, Vec<Json>, bool), ApiError> {
+    if other_constraint {
+        return Err(ApiError::bad_param(
+            "tool_choice",
+            "a forced tool call cannot be combined with response_format or another structured-output constraint",
+        ));
+    }
+    let Some(tools) = tools else {
+        return Err(ApiError::bad_param(
+            "tool_choice",
+            "tool_choice forces a tool call, but the request has no tools",
+        ));
+    };
+    let syntax = CallSyntax::of(template).ok_or_else(|| {
+        ApiError::bad_param(
+            "tool_choice",
+            "the chat template writes no tool-call syntax rill knows, so a call cannot be forced",
+        )
+    })?;
+    match choice {
+        ToolChoice::Named(n) => match tools.iter().find(|t| t["function"]["name"] == n.as_str()) {
+            Some(t) => Ok((syntax, vec![t.clone()], true)),
+            None => Err(ApiError::bad_param(
+                "tool_choice",
+                format!("tool_choice names the function {n:?}, which is not among the tools"),
+            )),
+        },
+        _ => Ok((syntax, tools.to_vec(), !parallel)),
+    }
+}
+
+/// The prompt that continues the final assistant message: the conversation
+/// rendered without a generation prompt, cut right after that message's
+/// text (its content, or its reasoning when the content is empty: then the
+/// model goes on thinking), so the end-of-turn markup the template writes
+/// after it is left out.
+fn render_prefill(
+    template: &ChatTemplate,
+    chat: &ChatRequest,
+    encode: impl Fn(&str) -> Vec<u32>,
+) -> Result<ChatPrompt, ApiError> {
+    let last = chat.messages.last().expect("a final assistant message");
+    let content = match &last.content {
+        Some(Content::Text(t)) => t.clone(),
+        Some(Content::Parts(p)) => p.iter().filter_map(|p| p.text_value()).collect(),
+        None => String::new(),
+    };
+    let needle = if content.is_empty() {
+        last.reasoning_content.clone().unwrap_or_default()
+    } else {
+        content
+    };
+    let param = format!("messages[{}]", chat.messages.len() - 1);
+    if needle.is_empty() || last.tool_calls.as_ref().is_some_and(|c| !c.is_empty()) {
+        return Err(ApiError::bad_param(
+            &param,
+            "a final assistant message is continued (prefill): it needs text and no tool calls",
+        ));
+    }
+    let mut req = chat.clone();
+    req.add_generation_prompt = false;
+    let text = template
+        .render(&req)
+        .map_err(|e| ApiError::invalid(e.to_string()).with_code("template_error"))?;
+    // Templates may trim the message; then it continues from the trimmed text.
+    let found = [needle.as_str(), needle.trim()]
+        .into_iter()
+        .find_map(|n| text.rfind(n).map(|at| at + n.len()));
+    let Some(end) = found else {
+        return Err(ApiError::bad_param(
+            &param,
+            "the chat template does not render the final assistant message's text, so it cannot be continued",
+        ));
+    };
+    let text = text[..end].to_string();
+    let tokens = encode(&text);
+    Ok(ChatPrompt {
+        text,
+        tokens,
+        history_end: None,
     })
 }
 
@@ -233,18 +419,18 @@ fn tool_call_out(call: ToolCall) -> ToolCallOut {
     }
 }
 
-/// Wait for the whole reply (non-streaming).
+/// Wait for one choice's whole reply (non-streaming).
 async fn collect(
     state: &AppState,
-    mut handle: Handle,
-    mut output: ChatOutput,
+    mut choice: choices::Choice,
+    mut output: ReplyOutput,
     logprobs_on: bool,
-    id: String,
-) -> Result<ChatCompletion, ApiError> {
+    index: usize,
+) -> Result<(ChatChoice, Done), ApiError> {
     let mut g = Gathered::default();
     let mut logprobs = Vec::new();
     let done = loop {
-        match handle.events.recv().await {
+        match choice.recv().await {
             Some(Event::Text { text, tokens }) => {
                 g.add(output.feed(&text));
                 if logprobs_on {
@@ -267,34 +453,29 @@ async fn collect(
     } else {
         Some(g.content)
     };
-    Ok(ChatCompletion {
-        id,
-        object: "chat.completion",
-        created: now(),
-        model: state.config.model_id.clone(),
-        choices: vec![ChatChoice {
-            index: 0,
-            message: AssistantMessage {
-                role: "assistant",
-                content,
-                reasoning_content: (!g.reasoning.is_empty()).then_some(g.reasoning),
-                tool_calls: calls,
-            },
-            logprobs: logprobs_on.then_some(ChatLogprobs { content: logprobs }),
-            finish_reason: finish,
-        }],
-        usage: Usage::from_done(&done),
-        timings: Timings::from_done(&done),
-    })
+    let choice = ChatChoice {
+        index,
+        message: AssistantMessage {
+            role: "assistant",
+            content,
+            reasoning_content: (!g.reasoning.is_empty()).then_some(g.reasoning),
+            tool_calls: calls,
+        },
+        logprobs: logprobs_on.then_some(ChatLogprobs { content: logprobs }),
+        finish_reason: finish,
+    };
+    Ok((choice, done))
 }
 
 /// The chunks of a streamed reply.
 struct ChatStream {
     id: String,
+    /// The choice this stream writes (`n > 1`).
+    index: usize,
     created: u64,
     model: String,
     tok: Arc<rill_tokenizer::Tokenizer>,
-    output: ChatOutput,
+    output: ReplyOutput,
     logprobs: bool,
     /// Log-probabilities not yet attached to a chunk.
     pending_logprobs: Vec<crate::openai::logprobs::ChatTokenLogprob>,
@@ -319,7 +500,7 @@ impl ChatStream {
             created: self.created,
             model: self.model.clone(),
             choices: vec![ChunkChoice {
-                index: 0,
+                index: self.index,
                 delta,
                 logprobs,
                 finish_reason: finish,
@@ -327,6 +508,15 @@ impl ChatStream {
             usage: None,
             timings: None,
         }
+    }
+
+    /// The usage chunk of a stream (after every choice's finish).
+    fn usage_chunk(&mut self, dones: &[Done]) -> ChatChunk {
+        let mut last = self.chunk_value(Delta::default(), None);
+        last.choices.clear();
+        last.usage = Some(usage_of(dones));
+        last.timings = dones.first().map(Timings::from_done);
+        last
     }
 
     fn parts(&mut self, parts: Vec<Part>) -> Vec<String> {
@@ -407,10 +597,11 @@ mod tests {
             .join("../../fixtures/models/qwen35moe.f32.gguf");
         ChatStream {
             id: "chatcmpl-test".into(),
+            index: 0,
             created: 0,
             model: "m".into(),
             tok: Arc::new(rill_tokenizer::Tokenizer::from_gguf_path(&path).unwrap()),
-            output: ChatOutput::new(prompt, tools),
+            output: ReplyOutput::new(prompt, tools.then_some(&[][..]), true),
             logprobs: false,
             pending_logprobs: Vec::new(),
             n_calls: 0,

@@ -30,6 +30,12 @@ pub async fn completions(
             "only best_of = 1 is supported",
         ));
     }
+    if crate::choices::count(req.n)? != 1 {
+        return Err(ApiError::bad_param(
+            "n",
+            "/v1/completions gives one choice; use /v1/chat/completions for n > 1",
+        ));
+    }
     if req.echo == Some(true) {
         return Err(ApiError::bad_param("echo", "echo is not supported"));
     }
@@ -42,6 +48,7 @@ pub async fn completions(
     };
     let sampling = state.config.sampling.fill(req.sampling());
     let mut request = build_request(&sampling, logprobs, state.ctx_size())?;
+    crate::openai::params::check_token_ids(&request, state.tok.vocab_size())?;
     request.prompt = prompt_tokens(&state, req.prompt.clone()).await?;
     request.constraint = req
         .constraint

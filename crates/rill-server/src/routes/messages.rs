@@ -17,8 +17,8 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json as JsonBody;
 use futures_util::StreamExt;
+use rill_chat::reply::Part;
 use rill_chat::reply::ToolCall;
-use rill_chat::reply::{ChatOutput, Part};
 use rill_engine::{Done, Event, FinishReason, TokenInfo};
 use rill_tokenizer::Tokenizer;
 use serde_json::{json, Value as Json};
@@ -35,12 +35,13 @@ pub async fn messages(
     let chat = to_chat(&req, false)?;
     let prepared = prepare(&state, chat).await?;
     let input_tokens = prepared.request.prompt.len();
+    let output = prepared.output();
     let handle = state.engine.submit(prepared.request)?;
     let mut reply = Reply {
         id: format!("msg_{}", random_id(24)),
         model: state.config.model_id.clone(),
         tok: state.tok.clone(),
-        output: ChatOutput::new(&prepared.prompt_text, prepared.parse_tools),
+        output,
         stops: req.stop_sequences.clone().unwrap_or_default(),
         input_tokens,
         ids: Vec::new(),
@@ -135,7 +136,7 @@ struct Reply {
     id: String,
     model: String,
     tok: Arc<Tokenizer>,
-    output: ChatOutput,
+    output: crate::tool_choice::ReplyOutput,
     stops: Vec<String>,
     input_tokens: usize,
     /// Every generated token (to tell which stop sequence ended the reply).
@@ -322,7 +323,11 @@ mod tests {
             id: "msg_test".into(),
             model: "m".into(),
             tok: Arc::new(Tokenizer::from_gguf_path(&path).unwrap()),
-            output: ChatOutput::new("<|im_start|>assistant\n<think>\n", tools),
+            output: crate::tool_choice::ReplyOutput::new(
+                "<|im_start|>assistant\n<think>\n",
+                tools.then_some(&[][..]),
+                true,
+            ),
             stops: Vec::new(),
             input_tokens: 7,
             ids: Vec::new(),

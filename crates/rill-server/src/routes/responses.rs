@@ -21,7 +21,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json as JsonBody;
 use futures_util::StreamExt;
-use rill_chat::reply::{ChatOutput, Part, ToolCall};
+use rill_chat::reply::{Part, ToolCall};
 use rill_engine::{Done, Event, FinishReason, TokenInfo};
 use serde_json::{json, Map, Value as Json};
 use std::convert::Infallible;
@@ -175,10 +175,23 @@ pub fn to_chat(body: &Json) -> Result<Json, ApiError> {
             chat.insert("tools".into(), Json::Array(fns));
         }
     }
-    if let Some(Json::String(c)) = o.get("tool_choice") {
-        if c == "none" || c == "auto" {
+    // Forced calls as in chat; choices of other tool types (skipped
+    // above) are left to the default.
+    match o.get("tool_choice") {
+        Some(Json::String(c)) if ["none", "auto", "required"].contains(&c.as_str()) => {
             chat.insert("tool_choice".into(), json!(c));
         }
+        Some(c) if c.get("type").and_then(Json::as_str) == Some("function") => {
+            let name = c.get("name").cloned().unwrap_or(json!(""));
+            chat.insert(
+                "tool_choice".into(),
+                json!({"type": "function", "function": {"name": name}}),
+            );
+        }
+        _ => {}
+    }
+    if let Some(p @ Json::Bool(_)) = o.get("parallel_tool_calls") {
+        chat.insert("parallel_tool_calls".into(), p.clone());
     }
     if let Some(effort) = o.get("reasoning").and_then(|r| r.get("effort")) {
         if !effort.is_null() {
@@ -220,12 +233,13 @@ pub async fn responses(
         .map_err(|e| ApiError::invalid(format!("invalid request: {e}")))?;
     let prepared = prepare(&state, chat).await?;
     let input_tokens = prepared.request.prompt.len();
+    let output = prepared.output();
     let handle = state.engine.submit(prepared.request)?;
     let mut reply = Reply {
         id: format!("resp_{}", random_id(24)),
         created: now(),
         model: state.config.model_id.clone(),
-        output: ChatOutput::new(&prepared.prompt_text, prepared.parse_tools),
+        output,
         input_tokens,
         items: Vec::new(),
         open: None,
@@ -273,7 +287,7 @@ struct Reply {
     id: String,
     created: u64,
     model: String,
-    output: ChatOutput,
+    output: crate::tool_choice::ReplyOutput,
     input_tokens: usize,
     items: Vec<Json>,
     /// The item a stream is writing into.

@@ -181,7 +181,10 @@ def test_errors(client, server):
     assert e.value.status_code == 400
     assert e.value.body["param"] == "temperature", e.value.body
     with pytest.raises(openai.BadRequestError):
-        client.chat.completions.create(model=ALIAS, messages=MESSAGES, n=2)
+        client.chat.completions.create(model=ALIAS, messages=MESSAGES, n=0)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=ALIAS, messages=MESSAGES, logit_bias={"5": 150})
+    assert e.value.body["param"] == "logit_bias", e.value.body
     with pytest.raises(openai.BadRequestError):
         client.completions.create(model=ALIAS, prompt="word " * 4000)
     with pytest.raises(openai.NotFoundError):
@@ -293,3 +296,78 @@ def test_responses_api(client):
     _valid(json.loads(r.output_text))
     with pytest.raises(openai.BadRequestError):
         client.responses.create(model=ALIAS, input=[{"role": "wizard", "content": "x"}])
+
+
+WEATHER_TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+     "parameters": {"type": "object", "properties": {
+         "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+         "days": {"type": "integer", "minimum": 1, "maximum": 5}},
+         "required": ["unit", "days"]}}},
+    {"type": "function", "function": {"name": "get_time", "description": "The time",
+     "parameters": {"type": "object", "properties": {"utc": {"type": "boolean"}}, "required": ["utc"]}}},
+]
+
+
+def _valid_call(call):
+    args = json.loads(call.function.arguments)
+    if call.function.name == "get_weather":
+        assert args["unit"] in ("celsius", "fahrenheit") and 1 <= args["days"] <= 5, args
+    else:
+        assert call.function.name == "get_time" and isinstance(args["utc"], bool), args
+
+
+def test_tool_choice_required_and_named(client):
+    """The fixture would write anything: a forced call comes in the template's syntax, every time."""
+    no_think = {"chat_template_kwargs": {"enable_thinking": False}}
+    for seed in range(3):
+        r = client.chat.completions.create(
+            model=ALIAS, messages=MESSAGES, tools=WEATHER_TOOLS, tool_choice="required",
+            max_tokens=200, temperature=0.8, seed=seed, extra_body=no_think)
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls", c
+        assert c.message.tool_calls
+        for call in c.message.tool_calls:
+            _valid_call(call)
+    r = client.chat.completions.create(
+        model=ALIAS, messages=MESSAGES, tools=WEATHER_TOOLS, parallel_tool_calls=False,
+        tool_choice={"type": "function", "function": {"name": "get_time"}},
+        max_tokens=200, temperature=0, extra_body=no_think)
+    calls = r.choices[0].message.tool_calls
+    assert len(calls) == 1 and calls[0].function.name == "get_time"
+    _valid_call(calls[0])
+    # Streamed: the SDK's deltas carry the same call.
+    stream = client.chat.completions.create(
+        model=ALIAS, messages=MESSAGES, tools=WEATHER_TOOLS, parallel_tool_calls=False,
+        tool_choice={"type": "function", "function": {"name": "get_time"}},
+        max_tokens=200, temperature=0, extra_body=no_think, stream=True)
+    deltas = [t for chunk in stream for ch in chunk.choices for t in (ch.delta.tool_calls or [])]
+    assert "".join(d.function.arguments or "" for d in deltas) == calls[0].function.arguments
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(
+            model=ALIAS, messages=MESSAGES, tools=WEATHER_TOOLS, max_tokens=4,
+            tool_choice={"type": "function", "function": {"name": "not_a_tool"}})
+
+
+def test_n_choices_and_logit_bias(client):
+    r = client.chat.completions.create(model=ALIAS, messages=MESSAGES, n=3, max_tokens=5, seed=4,
+                                       temperature=1.0, extra_body={"ignore_eos": True})
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    assert r.usage.completion_tokens == 15
+    stream = client.chat.completions.create(model=ALIAS, messages=MESSAGES, n=2, max_tokens=5, seed=4,
+                                            temperature=1.0, stream=True,
+                                            stream_options={"include_usage": True},
+                                            extra_body={"ignore_eos": True})
+    finished, usage = set(), None
+    for chunk in stream:
+        usage = chunk.usage or usage
+        finished |= {ch.index for ch in chunk.choices if ch.finish_reason}
+    assert finished == {0, 1} and usage.completion_tokens == 10
+    # A ban on the token greedy decoding picks first moves it off that token.
+    kw = dict(model=ALIAS, prompt="Once upon a time", max_tokens=3, temperature=0,
+              extra_body={"return_token_ids": True, "ignore_eos": True})
+    first = client.completions.create(**kw).choices[0].model_extra["token_ids"][0]
+    kw["logit_bias"] = {str(first): -100}
+    ids = client.completions.create(**kw).choices[0].model_extra["token_ids"]
+    assert first not in ids
+

@@ -192,7 +192,8 @@ async fn chat_with_tools_and_history() {
     body["tool_choice"] = json!("none");
     let (st, _) = s.post("/v1/chat/completions", &body).await;
     assert_eq!(st, 200);
-    body["tool_choice"] = json!({"type": "function", "function": {"name": "get_weather"}});
+    // A forced call (tests/server/choices.rs) of a function not offered.
+    body["tool_choice"] = json!({"type": "function", "function": {"name": "get_time"}});
     let (st, r) = s.post("/v1/chat/completions", &body).await;
     assert_error(st, &r, 400, Some("tool_choice"));
     body["tool_choice"] = json!("auto");

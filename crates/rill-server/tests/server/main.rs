@@ -3,6 +3,7 @@
 //! (queue full, disconnects, shutdown).
 
 mod api;
+mod choices;
 mod common;
 mod defaults;
 mod errors;

@@ -1,0 +1,189 @@
+"""Two rill replicas behind vllm-router: does session affinity keep each
+conversation on the replica that has it in its prompt cache?
+
+20 two-turn sessions. All first turns go through the router, then all
+second turns in a shuffled order (sessions do not take turns in lockstep).
+A second turn is a hit when the replica that serves it resumes from its
+prompt cache: its `usage.prompt_tokens_details.cached_tokens` is > 0, and
+the replicas' own `/metrics` (`rill_prompt_cache_hits_total`) count it.
+Requests go one at a time, so the replica that served each one is known
+from the replicas' `vllm:prompt_tokens_total`: a second turn must hit
+exactly when it lands on its first turn's replica.
+
+- `--policy consistent_hash` on `X-Session-ID`: every second turn lands on
+  the replica that served the first, so >= 95% must hit;
+- `--policy round_robin`: a second turn lands on either replica, so about
+  half miss (the test asserts between 20% and 80% hits);
+- `--policy cache_aware` (the router's default: its own prefix tree of the
+  prompts it routed): >= 95% must hit, no X-Session-ID needed.
+
+Prints one JSON line per policy with the counts. Run through run.sh.
+"""
+
+import json
+import os
+import random
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[4]
+MODEL = os.environ.get("RILL_ROUTER_MODEL", str(ROOT / "fixtures" / "models" / "qwen35moe.f32.gguf"))
+SESSIONS = 20
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(url, proc, what, timeout=90):
+    deadline = time.time() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            out = proc.stdout.read() if proc.stdout else ""
+            raise RuntimeError(f"{what} did not start:\n{out}")
+        time.sleep(0.2)
+
+
+def start_replica():
+    port = free_port()
+    cmd = [os.environ["RILL_BIN"], "serve", "-m", MODEL, "--port", str(port),
+           "--parallel", "2", "--ctx-size", "1024", "-t", "1", "--alias", "fixture"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    wait_ready(base + "/health", proc, "rill serve")
+    return proc, base
+
+
+def start_router(workers, policy):
+    port = free_port()
+    cmd = [os.environ.get("VLLM_ROUTER", "vllm-router"), "--host", "127.0.0.1", "--port", str(port),
+           "--policy", policy, "--worker-urls", *workers, "--log-level", "warning",
+           "--disable-retries", "--health-check-interval-secs", "60"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    wait_ready(base + "/health", proc, "vllm-router")
+    return proc, base
+
+
+def stop(proc):
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def metric(base, name):
+    with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    m = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M)
+    assert m, f"{name} missing from {base}/metrics"
+    return float(m.group(1))
+
+
+def chat(router, session, messages):
+    body = json.dumps({"model": "fixture", "messages": messages, "max_tokens": 8,
+                       "temperature": 0, "chat_template_kwargs": {"enable_thinking": False}}).encode()
+    req = urllib.request.Request(router + "/v1/chat/completions", data=body, method="POST",
+                                 headers={"Content-Type": "application/json", "X-Session-ID": session})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+
+
+def first_turn(policy, k):
+    # Each run's conversations are its own: the replicas keep the caches of the runs before.
+    return [{"role": "system", "content": "You are a helpful assistant for Python questions."},
+            {"role": "user", "content": f"{policy} session {k}: how do I read the file number {k * 7919} line by line?"}]
+
+
+def served_by(replicas, before):
+    """Which replica a request just served went to (requests are sent one at a time): the one whose
+    prompt-token counter moved."""
+    after = [metric(b, "vllm:prompt_tokens_total") for _, b in replicas]
+    moved = [i for i, (a, b) in enumerate(zip(after, before)) if a > b]
+    assert len(moved) == 1, f"expected one replica to serve the request, saw {moved}"
+    return moved[0], after
+
+
+def run(policy, replicas):
+    t0 = time.time()
+    router, base = start_router([b for _, b in replicas], policy)
+    try:
+        convs, first_at = {}, {}
+        counters = [metric(b, "vllm:prompt_tokens_total") for _, b in replicas]
+        for k in range(SESSIONS):
+            msgs = first_turn(policy, k)
+            r = chat(base, f"session-{policy}-{k}", msgs)
+            first_at[k], counters = served_by(replicas, counters)
+            msgs.append({"role": "assistant", "content": r["choices"][0]["message"]["content"] or ""})
+            msgs.append({"role": "user", "content": "And how do I skip blank lines?"})
+            convs[k] = msgs
+        before = [metric(b, "rill_prompt_cache_hits_total") for _, b in replicas]
+        # The second turns in a fixed shuffled order: sessions do not take turns in lockstep.
+        order = list(range(SESSIONS))
+        random.Random(0).shuffle(order)
+        cached = same = 0
+        for k in order:
+            r = chat(base, f"session-{policy}-{k}", convs[k])
+            at, counters = served_by(replicas, counters)
+            same += at == first_at[k]
+            cached += r["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+        after = [metric(b, "rill_prompt_cache_hits_total") for _, b in replicas]
+        hits = [a - b for a, b in zip(after, before)]
+        result = {"policy": policy, "seconds": round(time.time() - t0, 1), "second_turns": SESSIONS,
+                  "on_first_turns_replica": same, "hit_by_usage": cached,
+                  "hit_by_metrics": int(sum(hits)), "hits_per_replica": [int(h) for h in hits]}
+        print(json.dumps(result), flush=True)
+        return result
+    finally:
+        stop(router)
+
+
+def main():
+    replicas = [start_replica(), start_replica()]
+    # Separate sessions per policy; the caches of the first run stay, but
+    # the second run's conversations are new, so they cannot hit them.
+    try:
+        sticky = run("consistent_hash", replicas)
+        rr = run("round_robin", replicas)
+        aware = run("cache_aware", replicas)
+    finally:
+        for p, _ in replicas:
+            stop(p)
+    ok = True
+
+    def fail(msg):
+        nonlocal ok
+        print("FAIL: " + msg, file=sys.stderr)
+        ok = False
+
+    for r in (sticky, rr, aware):
+        # A second turn hits the cache exactly when it lands where its first turn was.
+        if not (r["hit_by_metrics"] == r["hit_by_usage"] == r["on_first_turns_replica"]):
+            fail(f"{r['policy']}: hits (metrics {r['hit_by_metrics']}, usage {r['hit_by_usage']}) "
+                 f"differ from the turns on their first replica ({r['on_first_turns_replica']})")
+    if sticky["hit_by_metrics"] < 0.95 * SESSIONS:
+        fail(f"consistent_hash: {sticky['hit_by_metrics']}/{SESSIONS} second turns hit the cache")
+    if aware["hit_by_metrics"] < 0.95 * SESSIONS:
+        fail(f"cache_aware: {aware['hit_by_metrics']}/{SESSIONS} second turns hit the cache")
+    if not (0.2 * SESSIONS <= rr["hit_by_metrics"] <= 0.8 * SESSIONS):
+        fail(f"round_robin: {rr['hit_by_metrics']}/{SESSIONS} hits, expected about half")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
