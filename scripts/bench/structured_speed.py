@@ -7,8 +7,8 @@ Without -m, the demo model built into rill. Starts `rill serve --parallel 1` and
 request (greedy, thinking off) twice per round: constrained by a JSON schema (a long list of strings, so
 the grammar runs for every token), and unconstrained with `ignore_eos` and `max_tokens` set to the
 constrained reply's length, so both decode as many tokens. Speculation is off for both (`speculative.n_max
-0`; a grammar turns drafting off, so this compares the mask's cost alone); the unconstrained run with the
-server's default speculation is printed beside it. Decode speed is the server's `timings.predicted_per_second`
+0`, so this compares the mask's cost alone); the constrained and unconstrained runs with the server's default
+speculation (drafts drawn under the grammar's mask) are printed beside them. Decode speed is the server's `timings.predicted_per_second`
 (tokens after the first over the time after the first; mean, sd and median over the rounds), and the
 client's own count over the stream's wall time after the first chunk. Prints one JSON object. Run it under /tmp/exclusive.sh (or on an idle machine).
 Standard library only.
@@ -113,13 +113,14 @@ def main():
         json.loads(text)
         plain_body = dict(base, **{"max_tokens": n, "ignore_eos": True, "speculative.n_max": 0})
         spec_body = dict(base, **{"max_tokens": n, "ignore_eos": True})
+        constrained_spec_body = {k: v for k, v in constrained_body.items() if k != "speculative.n_max"}
         stream(port, plain_body)
-        runs = {"constrained": [], "unconstrained": [], "unconstrained_spec": []}
+        runs = {"constrained": [], "unconstrained": [], "unconstrained_spec": [], "constrained_spec": []}
         for _ in range(a.rounds):
             for name, body in (("constrained", constrained_body), ("unconstrained", plain_body),
-                               ("unconstrained_spec", spec_body)):
+                               ("unconstrained_spec", spec_body), ("constrained_spec", constrained_spec_body)):
                 got = stream(port, body)
-                if name == "constrained":
+                if name.startswith("constrained"):
                     json.loads(got[3])  # valid JSON every time
                 runs[name].append(got)
         out = {"tokens": n, "rounds": a.rounds, "threads": a.threads, "model": a.model or "demo"}

@@ -93,6 +93,32 @@ struct Constrained {
     active: bool,
     after: Option<u32>,
     masked: Vec<f32>,
+    /// Drafts of this step taken into the grammar's state (taken back
+    /// before the verify step).
+    drafts_in_grammar: usize,
+    /// A rollback failed: the grammar's state no longer follows the text.
+    broken: bool,
+}
+
+/// `row` under the grammar's mask when one applies (a copy, kept), or
+/// `row` itself; `Err` when the grammar broke down or allows nothing.
+fn masked<'a>(
+    constraint: &'a mut Option<Constrained>,
+    row: &'a [f32],
+) -> Result<&'a [f32], String> {
+    match constraint {
+        Some(k) if k.broken => Err("the grammar's state was lost".into()),
+        Some(k) if k.active => {
+            k.masked.clear();
+            k.masked.extend_from_slice(row);
+            match k.grammar.mask(&mut k.masked) {
+                Ok(n) if n > 0 => Ok(&k.masked),
+                Ok(_) => Err("the grammar allows no next token".into()),
+                Err(e) => Err(e.0),
+            }
+        }
+        _ => Ok(row),
+    }
 }
 
 impl Sequence {
@@ -108,6 +134,8 @@ impl Sequence {
             active: after.is_none(),
             after,
             masked: Vec::new(),
+            drafts_in_grammar: 0,
+            broken: false,
         });
         Sequence {
             constraint,
@@ -128,12 +156,12 @@ impl Sequence {
     }
 
     /// Speculate with `spec` (the engine checked that the model has a head
-    /// and that the state's head cache is where the trunk is). Not with a
-    /// grammar: its mask would have to follow each draft.
+    /// and that the state's head cache is where the trunk is). With a
+    /// grammar, each draft is drawn under the grammar's mask of the state
+    /// the drafts before it lead to, and each verify row is masked the same
+    /// way, so the output is the one plain constrained decoding gives.
     pub fn with_speculation(mut self, spec: Speculation) -> Sequence {
-        if self.constraint.is_none() {
-            self.spec = Some(spec);
-        }
+        self.spec = Some(spec);
         self
     }
 
@@ -180,10 +208,35 @@ impl Sequence {
         self.spec.as_ref().is_some_and(Speculation::is_extending)
     }
 
-    /// Take the head's output for this sequence's last draft step.
-    pub fn take_draft(&mut self, logits: &[f32], hidden: &[f32]) {
-        if let Some(spec) = &mut self.spec {
+    /// Take the head's output for this sequence's last draft step. Under
+    /// an active grammar the head's row is masked first, and the draft goes
+    /// into the grammar's state until the trunk's step (see
+    /// [`Sequence::batch_item`]).
+    pub fn take_draft(&mut self, logits: &[f32], hidden: &[f32], tok: &Tokenizer) {
+        let Some(spec) = &mut self.spec else {
+            return;
+        };
+        let Some(k) = self.constraint.as_mut().filter(|k| k.active) else {
             spec.take_draft(logits, hidden);
+            return;
+        };
+        k.masked.clear();
+        k.masked.extend_from_slice(logits);
+        // A grammar that breaks down or allows nothing stops the draft: the
+        // verify step finds out and says so.
+        if !matches!(k.grammar.mask(&mut k.masked), Ok(n) if n > 0) {
+            spec.stop_drafting();
+            return;
+        }
+        let before = spec.drafted_now();
+        spec.take_draft(&k.masked, hidden);
+        if let Some(d) = spec.draft(before).filter(|_| spec.drafted_now() > before) {
+            // Nothing follows the end of the turn.
+            if tok.is_eog(d) || k.grammar.commit(d).is_err() {
+                spec.stop_drafting();
+            } else {
+                k.drafts_in_grammar += 1;
+            }
         }
     }
 
@@ -229,6 +282,16 @@ impl Sequence {
     /// This sequence's part of the step: a prompt chunk (`span`) or the last
     /// sampled token, borrowed where they are.
     pub fn batch_item(&mut self, span: Option<&Range<usize>>) -> BatchItem<'_> {
+        if let Some(k) = &mut self.constraint {
+            // The grammar back at the last committed token: the verify rows
+            // replay the drafts the target keeps.
+            if k.drafts_in_grammar > 0 {
+                let n = std::mem::take(&mut k.drafts_in_grammar);
+                if k.grammar.rollback(n).is_err() {
+                    k.broken = true;
+                }
+            }
+        }
         let prompt = &self.sub.req.prompt;
         let speculating = self.spec.is_some();
         let (tokens, last) = match (span, &mut self.spec) {
@@ -293,9 +356,13 @@ impl Sequence {
         let mut kept = 0;
         for (i, row) in logits.chunks_exact(v).enumerate() {
             let draft = self.spec.as_ref().and_then(|s| s.draft(i));
+            let under = match masked(&mut self.constraint, row) {
+                Ok(r) => r,
+                Err(why) => return Some(self.fail(&why).into_result()),
+            };
             let id = match draft {
-                Some(d) => self.sampler.verify(row, &self.history, d),
-                None => self.sampler.sample(row, &self.history),
+                Some(d) => self.sampler.verify(under, &self.history, d),
+                None => self.sampler.sample(under, &self.history),
             };
             kept = i + 1;
             if let Some(end) = self.commit(id, row, start + kept, cx) {
@@ -313,17 +380,9 @@ impl Sequence {
     }
 
     fn take(&mut self, row: &[f32], cx: &TokenContext) -> Option<End> {
-        let id = match &mut self.constraint {
-            Some(k) if k.active => {
-                k.masked.clear();
-                k.masked.extend_from_slice(row);
-                match k.grammar.mask(&mut k.masked) {
-                    Ok(n) if n > 0 => self.sampler.sample(&k.masked, &self.history),
-                    Ok(_) => return Some(self.fail("the grammar allows no next token")),
-                    Err(e) => return Some(self.fail(&e.0)),
-                }
-            }
-            _ => self.sampler.sample(row, &self.history),
+        let id = match masked(&mut self.constraint, row) {
+            Ok(masked) => self.sampler.sample(masked, &self.history),
+            Err(why) => return Some(self.fail(&why)),
         };
         let fed = self.state.position();
         self.commit(id, row, fed, cx)

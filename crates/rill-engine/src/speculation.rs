@@ -292,6 +292,16 @@ impl Speculation {
         self.extending
     }
 
+    /// Draft no more this step.
+    pub fn stop_drafting(&mut self) {
+        self.extending = false;
+    }
+
+    /// Tokens drafted so far this step.
+    pub fn drafted_now(&self) -> usize {
+        self.verify.len().saturating_sub(1)
+    }
+
     /// Take the head's proposal from its logits row (greedy: the top token)
     /// and its hidden row, or stop drafting when the head is unsure.
     pub fn take_draft(&mut self, logits: &[f32], hidden: &[f32]) {

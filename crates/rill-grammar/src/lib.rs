@@ -13,6 +13,11 @@
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{InferenceCapabilities, TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
 use llguidance::{Matcher, ParserFactory};
+
+mod constraint;
+mod helper;
+
+pub use constraint::Constraint;
 use rill_tokenizer::{TokenType, Tokenizer};
 use std::sync::Arc;
 
@@ -42,6 +47,9 @@ pub struct GrammarError(pub String);
 /// by every constraint.
 pub struct Grammars {
     factory: ParserFactory,
+    /// The thread that computes each constraint's next mask while the
+    /// forward pass runs.
+    helper: helper::Helper,
 }
 
 /// The tokenizer seen from llguidance.
@@ -95,7 +103,10 @@ impl Grammars {
             &llguidance::earley::SlicedBiasComputer::general_slices(),
         )
         .map_err(|e| GrammarError(format!("cannot build the token trie: {e}")))?;
-        Ok(Grammars { factory })
+        Ok(Grammars {
+            factory,
+            helper: helper::Helper::start(),
+        })
     }
 
     /// Compile `spec` into a fresh constraint.
@@ -134,7 +145,7 @@ impl Grammars {
         if let Some(e) = matcher.get_error() {
             return Err(GrammarError(format!("invalid grammar: {e}")));
         }
-        Ok(Constraint { matcher })
+        Ok(Constraint::new(matcher, self.helper.clone()))
     }
 }
 
@@ -199,69 +210,4 @@ fn check_nesting(spec: &GrammarSpec) -> Result<(), GrammarError> {
         )));
     }
     Ok(())
-}
-
-/// One sequence's constraint: the grammar's state after the tokens
-/// committed so far.
-pub struct Constraint {
-    matcher: Matcher,
-}
-
-impl std::fmt::Debug for Constraint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Constraint")
-            .field("stopped", &self.matcher.is_stopped())
-            .finish_non_exhaustive()
-    }
-}
-
-impl Constraint {
-    /// Set every token the grammar does not allow next to −∞ in `logits`
-    /// (the end-of-turn token is allowed once the grammar may end). Returns
-    /// how many tokens stay allowed (0: the grammar is stuck).
-    pub fn mask(&mut self, logits: &mut [f32]) -> Result<usize, GrammarError> {
-        let allowed = self
-            .matcher
-            .compute_mask_or_eos()
-            .map_err(|e| GrammarError(format!("grammar error: {e}")))?;
-        // A word of the bit set at a time: most words of a grammar's mask
-        // are all-allowed or all-banned, so this is a pass over the
-        // vocabulary's bits, not a call per token.
-        let words = allowed.as_slice();
-        let mut n = 0;
-        for (w, chunk) in logits.chunks_mut(32).enumerate() {
-            let bits = words.get(w).copied().unwrap_or(0);
-            match bits {
-                u32::MAX if chunk.len() == 32 => n += 32,
-                0 => chunk.fill(f32::NEG_INFINITY),
-                _ => {
-                    for (b, l) in chunk.iter_mut().enumerate() {
-                        if bits >> b & 1 == 1 {
-                            n += 1;
-                        } else {
-                            *l = f32::NEG_INFINITY;
-                        }
-                    }
-                }
-            }
-        }
-        Ok(n)
-    }
-
-    /// The sampled token, into the grammar's state.
-    pub fn commit(&mut self, id: u32) -> Result<(), GrammarError> {
-        self.matcher
-            .consume_token(id)
-            .map_err(|e| GrammarError(format!("grammar error: {e}")))
-    }
-
-    /// The grammar is complete: nothing but the end may follow.
-    pub fn is_done(&self) -> bool {
-        self.matcher.is_stopped()
-    }
-
-    /// The grammar could end here.
-    pub fn is_accepting(&mut self) -> bool {
-        self.matcher.is_accepting().unwrap_or(false)
-    }
 }

@@ -79,7 +79,7 @@ impl Worker {
             }
             for (j, &i) in who.iter().enumerate() {
                 let (l, h) = (self.head_outputs.logits(j), self.head_outputs.hidden(j));
-                self.running[i].take_draft(l, h);
+                self.running[i].take_draft(l, h, &self.tok);
             }
             first = false;
             if !self.running.iter().any(Sequence::is_drafting) {

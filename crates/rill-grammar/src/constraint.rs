@@ -1,0 +1,206 @@
+//! One sequence's constraint: the grammar's state after the tokens
+//! committed so far, and the masks of the states it was in lately.
+//!
+//! Every grammar state has an id derived from the tokens that led to it,
+//! so a state reached again (a draft rolled back, then accepted) finds the
+//! mask computed the first time. Committing a token asks the helper thread
+//! for the new state's mask ([`crate::helper`]).
+
+use crate::helper::Helper;
+use crate::GrammarError;
+use llguidance::toktrie::SimpleVob;
+use llguidance::Matcher;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Masks kept per constraint: the committed state's and those of a step's
+/// drafts (at most 8 drafted tokens).
+const KEPT_MASKS: usize = 10;
+
+pub(crate) struct Shared {
+    matcher: Matcher,
+    /// The id of each state since the start: the last is the current one.
+    path: Vec<u64>,
+    /// Masks by state id, the most recent last.
+    masks: VecDeque<(u64, Result<SimpleVob, String>)>,
+}
+
+/// The constraint's state, even if a thread panicked holding it (the
+/// matcher is then in whatever state llguidance left it: its errors say so).
+pub(crate) fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    shared.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The id of the state `token` leads to from `parent` (a 64-bit mix).
+fn next_id(parent: u64, token: u32) -> u64 {
+    let mut x = parent.rotate_left(17) ^ (token as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+impl Shared {
+    fn state(&self) -> u64 {
+        *self.path.last().expect("the start state is always there")
+    }
+
+    /// The current state's mask, computed now unless it was already.
+    fn mask(&mut self) -> &Result<SimpleVob, String> {
+        let state = self.state();
+        let at = match self.masks.iter().position(|(id, _)| *id == state) {
+            Some(at) => at,
+            None => {
+                let m = self
+                    .matcher
+                    .compute_mask_or_eos()
+                    .map_err(|e| e.to_string());
+                if self.masks.len() == KEPT_MASKS {
+                    self.masks.pop_front();
+                }
+                self.masks.push_back((state, m));
+                self.masks.len() - 1
+            }
+        };
+        &self.masks[at].1
+    }
+
+    /// Compute the mask of `state` if the constraint is still there.
+    pub(crate) fn prefetch(&mut self, state: u64) {
+        if self.state() == state {
+            let _ = self.mask();
+        }
+    }
+}
+
+/// One sequence's constraint (see the module's notes).
+pub struct Constraint {
+    shared: Arc<Mutex<Shared>>,
+    helper: Helper,
+}
+
+impl std::fmt::Debug for Constraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Constraint")
+            .field("stopped", &self.is_done())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Constraint {
+    pub(crate) fn new(matcher: Matcher, helper: Helper) -> Constraint {
+        let shared = Shared {
+            matcher,
+            path: vec![0],
+            masks: VecDeque::with_capacity(KEPT_MASKS),
+        };
+        let c = Constraint {
+            shared: Arc::new(Mutex::new(shared)),
+            helper,
+        };
+        // The first mask is computed while the prompt prefills.
+        c.prefetch();
+        c
+    }
+
+    /// Ask the helper thread for the current state's mask.
+    fn prefetch(&self) {
+        let state = lock(&self.shared).state();
+        self.helper.ask((Arc::downgrade(&self.shared), state));
+    }
+
+    /// Set every token the grammar does not allow next to −∞ in `logits`
+    /// (the end-of-turn token is allowed once the grammar may end). Returns
+    /// how many tokens stay allowed (0: the grammar is stuck).
+    pub fn mask(&mut self, logits: &mut [f32]) -> Result<usize, GrammarError> {
+        let mut shared = lock(&self.shared);
+        let allowed = shared
+            .mask()
+            .as_ref()
+            .map_err(|e| GrammarError(format!("grammar error: {e}")))?;
+        Ok(apply(allowed, logits))
+    }
+
+    /// Whether the grammar allows `id` next.
+    pub fn allows(&mut self, id: u32) -> Result<bool, GrammarError> {
+        let mut shared = lock(&self.shared);
+        let allowed = shared
+            .mask()
+            .as_ref()
+            .map_err(|e| GrammarError(format!("grammar error: {e}")))?;
+        Ok(allowed.is_allowed(id))
+    }
+
+    /// The sampled token, into the grammar's state; the next state's mask
+    /// is then computed ahead on the helper thread.
+    pub fn commit(&mut self, id: u32) -> Result<(), GrammarError> {
+        {
+            let mut shared = lock(&self.shared);
+            shared
+                .matcher
+                .consume_token(id)
+                .map_err(|e| GrammarError(format!("grammar error: {e}")))?;
+            let next = next_id(shared.state(), id);
+            shared.path.push(next);
+        }
+        self.prefetch();
+        Ok(())
+    }
+
+    /// Take back the last `n` committed tokens (drafts the target did not
+    /// keep).
+    pub fn rollback(&mut self, n: usize) -> Result<(), GrammarError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let mut shared = lock(&self.shared);
+        if n >= shared.path.len() {
+            return Err(GrammarError(format!(
+                "cannot take back {n} tokens of {}",
+                shared.path.len() - 1
+            )));
+        }
+        shared
+            .matcher
+            .rollback(n)
+            .map_err(|e| GrammarError(format!("grammar error: {e}")))?;
+        let keep = shared.path.len() - n;
+        shared.path.truncate(keep);
+        Ok(())
+    }
+
+    /// The grammar is complete: nothing but the end may follow.
+    pub fn is_done(&self) -> bool {
+        lock(&self.shared).matcher.is_stopped()
+    }
+
+    /// The grammar could end here.
+    pub fn is_accepting(&mut self) -> bool {
+        lock(&self.shared).matcher.is_accepting().unwrap_or(false)
+    }
+}
+
+/// `logits` outside `allowed` set to −∞; how many stay.
+fn apply(allowed: &SimpleVob, logits: &mut [f32]) -> usize {
+    // A word of the bit set at a time: most words of a grammar's mask are
+    // all-allowed or all-banned, so this is a pass over the vocabulary's
+    // bits, not a call per token.
+    let words = allowed.as_slice();
+    let mut n = 0;
+    for (w, chunk) in logits.chunks_mut(32).enumerate() {
+        let bits = words.get(w).copied().unwrap_or(0);
+        match bits {
+            u32::MAX if chunk.len() == 32 => n += 32,
+            0 => chunk.fill(f32::NEG_INFINITY),
+            _ => {
+                for (b, l) in chunk.iter_mut().enumerate() {
+                    if bits >> b & 1 == 1 {
+                        n += 1;
+                    } else {
+                        *l = f32::NEG_INFINITY;
+                    }
+                }
+            }
+        }
+    }
+    n
+}
