@@ -84,7 +84,23 @@ pub(super) unsafe fn shift16_y(v: __m256i, n: i32) -> __m256i {
     }
 }
 
-/// Q4_K / Q5_K on AVX2: one vector per 32-value sub-block.
+/// Two `vpmaddubsw` results folded into one vector for a single
+/// `vpmaddwd`: word `2i` = `a[2i] + a[2i+1]`, word `2i+1` = `b[2i] + b[2i+1]`.
+/// Every word of `a` and `b` is at most 2·63·127 (an unsigned quant of ≤ 6
+/// bits times |q| ≤ 127, two of them), so these sums of two stay below
+/// 4·63·127 = 32004 < 2¹⁵: exact. `vpmaddwd` with the scales `(s_a, s_b)`
+/// in every dword then gives `s_a·(a's pair) + s_b·(b's pair)`: the same
+/// integers as two `vpmaddwd`s, with half the multiplies (the only port
+/// for vector integer multiplies is the bottleneck on AMD Zen 1).
+#[inline(always)]
+pub(super) unsafe fn pair_sums2(a: __m256i, b: __m256i) -> __m256i {
+    _mm256_add_epi16(
+        _mm256_blend_epi16::<0xAA>(a, b),
+        _mm256_or_si256(_mm256_srli_epi32::<16>(a), _mm256_slli_epi32::<16>(b)),
+    )
+}
+
+/// Q4_K / Q5_K on AVX2: one vector per pair of 32-value sub-blocks.
 #[inline(always)]
 pub(super) unsafe fn kmin_y<const R: usize, const T: usize, const Q5: bool>(
     w: *const u8,
@@ -136,28 +152,36 @@ pub(super) unsafe fn kmin_y<const R: usize, const T: usize, const Q5: bool>(
             };
             let q = blk(r).add(qs_at);
             let qh = _mm256_loadu_si256(blk(r).add(16) as *const __m256i);
-            for j in 0..8 {
-                let v = _mm256_loadu_si256(q.add(32 * (j / 2)) as *const __m256i);
-                let mut wv = _mm256_and_si256(
-                    if j % 2 == 0 {
-                        v
-                    } else {
-                        _mm256_srli_epi16::<4>(v)
-                    },
-                    nib,
-                );
+            // Sub-blocks j = 2k (low nibbles) and 2k + 1 (high) share one
+            // vector of quants and one `vpmaddwd` (see `pair_sums2`).
+            for k in 0..4 {
+                let v = _mm256_loadu_si256(q.add(32 * k) as *const __m256i);
+                let mut wv = [
+                    _mm256_and_si256(v, nib),
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), nib),
+                ];
                 if Q5 {
                     // Bit j of qh to bit 4.
-                    wv = _mm256_or_si256(wv, _mm256_and_si256(shift16_y(qh, 4 - j as i32), b16));
+                    for (i, w) in wv.iter_mut().enumerate() {
+                        let j = (2 * k + i) as i32;
+                        *w = _mm256_or_si256(*w, _mm256_and_si256(shift16_y(qh, 4 - j), b16));
+                    }
                 }
+                // Words (sc_2k, sc_2k+1) in every dword.
+                let j = 4 * k as i32;
                 let sv = _mm256_shuffle_epi8(
                     sc,
-                    _mm256_set1_epi16((2 * j as i16) | ((2 * j as i16 + 1) << 8)),
+                    _mm256_set1_epi32(j | ((j + 1) << 8) | ((j + 2) << 16) | ((j + 3) << 24)),
                 );
                 for t in 0..T {
-                    let xv = _mm256_loadu_si256(x.qs[t].add(256 * b + 32 * j) as *const __m256i);
-                    let s = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), sv);
-                    acc[r][t] = _mm256_add_epi32(acc[r][t], s);
+                    let xq = x.qs[t].add(256 * b + 64 * k);
+                    let xa = _mm256_loadu_si256(xq as *const __m256i);
+                    let xb = _mm256_loadu_si256(xq.add(32) as *const __m256i);
+                    let u = pair_sums2(
+                        _mm256_maddubs_epi16(wv[0], xa),
+                        _mm256_maddubs_epi16(wv[1], xb),
+                    );
+                    acc[r][t] = _mm256_add_epi32(acc[r][t], _mm256_madd_epi16(u, sv));
                 }
             }
         }
@@ -193,13 +217,13 @@ pub(super) unsafe fn q6k_y_body<const R: usize, const T: usize>(
         for r in 0..R {
             let base = blk(r);
             let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(base.add(192) as *const __m128i));
-            // Dwords (sc, sc): [0..3 | 8..11] and [4..7 | 12..15].
-            let dup = [
-                _mm256_unpacklo_epi16(sc16, sc16),
-                _mm256_unpackhi_epi16(sc16, sc16),
+            // Scales 0..7 and 8..15, each in both halves.
+            let lanes = [
+                _mm256_permute4x64_epi64::<0x44>(sc16),
+                _mm256_permute4x64_epi64::<0xEE>(sc16),
             ];
             let scn = _mm256_sub_epi16(z, _mm256_slli_epi16::<5>(sc16));
-            for u in 0..8 {
+            let wv = |u: usize| {
                 let (h, s) = (u / 4, u % 4);
                 let ql = _mm256_loadu_si256(base.add(64 * h + 32 * (s % 2)) as *const __m256i);
                 let lo = if s < 2 {
@@ -209,16 +233,27 @@ pub(super) unsafe fn q6k_y_body<const R: usize, const T: usize>(
                 };
                 let qh = _mm256_loadu_si256(base.add(128 + 32 * h) as *const __m256i);
                 let hi = _mm256_and_si256(shift16_y(qh, 4 - 2 * s as i32), hib);
-                let wv = _mm256_or_si256(_mm256_and_si256(lo, nib), hi);
-                // Sub-blocks 2u, 2u+1: dwords of dup[(2u%8)/4] at (2u/8)*4 + 2u%4.
-                let pos = |j: usize| ((j / 8) * 4 + j % 4) as i32;
-                let (a, c) = (pos(2 * u), pos(2 * u + 1));
-                let idx = _mm256_setr_epi32(a, a, a, a, c, c, c, c);
-                let sv = _mm256_permutevar8x32_epi32(dup[(2 * u % 8) / 4], idx);
+                _mm256_or_si256(_mm256_and_si256(lo, nib), hi)
+            };
+            // Vectors u = 2k, 2k + 1 in one `vpmaddwd` (`pair_sums2`): the
+            // low halves hold sub-blocks 4k, 4k + 2, the high 4k + 1, 4k + 3.
+            for k in 0..4 {
+                let (wa, wb) = (wv(2 * k), wv(2 * k + 1));
+                let pair = |j: i32| {
+                    let (a, c) = (2 * j, 2 * j + 4);
+                    a | ((a + 1) << 8) | (c << 16) | ((c + 1) << 24)
+                };
+                let (lo, hi) = (pair((4 * k % 8) as i32), pair((4 * k % 8 + 1) as i32));
+                let sv = _mm256_shuffle_epi8(
+                    lanes[k / 2],
+                    _mm256_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi),
+                );
                 for t in 0..T {
-                    let xv = _mm256_loadu_si256(x.qs[t].add(256 * b + 32 * u) as *const __m256i);
-                    let d = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), sv);
-                    acc[r][t] = _mm256_add_epi32(acc[r][t], d);
+                    let xq = x.qs[t].add(256 * b + 64 * k);
+                    let xa = _mm256_loadu_si256(xq as *const __m256i);
+                    let xb = _mm256_loadu_si256(xq.add(32) as *const __m256i);
+                    let u = pair_sums2(_mm256_maddubs_epi16(wa, xa), _mm256_maddubs_epi16(wb, xb));
+                    acc[r][t] = _mm256_add_epi32(acc[r][t], _mm256_madd_epi16(u, sv));
                 }
             }
             for t in 0..T {
