@@ -548,7 +548,7 @@ impl Worker {
             return;
         };
         for (tokens, state) in self.cache.entries() {
-            if let Err(e) = disk.store(tokens, state) {
+            if let Err(e) = disk.store(&tokens, state) {
                 tracing::warn!("--cache-dir: cannot write a prompt-cache file: {e}");
                 return;
             }
@@ -706,7 +706,11 @@ impl Worker {
     /// What the states and the cache hold now (never more than the
     /// reservations plus the cache: the budget's invariant), and its peak.
     fn held_metrics(&self) {
-        let held = self.running.iter().map(|s| s.state.bytes()).sum::<usize>() + self.cache.bytes();
+        // Pages a sequence shares with the cache count once (the cache's).
+        let held = (self.running.iter())
+            .map(|s| self.cache.extra_bytes(&s.state))
+            .sum::<usize>()
+            + self.cache.bytes();
         self.metrics.mem_held_bytes.store(held as u64, Relaxed);
         self.metrics
             .mem_held_peak_bytes

@@ -122,6 +122,10 @@ pub fn attend_causal(
     assert_eq!(q.len(), m * nh * hd);
     assert_eq!(out.len(), m * nh * hd);
     assert!(k.positions(nkv * hd) >= pos0 + m && v.positions(nkv * hd) >= pos0 + m);
+    for side in [&k, &v] {
+        let pp = side.rows.page_positions().unwrap_or(KEY_TILE);
+        assert!(pp.is_multiple_of(KEY_TILE), "pages of {pp} positions");
+    }
     let per = shape.scratch_per_thread();
     assert!(scratch.len() >= threads.count() * per);
     isa.check();
@@ -223,17 +227,21 @@ impl Job<'_> {
         let mut k0 = 0;
         while k0 < end {
             let kt = KEY_TILE.min(end - k0);
-            let first_value = (k0 * nkv + self.kvh) * hd;
+            // The runs (pages) holding the tile: a tile never straddles
+            // two (the page length is a multiple of KEY_TILE).
+            let (k_run, k_base) = self.k.rows.run_of(k0);
+            let (v_run, v_base) = self.v.rows.run_of(k0);
             let kr = tile_reads(&self.k.exact, first, last, k0, kt);
             let vr = tile_reads(&self.v.exact, first, last, k0, kt);
             // The tile's keys transposed, `[hd × KEY_TILE]`: the right factor
             // of the scores' product.
             if kr.lo {
-                match self.k.rows {
+                match k_run {
                     KvRows::F32(c) => {
-                        transpose(&c[first_value..], nkv * hd, (kt, hd), kb, KEY_TILE)
+                        let at = ((k0 - k_base) * nkv + self.kvh) * hd;
+                        transpose(&c[at..], nkv * hd, (kt, hd), kb, KEY_TILE)
                     }
-                    KvRows::Coded { .. } => {
+                    _ => {
                         self.k.decode_rows(self.isa, geo, k0, kt, kd, hd);
                         transpose(kd, hd, (kt, hd), kb, KEY_TILE);
                     }
@@ -314,9 +322,11 @@ impl Job<'_> {
                 if !reads {
                     continue;
                 }
-                let values: (&[f32], usize) = match (lo, self.v.rows) {
-                    (true, KvRows::F32(c)) => (&c[first_value..], nkv * hd),
-                    (true, KvRows::Coded { .. }) => {
+                let values: (&[f32], usize) = match (lo, v_run) {
+                    (true, KvRows::F32(c)) => {
+                        (&c[((k0 - v_base) * nkv + self.kvh) * hd..], nkv * hd)
+                    }
+                    (true, _) => {
                         self.v.decode_rows(self.isa, geo, k0, kt, vd, hd);
                         (&*vd, hd)
                     }

@@ -18,6 +18,7 @@
 
 use crate::simd::Isa;
 use rill_dtype::DType;
+use std::sync::Arc;
 
 /// The encodings a KV cache can be stored in.
 pub const KV_DTYPES: [DType; 6] = [
@@ -174,12 +175,98 @@ pub fn hadamard_block(head_dim: usize, max: usize) -> usize {
     n
 }
 
+/// Positions per page of a paged cache ([`KvRows::PagedF32`],
+/// [`KvRows::PagedCoded`]): a multiple of the attention kernel's key tile,
+/// so that a tile (at absolute positions 0, 64, 128, …) never straddles
+/// two pages and the kernel reads it in place.
+pub const KV_PAGE_POSITIONS: usize = 256;
+const _: () = assert!(KV_PAGE_POSITIONS.is_multiple_of(crate::attention::KEY_TILE));
+
 /// The rows of one side (K or V) of a cache: f32 values, or encoded rows
-/// of `n_head_kv × head_dim` values per position.
+/// of `n_head_kv × head_dim` values per position; in one run, or in pages
+/// of `page_positions` positions each (every page full but the last),
+/// which sequences and snapshots share by reference count.
 #[derive(Clone, Copy, Debug)]
 pub enum KvRows<'a> {
     F32(&'a [f32]),
-    Coded { dtype: DType, bytes: &'a [u8] },
+    Coded {
+        dtype: DType,
+        bytes: &'a [u8],
+    },
+    PagedF32 {
+        pages: &'a [Arc<Vec<f32>>],
+        page_positions: usize,
+    },
+    PagedCoded {
+        dtype: DType,
+        pages: &'a [Arc<Vec<u8>>],
+        page_positions: usize,
+    },
+}
+
+impl<'a> KvRows<'a> {
+    /// The run of rows (one page, or the whole of an unpaged side) that
+    /// holds position `p`, and the position its first row is.
+    #[inline]
+    pub fn run_of(&self, p: usize) -> (KvRows<'a>, usize) {
+        match *self {
+            KvRows::F32(_) | KvRows::Coded { .. } => (*self, 0),
+            KvRows::PagedF32 {
+                pages,
+                page_positions,
+            } => {
+                let i = p / page_positions;
+                (KvRows::F32(&pages[i][..]), i * page_positions)
+            }
+            KvRows::PagedCoded {
+                dtype,
+                pages,
+                page_positions,
+            } => {
+                let i = p / page_positions;
+                let bytes = &pages[i][..];
+                (KvRows::Coded { dtype, bytes }, i * page_positions)
+            }
+        }
+    }
+
+    /// Positions per page (`None`: one run).
+    pub fn page_positions(&self) -> Option<usize> {
+        match *self {
+            KvRows::F32(_) | KvRows::Coded { .. } => None,
+            KvRows::PagedF32 { page_positions, .. } | KvRows::PagedCoded { page_positions, .. } => {
+                Some(page_positions)
+            }
+        }
+    }
+
+    /// Positions of `per_pos` values held.
+    pub fn positions(&self, per_pos: usize) -> usize {
+        let paged = |n: usize, last: usize, pp: usize| if n == 0 { 0 } else { (n - 1) * pp + last };
+        match *self {
+            KvRows::F32(r) => r.len() / per_pos,
+            KvRows::Coded { dtype, bytes } => bytes.len() / encoded_len(dtype, per_pos),
+            KvRows::PagedF32 {
+                pages,
+                page_positions,
+            } => paged(
+                pages.len(),
+                pages.last().map_or(0, |p| p.len() / per_pos),
+                page_positions,
+            ),
+            KvRows::PagedCoded {
+                dtype,
+                pages,
+                page_positions,
+            } => paged(
+                pages.len(),
+                pages
+                    .last()
+                    .map_or(0, |p| p.len() / encoded_len(dtype, per_pos)),
+                page_positions,
+            ),
+        }
+    }
 }
 
 /// f16 copies of a 4-bit side's attention-sink rows and recent rows, read
@@ -239,10 +326,7 @@ impl<'a> KvSide<'a> {
 
     /// Positions of `per_pos` values the rows hold.
     pub fn positions(&self, per_pos: usize) -> usize {
-        match self.rows {
-            KvRows::F32(r) => r.len() / per_pos,
-            KvRows::Coded { dtype, bytes } => bytes.len() / encoded_len(dtype, per_pos),
-        }
+        self.rows.positions(per_pos)
     }
 
     /// Decode KV head `kvh`'s `hd` values of positions `p0..p0 + n` into
@@ -256,24 +340,21 @@ impl<'a> KvSide<'a> {
         dst: &mut [f32],
         ld: usize,
     ) {
-        match self.rows {
-            KvRows::F32(r) => {
-                for i in 0..n {
-                    let src = ((p0 + i) * nkv + kvh) * hd;
-                    dst[i * ld..i * ld + hd].copy_from_slice(&r[src..src + hd]);
+        for i in 0..n {
+            let (run, base) = self.rows.run_of(p0 + i);
+            let p = p0 + i - base;
+            let d = &mut dst[i * ld..i * ld + hd];
+            match run {
+                KvRows::F32(r) => {
+                    let src = (p * nkv + kvh) * hd;
+                    d.copy_from_slice(&r[src..src + hd]);
                 }
-            }
-            KvRows::Coded { dtype, bytes } => {
-                let (row, head) = (encoded_len(dtype, nkv * hd), encoded_len(dtype, hd));
-                for i in 0..n {
-                    let src = (p0 + i) * row + kvh * head;
-                    crate::quant::dequantize_with(
-                        isa,
-                        dtype,
-                        &bytes[src..src + head],
-                        &mut dst[i * ld..i * ld + hd],
-                    );
+                KvRows::Coded { dtype, bytes } => {
+                    let (row, head) = (encoded_len(dtype, nkv * hd), encoded_len(dtype, hd));
+                    let src = p * row + kvh * head;
+                    crate::quant::dequantize_with(isa, dtype, &bytes[src..src + head], d);
                 }
+                _ => unreachable!("a run is not paged"),
             }
         }
     }

@@ -12,8 +12,11 @@
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use rill_dtype::DType;
-use rill_kernels::kv::{encode, encoded_len, hadamard_block, ExactRows, KvRows, KvSide};
+use rill_kernels::kv::{
+    encode, encoded_len, hadamard_block, ExactRows, KvRows, KvSide, KV_PAGE_POSITIONS,
+};
 use rill_kernels::Precision;
+use std::sync::Arc;
 
 /// An encoding of KV cache rows, by llama.cpp's `-ctk` / `-ctv` names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -192,7 +195,9 @@ impl KvConfig {
         [self.k, self.v]
             .into_iter()
             .map(|t| {
-                let rows = t.bytes_for(per_pos) * positions;
+                // Whole pages.
+                let pages = positions.div_ceil(KV_PAGE_POSITIONS);
+                let rows = t.bytes_for(per_pos) * pages * KV_PAGE_POSITIONS;
                 let exact = if t.keeps_exact_rows() && self.sinks + self.window > 0 {
                     let row = 2 * per_pos;
                     let sinks = self.sinks.min(positions) * row;
@@ -213,6 +218,125 @@ impl KvConfig {
 /// positions (rejected draft tokens) leaves the window's rows in f16.
 const RING_SLACK: usize = 64;
 
+/// Rows in pages of [`KV_PAGE_POSITIONS`] positions, each page shared by
+/// reference count: a clone of the store (a prompt-cache snapshot, a
+/// sequence resumed from one) shares every page, and the first write to a
+/// shared page (an append to the last one, a truncation into it) copies
+/// that page alone (copy on write). Every page is full but the last; a
+/// page is allocated whole when the first row is written to it, so a
+/// decode step allocates only when it starts a page (every
+/// `KV_PAGE_POSITIONS` positions) or diverges from a shared one.
+#[derive(Debug)]
+pub(crate) struct Pages<T> {
+    pub pages: Vec<Arc<Vec<T>>>,
+    /// Elements per position.
+    row: usize,
+}
+
+impl<T> Clone for Pages<T> {
+    fn clone(&self) -> Self {
+        Pages {
+            pages: self.pages.clone(),
+            row: self.row,
+        }
+    }
+}
+
+impl<T: Copy + Default> Pages<T> {
+    fn new(row: usize) -> Pages<T> {
+        Pages {
+            pages: Vec::new(),
+            row,
+        }
+    }
+
+    fn positions(&self) -> usize {
+        match self.pages.last() {
+            None => 0,
+            Some(p) => (self.pages.len() - 1) * KV_PAGE_POSITIONS + p.len() / self.row,
+        }
+    }
+
+    /// Page `i`, unshared (copied first if another holder shares it), with
+    /// room for a whole page.
+    fn page_mut(&mut self, i: usize) -> &mut Vec<T> {
+        let full = KV_PAGE_POSITIONS * self.row;
+        let page = &mut self.pages[i];
+        if Arc::get_mut(page).is_none() {
+            let mut own = Vec::with_capacity(full);
+            own.extend_from_slice(page);
+            *page = Arc::new(own);
+        }
+        Arc::get_mut(page).expect("unshared")
+    }
+
+    /// Append `m` rows: `fill(dst, r0, n)` writes rows `r0..r0 + n` of the
+    /// new ones into `dst` (`n × row` elements).
+    fn append(&mut self, m: usize, mut fill: impl FnMut(&mut [T], usize, usize)) {
+        let row = self.row;
+        let mut done = 0;
+        while done < m {
+            let p = self.positions();
+            let (i, off) = (p / KV_PAGE_POSITIONS, p % KV_PAGE_POSITIONS);
+            if i == self.pages.len() {
+                self.pages
+                    .push(Arc::new(Vec::with_capacity(KV_PAGE_POSITIONS * row)));
+            }
+            let n = (KV_PAGE_POSITIONS - off).min(m - done);
+            let page = self.page_mut(i);
+            page.resize((off + n) * row, T::default());
+            fill(&mut page[off * row..], done, n);
+            done += n;
+        }
+    }
+
+    fn truncate(&mut self, pos: usize) {
+        if pos >= self.positions() {
+            return;
+        }
+        self.pages.truncate(pos.div_ceil(KV_PAGE_POSITIONS));
+        let off = pos % KV_PAGE_POSITIONS;
+        if off > 0 {
+            let row = self.row;
+            let last = self.pages.len() - 1;
+            self.page_mut(last).truncate(off * row);
+        }
+    }
+
+    /// The rows of position `p` (held).
+    fn at(&self, p: usize) -> &[T] {
+        let off = (p % KV_PAGE_POSITIONS) * self.row;
+        &self.pages[p / KV_PAGE_POSITIONS][off..off + self.row]
+    }
+
+    /// Every row, in order.
+    fn concat(&self) -> Vec<T> {
+        self.pages.iter().flat_map(|p| p.iter().copied()).collect()
+    }
+
+    /// Fill this empty store from rows in order.
+    fn fill_from(&mut self, rows: &[T]) {
+        let row = self.row;
+        self.append(rows.len() / row, |dst, r0, n| {
+            dst.copy_from_slice(&rows[r0 * row..(r0 + n) * row])
+        });
+    }
+
+    /// Bytes of the pages (whole pages: they are allocated so).
+    fn page_bytes(&self) -> usize {
+        self.pages.len() * KV_PAGE_POSITIONS * self.row * std::mem::size_of::<T>()
+    }
+
+    /// Each page: its address (what identifies it across the holders that
+    /// share it) and its bytes.
+    fn each_page(&self, mut f: impl FnMut(usize, usize)) {
+        let b = KV_PAGE_POSITIONS * self.row * std::mem::size_of::<T>();
+        for p in &self.pages {
+            f(Arc::as_ptr(p) as *const u8 as usize, b);
+        }
+    }
+}
+
 /// One side (K or V) of an attention layer's cache.
 #[derive(Clone, Debug)]
 pub(crate) struct KvStore {
@@ -223,13 +347,14 @@ pub(crate) struct KvStore {
     /// stored (1: not rotated).
     rotation: usize,
     /// The rows when the type is f32.
-    values: Vec<f32>,
+    values: Pages<f32>,
     /// The rows, encoded, for every other type.
-    bytes: Vec<u8>,
+    bytes: Pages<u8>,
     exact: Option<Box<ExactStore>>,
 }
 
-/// f16 copies of the sinks and of a ring of recent rows.
+/// f16 copies of the sinks and of a ring of recent rows (per sequence:
+/// small, and not shared).
 #[derive(Clone, Debug)]
 struct ExactStore {
     sinks: usize,
@@ -259,8 +384,8 @@ impl KvStore {
             } else {
                 1
             },
-            values: Vec::new(),
-            bytes: Vec::new(),
+            values: Pages::new(per_pos),
+            bytes: Pages::new(encoded_len(t.dtype(), per_pos)),
             exact,
         }
     }
@@ -274,40 +399,45 @@ impl KvStore {
     /// Positions held.
     pub fn positions(&self) -> usize {
         if self.dtype == DType::F32 {
-            self.values.len() / self.per_pos
+            self.values.positions()
         } else {
-            self.bytes.len() / encoded_len(self.dtype, self.per_pos)
+            self.bytes.positions()
         }
     }
 
-    /// Bytes held (the allocations' used part).
+    /// Bytes held: the pages (whole) and the f16 sinks and ring. Pages
+    /// shared with other holders count here in full; [`each_page`]
+    /// (Self::each_page) lets a caller count them once.
     pub fn bytes(&self) -> usize {
-        self.values.len() * 4
-            + self.bytes.len()
-            + self
-                .exact
-                .as_ref()
-                .map_or(0, |e| e.sink_rows.len() + e.ring.len())
+        self.values.page_bytes() + self.bytes.page_bytes() + self.unshared_bytes()
     }
 
-    /// Append the rows `new` (`per_pos` values each); the cache can hold
-    /// up to `capacity` positions.
-    pub fn append(&mut self, new: &[f32], capacity: usize) {
+    /// Bytes this store alone holds (the f16 sinks and ring).
+    pub fn unshared_bytes(&self) -> usize {
+        self.exact
+            .as_ref()
+            .map_or(0, |e| e.sink_rows.len() + e.ring.len())
+    }
+
+    /// Each page: `f(address, bytes)`.
+    pub fn each_page(&self, mut f: impl FnMut(usize, usize)) {
+        self.values.each_page(&mut f);
+        self.bytes.each_page(&mut f);
+    }
+
+    /// Append the rows `new` (`per_pos` values each). Pages are allocated
+    /// as the rows reach them, whatever the capacity.
+    pub fn append(&mut self, new: &[f32], _capacity: usize) {
         let len = self.positions();
-        let m = new.len() / self.per_pos;
-        if self.dtype == DType::F32 {
-            grow(&mut self.values, new.len(), capacity * self.per_pos);
-            self.values.extend_from_slice(new);
+        let (m, per_pos, dtype) = (new.len() / self.per_pos, self.per_pos, self.dtype);
+        if dtype == DType::F32 {
+            self.values.append(m, |dst, r0, n| {
+                dst.copy_from_slice(&new[r0 * per_pos..(r0 + n) * per_pos])
+            });
         } else {
-            let add = encoded_len(self.dtype, new.len());
-            grow(
-                &mut self.bytes,
-                add,
-                capacity * encoded_len(self.dtype, self.per_pos),
-            );
-            let at = self.bytes.len();
-            self.bytes.resize(at + add, 0);
-            encode(self.dtype, new, &mut self.bytes[at..]);
+            self.bytes.append(m, |dst, r0, n| {
+                encode(dtype, &new[r0 * per_pos..(r0 + n) * per_pos], dst)
+            });
         }
         if let Some(e) = &mut self.exact {
             e.append(self.per_pos, len, new, m);
@@ -315,11 +445,11 @@ impl KvStore {
     }
 
     /// The rows (and the f16 sinks and window ring) as bytes
-    /// (`state_io.rs`).
+    /// (`state_io.rs`), pages concatenated.
     pub fn write_to(&self, out: &mut Vec<u8>) {
         use crate::state_io::{put_bytes, put_f32s, put_u64};
-        put_f32s(out, &self.values);
-        put_bytes(out, &self.bytes);
+        put_f32s(out, &self.values.concat());
+        put_bytes(out, &self.bytes.concat());
         match &self.exact {
             None => out.push(0),
             Some(e) => {
@@ -345,7 +475,8 @@ impl KvStore {
         if !ok {
             return Err("KV rows of another type or width".into());
         }
-        (self.values, self.bytes) = (values, bytes);
+        self.values.fill_from(&values);
+        self.bytes.fill_from(&bytes);
         let positions = self.positions();
         match (&mut self.exact, r.u8()?) {
             (None, 0) => Ok(()),
@@ -367,18 +498,14 @@ impl KvStore {
         }
     }
 
-    /// Drop positions `pos..`.
+    /// Drop positions `pos..` (a shared page cut into is copied first).
     pub fn truncate(&mut self, pos: usize) {
         let len = self.positions();
         if pos >= len {
             return;
         }
-        if self.dtype == DType::F32 {
-            self.values.truncate(pos * self.per_pos);
-        } else {
-            self.bytes
-                .truncate(pos * encoded_len(self.dtype, self.per_pos));
-        }
+        self.values.truncate(pos);
+        self.bytes.truncate(pos);
         if let Some(e) = &mut self.exact {
             let row = 2 * self.per_pos;
             e.sink_rows.truncate(pos.min(e.sinks) * row);
@@ -389,11 +516,10 @@ impl KvStore {
             let held = len.saturating_sub(e.ring_rows);
             let mut tmp = vec![0f32; self.per_pos];
             for p in need..held.min(pos) {
-                let b = encoded_len(self.dtype, self.per_pos);
                 rill_kernels::quant::dequantize_with(
                     rill_kernels::Isa::Scalar,
                     self.dtype,
-                    &self.bytes[p * b..(p + 1) * b],
+                    self.bytes.at(p),
                     &mut tmp,
                 );
                 let s = p % e.ring_rows;
@@ -405,11 +531,15 @@ impl KvStore {
     /// The view the attention kernel reads.
     pub fn side(&self) -> KvSide<'_> {
         let rows = if self.dtype == DType::F32 {
-            KvRows::F32(&self.values)
+            KvRows::PagedF32 {
+                pages: &self.values.pages,
+                page_positions: KV_PAGE_POSITIONS,
+            }
         } else {
-            KvRows::Coded {
+            KvRows::PagedCoded {
                 dtype: self.dtype,
-                bytes: &self.bytes,
+                pages: &self.bytes.pages,
+                page_positions: KV_PAGE_POSITIONS,
             }
         };
         let len = self.positions();
@@ -463,24 +593,6 @@ impl ExactStore {
     }
 }
 
-/// Make room for `add` more elements in `cache`. When it has to grow, it
-/// grows at once to `full` (every position the sequence can hold), so that
-/// decode steps never reallocate it. The allocator maps a block that large
-/// lazily: its pages take memory only once written.
-fn grow<T>(cache: &mut Vec<T>, add: usize, full: usize) {
-    let need = cache.len() + add;
-    if cache.capacity() < need
-        && cache
-            .try_reserve_exact(full.max(need) - cache.len())
-            .is_err()
-    {
-        // An allocator that refuses the whole context's address space at
-        // once (strict overcommit, a huge --ctx-size) still gets the usual
-        // amortised growth.
-        cache.reserve(need - cache.len());
-    }
-}
-
 /// An attention layer's cache: K and V.
 #[derive(Clone, Debug)]
 pub(crate) struct KvCache {
@@ -504,6 +616,12 @@ impl KvCache {
     pub fn truncate(&mut self, pos: usize) {
         self.k.truncate(pos);
         self.v.truncate(pos);
+    }
+
+    /// Each page of K and V: `f(address, bytes)`.
+    pub fn each_page(&self, mut f: impl FnMut(usize, usize)) {
+        self.k.each_page(&mut f);
+        self.v.each_page(&mut f);
     }
 }
 
@@ -535,15 +653,22 @@ mod tests {
                     &mut out,
                 );
             }
-            (_, _, KvRows::F32(v)) => out.copy_from_slice(&v[p * per_pos..(p + 1) * per_pos]),
-            (_, _, KvRows::Coded { dtype, bytes }) => {
-                let b = encoded_len(dtype, per_pos);
-                rill_kernels::quant::dequantize_with(
-                    rill_kernels::Isa::Scalar,
-                    dtype,
-                    &bytes[p * b..(p + 1) * b],
-                    &mut out,
-                );
+            _ => {
+                let (run, base) = side.rows.run_of(p);
+                let p = p - base;
+                match run {
+                    KvRows::F32(v) => out.copy_from_slice(&v[p * per_pos..(p + 1) * per_pos]),
+                    KvRows::Coded { dtype, bytes } => {
+                        let b = encoded_len(dtype, per_pos);
+                        rill_kernels::quant::dequantize_with(
+                            rill_kernels::Isa::Scalar,
+                            dtype,
+                            &bytes[p * b..(p + 1) * b],
+                            &mut out,
+                        );
+                    }
+                    _ => unreachable!("a run is not paged"),
+                }
             }
         }
         out
@@ -633,7 +758,8 @@ mod tests {
             };
             let mut s = KvStore::new(t, per_pos, 1, &kv);
             s.append(&rows(2, 10 * per_pos), 10);
-            assert_eq!(s.bytes(), t.bytes_for(10 * per_pos));
+            // Whole pages.
+            assert_eq!(s.bytes(), t.bytes_for(KV_PAGE_POSITIONS * per_pos));
         }
         assert_eq!(KvType::Q8_0.bytes_for(64), 68);
         assert_eq!(KvType::Q4_0.bytes_for(64), 36);

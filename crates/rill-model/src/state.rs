@@ -355,8 +355,33 @@ impl SequenceState {
         s
     }
 
+    /// Each KV page this state holds (trunk layers and the MTP head):
+    /// `f(address, bytes)`. A page shared with other states (snapshots,
+    /// sequences resumed from them) has the same address in each of them:
+    /// [`SharedPages`](crate::SharedPages) counts it once.
+    pub fn each_kv_page(&self, mut f: impl FnMut(usize, usize)) {
+        for l in &self.layers {
+            if let LayerState::Attention { kv } = l {
+                kv.each_page(&mut f);
+            }
+        }
+        if let Some(m) = &self.mtp {
+            m.kv.each_page(&mut f);
+        }
+    }
+
+    /// Bytes of state held besides the KV pages (recurrent states, conv
+    /// windows, f16 sinks and rings, index keys, rewind slots): what this
+    /// state holds alone.
+    pub fn unpaged_bytes(&self) -> usize {
+        let mut paged = 0;
+        self.each_kv_page(|_, b| paged += b);
+        self.bytes() - paged
+    }
+
     /// Bytes of state held (recurrent states, conv windows, KV caches, the
-    /// MTP head's KV cache, the rewind snapshots).
+    /// MTP head's KV cache, the rewind snapshots), every page in full
+    /// whether or not another state shares it.
     pub fn bytes(&self) -> usize {
         let f = std::mem::size_of::<f32>();
         self.layers

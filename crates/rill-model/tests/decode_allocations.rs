@@ -149,7 +149,9 @@ fn verify_and_rewind_step<const N: usize>(
 }
 
 /// Steps before the counted ones: the first decode step after a prefill
-/// may still grow buffers to the decode step's shapes.
+/// may still grow buffers to the decode step's shapes. (A step that starts
+/// a KV page, every `KV_PAGE_POSITIONS` = 256 positions, allocates that
+/// page: exempt by design; the counted steps here stay inside the first.)
 const WARM_UP: u32 = 1;
 
 #[test]
