@@ -4,29 +4,9 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models")
-}
-
-fn rill(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rill"))
-        .args(args)
-        .env_remove("RILL_MODEL")
-        .output()
-        .expect("run rill")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = rill(args);
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
+mod common;
+use common::{fixtures, ok, rill};
 
 fn greedy(model: &Path) -> Value {
     let m = model.to_str().unwrap();

@@ -327,13 +327,7 @@ impl Model {
         self.prepare_rewind(items);
         let c = &self.config;
         let h = c.n_embd;
-        // Row ranges of each item in the step's activation matrix.
-        let mut spans = Reused::take(ex.ws);
-        let mut n = 0;
-        for item in items.iter() {
-            spans.push(n..n + item.tokens.len());
-            n += item.tokens.len();
-        }
+        let (spans, n) = row_spans(ex.ws, items.iter().map(|i| i.tokens.len()));
         if let Some(final_mix) = &self.output_hyper {
             return self.forward_hyper(ex, final_mix, items, &spans, n, out);
         }
@@ -488,12 +482,7 @@ impl Model {
         let threads = ex.threads;
         let c = &self.config;
         let h = c.n_embd;
-        let mut spans = Reused::take(ex.ws);
-        let mut n = 0;
-        for item in items.iter() {
-            spans.push(n..n + item.tokens.len());
-            n += item.tokens.len();
-        }
+        let (spans, n) = row_spans(ex.ws, items.iter().map(|i| i.tokens.len()));
         // [enorm(embedding) ; hnorm(hidden)] per row: the embedding first.
         let mut cat = Buf::for_output(ex.ws, n * 2 * h);
         let embd = m.embed.as_ref().unwrap_or(&self.token_embd).view();
@@ -689,4 +678,19 @@ fn add_then_norm(
             rms_norm(row, w, eps, out);
         }
     });
+}
+
+/// The row range of each item (of `lens` rows each) in a step's activation
+/// matrix, and the matrix's row count.
+fn row_spans<'w>(
+    ws: &'w crate::scratch::Workspace,
+    lens: impl Iterator<Item = usize>,
+) -> (Reused<'w, std::ops::Range<usize>>, usize) {
+    let mut spans = Reused::take(ws);
+    let mut n = 0;
+    for len in lens {
+        spans.push(n..n + len);
+        n += len;
+    }
+    (spans, n)
 }
