@@ -34,12 +34,7 @@ pub struct ComputeArgs {
 
 /// A model opened to run: what was loaded, and the kernel class,
 /// precision and KV cache it runs with.
-pub struct Opened {
-    pub loaded: Loaded,
-    pub kernels: Isa,
-    pub precision: Precision,
-    pub kv: KvConfig,
-}
+pub type Opened = (Loaded, Isa, Precision, KvConfig);
 
 /// Open the model of `-m` (with the MTP head `spec` names, for a command
 /// that decodes) for `kernels` / `precision` (defaults as
@@ -57,12 +52,7 @@ pub fn open(
         None => crate::load::open(model, kernels, precision, prefault)?,
     };
     let kv = kv.resolve(precision, &mut loaded.model)?;
-    Ok(Opened {
-        loaded,
-        kernels,
-        precision,
-        kv,
-    })
+    Ok((loaded, kernels, precision, kv))
 }
 
 impl ComputeArgs {
@@ -82,4 +72,22 @@ impl ComputeArgs {
             prefault,
         )
     }
+}
+
+/// The engine settings the commands that decode share: `threads`, the
+/// kernel class, precision and KV cache they opened the model with, and
+/// the speculation `spec` asks for; the rest as [`EngineConfig::default`].
+pub fn engine_config(
+    threads: usize,
+    (kernels, precision, kv): (Isa, Precision, KvConfig),
+    spec: &SpecArgs,
+) -> Result<rill_engine::EngineConfig> {
+    Ok(rill_engine::EngineConfig {
+        threads,
+        kernels,
+        precision,
+        kv,
+        spec: spec.config()?,
+        ..Default::default()
+    })
 }

@@ -4,7 +4,7 @@ use serde_json::Value;
 use std::process::Command;
 
 mod common;
-use common::{fixtures, ok, refused, rill};
+use common::{fixture, fixtures, inspect_says, ok, refused, rill};
 
 fn ids(v: &Value) -> Vec<u64> {
     v.as_array()
@@ -80,16 +80,14 @@ fn tokenize_detokenize_and_inspect() {
         "{info}"
     );
     // qwen4exp: the streams, the indexer and the PLE table.
-    let q = fixtures().join("qwen4exp_b12r2.f32.gguf");
-    let info = ok(&["inspect", q.to_str().unwrap()]);
-    for want in [
+    let q = fixture("qwen4exp_b12r2.f32.gguf");
+    let wants = [
         "4 residual streams (hyper-connections of rank 8)",
         "indexer      4 heads × 16, budget 12 tokens; sparse layers 3 (blocks of 2), 7 (blocks of 2)",
         "PLE          layer 0: 3-grams, 16 heads of 4 values",
         "layer map    pggQgggQ",
-    ] {
-        assert!(info.contains(want), "missing {want:?} in\n{info}");
-    }
+    ];
+    inspect_says(&q, &wants);
 }
 
 /// The `.npy` bytes `rill logits` writes for tokens 1,2,3,4 of fixture
@@ -171,7 +169,7 @@ fn kernels_flag_picks_a_class_and_refuses_what_the_cpu_lacks() {
     let out = ok(&[
         "bench",
         "-m",
-        fixtures().join("qwen35moe.f32.gguf").to_str().unwrap(),
+        &fixture("qwen35moe.f32.gguf"),
         "-p",
         "8",
         "-n",
@@ -302,18 +300,9 @@ fn bad_input_is_a_clear_error_not_a_panic() {
 #[test]
 fn chat_turns_resume_from_the_prompt_cache() {
     use std::io::Write;
-    let m = fixtures().join("qwen35moe.f32.gguf");
+    let m = fixture("qwen35moe.f32.gguf");
     let mut child = Command::new(env!("CARGO_BIN_EXE_rill"))
-        .args([
-            "chat",
-            "-m",
-            m.to_str().unwrap(),
-            "-n",
-            "6",
-            "--timings",
-            "--temp",
-            "0",
-        ])
+        .args(["chat", "-m", &m, "-n", "6", "--timings", "--temp", "0"])
         .args(["-t", "2"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -368,12 +357,12 @@ fn run_without_a_model_runs_the_embedded_demo_and_ends_its_turn() {
 /// `rill bench` runs its tests through the engine and reports them.
 #[test]
 fn bench_reports_prefill_and_decode_speed() {
-    let m = fixtures().join("qwen35moe.f32.gguf");
+    let m = fixture("qwen35moe.f32.gguf");
     for parallel in ["1", "3"] {
         let out = ok(&[
             "bench",
             "-m",
-            m.to_str().unwrap(),
+            &m,
             "-p",
             "32",
             "-n",
@@ -400,20 +389,9 @@ fn bench_reports_prefill_and_decode_speed() {
 
 #[test]
 fn context_zero_is_the_models_trained_context() {
-    let m = fixtures().join("qwen35.f32.gguf");
+    let m = fixture("qwen35.f32.gguf");
     let out = rill(&[
-        "run",
-        "-m",
-        m.to_str().unwrap(),
-        "-p",
-        "Hello",
-        "-n",
-        "2",
-        "--temp",
-        "0",
-        "-c",
-        "0",
-        "--json",
+        "run", "-m", &m, "-p", "Hello", "-n", "2", "--temp", "0", "-c", "0", "--json",
     ]);
     assert!(
         out.status.success(),
@@ -421,7 +399,7 @@ fn context_zero_is_the_models_trained_context() {
         String::from_utf8_lossy(&out.stderr)
     );
     let err = String::from_utf8_lossy(&out.stderr);
-    let info = ok(&["inspect", m.to_str().unwrap()]);
+    let info = ok(&["inspect", &m]);
     let trained = info
         .lines()
         .find_map(|l| l.split("context").nth(1))
@@ -493,11 +471,11 @@ fn speculation_with_a_separate_head_file_and_in_bench() {
     ]);
     assert_eq!(out.status.code(), Some(1));
 
-    let whole = fixtures().join("qwen35moe_mtp.f32.gguf");
+    let whole = fixture("qwen35moe_mtp.f32.gguf");
     let out = ok(&[
         "bench",
         "-m",
-        whole.to_str().unwrap(),
+        &whole,
         "-p",
         "0",
         "-n",
@@ -516,16 +494,7 @@ fn speculation_with_a_separate_head_file_and_in_bench() {
     // By default (auto) a model this small drafts nothing: it runs from the
     // cache, where verifying drafts costs as much as decoding them.
     let auto = ok(&[
-        "bench",
-        "-m",
-        whole.to_str().unwrap(),
-        "-p",
-        "0",
-        "-n",
-        "8",
-        "-r",
-        "1",
-        "--json",
+        "bench", "-m", &whole, "-p", "0", "-n", "8", "-r", "1", "--json",
     ]);
     let auto: Value = serde_json::from_str(&auto).expect("one JSON object");
     assert_eq!(auto["spec"]["drafted"], 0, "{auto}");

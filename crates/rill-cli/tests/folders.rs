@@ -6,7 +6,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 mod common;
-use common::{fixtures, ok, rill};
+use common::{fixtures, inspect_says, ok, rill};
 
 fn greedy(model: &Path) -> Value {
     let m = model.to_str().unwrap();
@@ -40,8 +40,7 @@ fn a_folder_runs_like_the_gguf_of_its_weights() {
 #[test]
 fn inspect_says_the_architecture_encodings_and_what_is_skipped() {
     let dir = fixtures().join("hf/qwen35moe_mtp");
-    let info = ok(&["inspect", dir.to_str().unwrap()]);
-    for want in [
+    let wants = [
         "Hugging Face folder, safetensors (2 files)",
         "arch:        qwen35moe",
         "Qwen3_5MoeForConditionalGeneration",
@@ -50,9 +49,8 @@ fn inspect_says_the_architecture_encodings_and_what_is_skipped() {
         "skipped:     2 tensors",
         "vision tower",
         "+ 1 MTP",
-    ] {
-        assert!(info.contains(want), "inspect lacks {want:?}:\n{info}");
-    }
+    ];
+    inspect_says(dir.to_str().unwrap(), &wants);
     let next = ok(&[
         "inspect",
         fixtures().join("hf/qwen3next_mtp").to_str().unwrap(),

@@ -409,17 +409,11 @@ impl Model {
         // The final norm and the output head, on the rows someone asked
         // for, all at once, straight into the caller's buffers.
         let head = self.output_matrix().view();
-        let outputs = |i: usize| items[i].outputs;
-        emit(
-            ex,
-            c,
-            &x,
-            &spans,
-            outputs,
-            Some(&self.output_norm),
-            head,
-            out,
+        let (outputs, norm) = (
+            |i: usize| items[i].outputs,
+            Some(self.output_norm.as_slice()),
         );
+        emit(ex, c, &x, &spans, outputs, norm, head, out);
         Ok(())
     }
 
@@ -551,17 +545,11 @@ impl Model {
         if let Some(rows) = options.vocab_rows {
             head = head.slice_rows(0, rows.clamp(1, c.n_vocab));
         }
-        let outputs = |i: usize| items[i].outputs;
-        emit(
-            ex,
-            c,
-            &x,
-            &spans,
-            outputs,
-            Some(&m.shared_head_norm),
-            head,
-            out,
+        let (outputs, norm) = (
+            |i: usize| items[i].outputs,
+            Some(m.shared_head_norm.as_slice()),
         );
+        emit(ex, c, &x, &spans, outputs, norm, head, out);
         Ok(())
     }
 }

@@ -132,12 +132,8 @@ fn run_all(engine: &Engine, reqs: Vec<Request>) -> Result<Vec<Done>> {
 pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.reps > 0, "-r must be at least 1");
     let t0 = Instant::now();
-    let crate::compute_args::Opened {
-        loaded,
-        kernels,
-        precision,
-        kv,
-    } = a.compute.open(&a.model, Some(&a.spec), Prefault::Now)?;
+    let (loaded, kernels, precision, kv) =
+        a.compute.open(&a.model, Some(&a.spec), Prefault::Now)?;
     let load_s = t0.elapsed().as_secs_f64();
     if a.verify_costs {
         let run = rill_model::Runner::new(Threads::new(a.compute.threads), kernels, precision);

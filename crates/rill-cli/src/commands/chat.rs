@@ -8,6 +8,7 @@
 
 use super::run::SamplingArgs;
 use crate::chat_prompt::{render, template};
+use crate::compute_args::engine_config;
 use crate::drive::{self, InFlight};
 use crate::load;
 use anyhow::{Context, Result};
@@ -55,14 +56,9 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let crate::compute_args::Opened {
-        loaded,
-        kernels,
-        precision,
-        kv,
-    } = a
-        .compute
-        .open(&a.model, Some(&a.spec), Prefault::Background)?;
+    let (loaded, kernels, precision, kv) =
+        a.compute
+            .open(&a.model, Some(&a.spec), Prefault::Background)?;
     let ctx_size = load::context(a.ctx_size, &loaded.model)?;
     let tmpl = template(&loaded.template, &loaded.info)?;
     let tok = Arc::new(loaded.tokenizer);
@@ -76,12 +72,7 @@ pub fn run(a: Args) -> Result<()> {
             max_parallel: 1,
             ctx_size,
             cache_bytes: a.cache_ram << 20,
-            threads: a.compute.threads,
-            kernels,
-            precision,
-            kv,
-            spec: a.spec.config()?,
-            ..EngineConfig::default()
+            ..engine_config(a.compute.threads, (kernels, precision, kv), &a.spec)?
         },
     );
 

@@ -96,12 +96,8 @@ impl Windows<'_> {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let crate::compute_args::Opened {
-        loaded,
-        kernels,
-        precision,
-        kv,
-    } = a.compute.open(&a.model, None, rill_load::Prefault::Now)?;
+    let (loaded, kernels, precision, kv) =
+        a.compute.open(&a.model, None, rill_load::Prefault::Now)?;
     let model = &loaded.model;
     let tok = &loaded.tokenizer;
     let n_vocab = model.config.n_vocab;

@@ -2,6 +2,7 @@
 //! the same engine the server runs (so the same prompt, parameters and seed
 //! give the same tokens from both).
 
+use crate::compute_args::engine_config;
 use crate::drive::{self, InFlight};
 use crate::load;
 use anyhow::{Context, Result};
@@ -109,12 +110,8 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let crate::compute_args::Opened {
-        loaded,
-        kernels,
-        precision,
-        kv,
-    } = a.compute.open(&a.model, Some(&a.spec), Prefault::Lazy)?;
+    let (loaded, kernels, precision, kv) =
+        a.compute.open(&a.model, Some(&a.spec), Prefault::Lazy)?;
     let tok = Arc::new(loaded.tokenizer);
     let prompt = if a.chat {
         let tmpl = crate::chat_prompt::template(&loaded.template, &loaded.info)?;
@@ -148,12 +145,7 @@ pub fn run(a: Args) -> Result<()> {
             max_parallel: 1,
             ctx_size: ctx,
             cache_bytes: 0,
-            threads: a.compute.threads,
-            kernels,
-            precision,
-            kv,
-            spec: a.spec.config()?,
-            ..EngineConfig::default()
+            ..engine_config(a.compute.threads, (kernels, precision, kv), &a.spec)?
         },
     );
     let req = Request {

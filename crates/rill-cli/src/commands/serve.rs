@@ -133,12 +133,7 @@ pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.parallel >= 1, "--parallel must be at least 1");
     let cors_origins =
         rill_server::wire::CorsOrigins::parse(&a.cors_origins).map_err(anyhow::Error::msg)?;
-    let crate::compute_args::Opened {
-        loaded,
-        kernels,
-        precision,
-        kv,
-    } = crate::compute_args::open(
+    let (loaded, kernels, precision, kv) = crate::compute_args::open(
         &a.model,
         Some(&a.spec),
         a.kernels,

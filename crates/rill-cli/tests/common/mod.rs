@@ -15,6 +15,11 @@ pub fn fixtures() -> PathBuf {
     root().join("fixtures/models")
 }
 
+/// The path of fixture model `name`.
+pub fn fixture(name: &str) -> String {
+    fixtures().join(name).to_string_lossy().into_owned()
+}
+
 /// `rill ARGS` (never a model from the environment).
 pub fn rill(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_rill"))
@@ -42,4 +47,13 @@ pub fn refused(args: &[&str]) -> String {
     assert!(!out.status.success(), "rill {args:?} ran: {err}");
     assert!(!err.contains("panicked"), "rill {args:?} panicked: {err}");
     err
+}
+
+/// `rill inspect PATH`, which must say each of `wants`: its output.
+pub fn inspect_says(path: &str, wants: &[&str]) -> String {
+    let info = ok(&["inspect", path]);
+    for want in wants {
+        assert!(info.contains(want), "missing {want:?} in\n{info}");
+    }
+    info
 }
