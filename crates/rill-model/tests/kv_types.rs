@@ -6,9 +6,7 @@
 mod common;
 
 use common::*;
-use rill_model::{
-    KvConfig, KvType, Model, MtpItem, Outputs, Rows, Runner, SequenceState, StepOutputs,
-};
+use rill_model::{KvConfig, KvType, Model, Rows, Runner, SequenceState};
 
 /// A prompt longer than the default window and several key tiles.
 fn prompt(n: usize, vocab: usize) -> Vec<u32> {
