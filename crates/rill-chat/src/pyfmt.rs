@@ -41,33 +41,39 @@ fn write_repr(out: &mut String, value: &Value, depth: usize) {
         ValueKind::Seq | ValueKind::Iterable => {
             out.push('[');
             if let Ok(iter) = value.try_iter() {
-                for (i, item) in iter.enumerate() {
-                    if i > 0 {
-                        out.push_str(", ");
-                    }
-                    write_repr(out, &item, depth + 1);
-                }
+                write_separated(out, iter, |out, item| write_repr(out, &item, depth + 1));
             }
             out.push(']');
         }
         ValueKind::Map => {
             out.push('{');
             if let Ok(iter) = value.try_iter() {
-                for (i, key) in iter.enumerate() {
-                    if i > 0 {
-                        out.push_str(", ");
-                    }
+                write_separated(out, iter, |out, key| {
                     write_repr(out, &key, depth + 1);
                     out.push_str(": ");
                     let item = value.get_item(&key).unwrap_or_default();
                     write_repr(out, &item, depth + 1);
-                }
+                });
             }
             out.push('}');
         }
         _ => {
             let _ = write!(out, "{value}");
         }
+    }
+}
+
+/// Each of `items` written by `each`, separated by `", "`.
+fn write_separated<T>(
+    out: &mut String,
+    items: impl Iterator<Item = T>,
+    mut each: impl FnMut(&mut String, T),
+) {
+    for (i, item) in items.enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        each(out, item);
     }
 }
 

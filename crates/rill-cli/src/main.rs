@@ -2,6 +2,7 @@
 
 mod chat_prompt;
 mod commands;
+mod compute_args;
 mod demo;
 mod drive;
 mod kv_args;

@@ -1,29 +1,10 @@
 //! The `rill` binary as a user runs it, on the committed fixtures.
 
 use serde_json::Value;
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models")
-}
-
-fn rill(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rill"))
-        .args(args)
-        .output()
-        .expect("run rill")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = rill(args);
-    assert!(
-        out.status.success(),
-        "rill {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
-}
+mod common;
+use common::{fixture, fixtures, inspect_says, ok, refused, rill};
 
 fn ids(v: &Value) -> Vec<u64> {
     v.as_array()
@@ -99,16 +80,14 @@ fn tokenize_detokenize_and_inspect() {
         "{info}"
     );
     // qwen4exp: the streams, the indexer and the PLE table.
-    let q = fixtures().join("qwen4exp_b12r2.f32.gguf");
-    let info = ok(&["inspect", q.to_str().unwrap()]);
-    for want in [
+    let q = fixture("qwen4exp_b12r2.f32.gguf");
+    let wants = [
         "4 residual streams (hyper-connections of rank 8)",
         "indexer      4 heads × 16, budget 12 tokens; sparse layers 3 (blocks of 2), 7 (blocks of 2)",
         "PLE          layer 0: 3-grams, 16 heads of 4 values",
         "layer map    pggQgggQ",
-    ] {
-        assert!(info.contains(want), "missing {want:?} in\n{info}");
-    }
+    ];
+    inspect_says(&q, &wants);
 }
 
 /// The `.npy` bytes `rill logits` writes for tokens 1,2,3,4 of fixture
@@ -129,6 +108,16 @@ fn logits_npy(model: &str, extra: &[&str]) -> Vec<u8> {
     bytes
 }
 
+/// `rill logits` on fixture `model` with `flags`, which it must refuse
+/// (not panic): its stderr.
+fn logits_refused(model: &str, flags: &[&str]) -> String {
+    let m = fixtures().join(model);
+    let m = m.to_str().unwrap();
+    let mut args = vec!["logits", "-m", m, "--tokens", "1", "--out", "/tmp/x.npy"];
+    args.extend_from_slice(flags);
+    refused(&args)
+}
+
 #[test]
 fn logits_writes_npy_of_the_right_shape() {
     let bytes = logits_npy("qwen3next.f32.gguf", &[]);
@@ -139,24 +128,11 @@ fn logits_writes_npy_of_the_right_shape() {
 #[test]
 fn precision_q8_changes_the_logits_of_a_quantized_file() {
     let name = "qwen35moe_wide.q4_k_m.gguf";
-    let m = fixtures().join(name);
     let run = |precision: &str| logits_npy(name, &["--precision", precision]);
     let (exact, q8) = (run("exact"), run("q8"));
     assert_eq!(exact.len(), q8.len(), "same shape");
     assert_ne!(exact, q8, "q8 rounds the activations");
-    let bad = rill(&[
-        "logits",
-        "-m",
-        m.to_str().unwrap(),
-        "--tokens",
-        "1",
-        "--out",
-        "/tmp/x.npy",
-        "--precision",
-        "int3",
-    ]);
-    assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("precision"));
+    assert!(logits_refused(name, &["--precision", "int3"]).contains("precision"));
 }
 
 /// `--kernels` runs every class this CPU has, and refuses with a reason a
@@ -178,44 +154,22 @@ fn kernels_flag_picks_a_class_and_refuses_what_the_cpu_lacks() {
         let header = String::from_utf8_lossy(&bytes[10..128]);
         assert!(header.contains("'shape': (4, "), "{isa}: {header}");
     }
-    let m = fixtures().join(name);
-    let logits = |kernels: &str| {
-        rill(&[
-            "logits",
-            "-m",
-            m.to_str().unwrap(),
-            "--tokens",
-            "1",
-            "--out",
-            "/tmp/rill-kernels-refused.npy",
-            "--kernels",
-            kernels,
-        ])
-    };
-    let bad = logits("sse9");
-    assert!(!bad.status.success());
-    assert!(
-        String::from_utf8_lossy(&bad.stderr).contains("unknown kernel class"),
-        "{}",
-        String::from_utf8_lossy(&bad.stderr)
-    );
+    let err = logits_refused(name, &["--kernels", "sse9"]);
+    assert!(err.contains("unknown kernel class"), "{err}");
     let lacking = rill_kernels::simd::CLASS_NAMES
         .iter()
         .find(|n| Isa::from_name(n).map_or(true, |i| !i.is_available()));
     if let Some(lacking) = lacking {
-        let out = logits(lacking);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{lacking} ran");
+        let err = logits_refused(name, &["--kernels", lacking]);
         assert!(
             err.contains("cannot run the") || err.contains("only on aarch64"),
             "{lacking}: {err}"
         );
-        assert!(!err.contains("panicked"), "{err}");
     }
     let out = ok(&[
         "bench",
         "-m",
-        fixtures().join("qwen35moe.f32.gguf").to_str().unwrap(),
+        &fixture("qwen35moe.f32.gguf"),
         "-p",
         "8",
         "-n",
@@ -245,20 +199,7 @@ fn cache_type_flags_change_the_kv_cache_as_llama_cpp_spells_them() {
     let q8_long = logits_npy(name, &["--cache-type-k", "q8_0", "--cache-type-v", "q8_0"]);
     assert_eq!(q8, q8_long, "-ctk/-ctv are --cache-type-k/-v");
     assert_ne!(q8, f32_kv, "a q8_0 cache rounds K and V");
-    let m = fixtures().join(name);
-    let bad = rill(&[
-        "logits",
-        "-m",
-        m.to_str().unwrap(),
-        "--tokens",
-        "1",
-        "--out",
-        "/tmp/x.npy",
-        "-ctk",
-        "q3_k",
-    ]);
-    assert!(!bad.status.success());
-    let err = String::from_utf8_lossy(&bad.stderr);
+    let err = logits_refused(name, &["-ctk", "q3_k"]);
     assert!(
         err.contains("unknown KV cache type 'q3_k'") && err.contains("q4_0"),
         "{err}"
@@ -305,19 +246,7 @@ fn rope_scaling_flags_replace_the_files_yarn() {
         ),
         ("--yarn-orig-ctx", "0", "not a positive number"),
     ] {
-        let out = rill(&[
-            "logits",
-            "-m",
-            m.to_str().unwrap(),
-            "--tokens",
-            "1",
-            "--out",
-            "/tmp/x.npy",
-            flag,
-            value,
-        ]);
-        assert!(!out.status.success(), "{flag} {value}");
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = logits_refused(name, &[flag, value]);
         assert!(err.contains(says), "{flag} {value}: {err}");
     }
 }
@@ -371,18 +300,9 @@ fn bad_input_is_a_clear_error_not_a_panic() {
 #[test]
 fn chat_turns_resume_from_the_prompt_cache() {
     use std::io::Write;
-    let m = fixtures().join("qwen35moe.f32.gguf");
+    let m = fixture("qwen35moe.f32.gguf");
     let mut child = Command::new(env!("CARGO_BIN_EXE_rill"))
-        .args([
-            "chat",
-            "-m",
-            m.to_str().unwrap(),
-            "-n",
-            "6",
-            "--timings",
-            "--temp",
-            "0",
-        ])
+        .args(["chat", "-m", &m, "-n", "6", "--timings", "--temp", "0"])
         .args(["-t", "2"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -437,12 +357,12 @@ fn run_without_a_model_runs_the_embedded_demo_and_ends_its_turn() {
 /// `rill bench` runs its tests through the engine and reports them.
 #[test]
 fn bench_reports_prefill_and_decode_speed() {
-    let m = fixtures().join("qwen35moe.f32.gguf");
+    let m = fixture("qwen35moe.f32.gguf");
     for parallel in ["1", "3"] {
         let out = ok(&[
             "bench",
             "-m",
-            m.to_str().unwrap(),
+            &m,
             "-p",
             "32",
             "-n",
@@ -469,20 +389,9 @@ fn bench_reports_prefill_and_decode_speed() {
 
 #[test]
 fn context_zero_is_the_models_trained_context() {
-    let m = fixtures().join("qwen35.f32.gguf");
+    let m = fixture("qwen35.f32.gguf");
     let out = rill(&[
-        "run",
-        "-m",
-        m.to_str().unwrap(),
-        "-p",
-        "Hello",
-        "-n",
-        "2",
-        "--temp",
-        "0",
-        "-c",
-        "0",
-        "--json",
+        "run", "-m", &m, "-p", "Hello", "-n", "2", "--temp", "0", "-c", "0", "--json",
     ]);
     assert!(
         out.status.success(),
@@ -490,7 +399,7 @@ fn context_zero_is_the_models_trained_context() {
         String::from_utf8_lossy(&out.stderr)
     );
     let err = String::from_utf8_lossy(&out.stderr);
-    let info = ok(&["inspect", m.to_str().unwrap()]);
+    let info = ok(&["inspect", &m]);
     let trained = info
         .lines()
         .find_map(|l| l.split("context").nth(1))
@@ -562,11 +471,11 @@ fn speculation_with_a_separate_head_file_and_in_bench() {
     ]);
     assert_eq!(out.status.code(), Some(1));
 
-    let whole = fixtures().join("qwen35moe_mtp.f32.gguf");
+    let whole = fixture("qwen35moe_mtp.f32.gguf");
     let out = ok(&[
         "bench",
         "-m",
-        whole.to_str().unwrap(),
+        &whole,
         "-p",
         "0",
         "-n",
@@ -585,16 +494,7 @@ fn speculation_with_a_separate_head_file_and_in_bench() {
     // By default (auto) a model this small drafts nothing: it runs from the
     // cache, where verifying drafts costs as much as decoding them.
     let auto = ok(&[
-        "bench",
-        "-m",
-        whole.to_str().unwrap(),
-        "-p",
-        "0",
-        "-n",
-        "8",
-        "-r",
-        "1",
-        "--json",
+        "bench", "-m", &whole, "-p", "0", "-n", "8", "-r", "1", "--json",
     ]);
     let auto: Value = serde_json::from_str(&auto).expect("one JSON object");
     assert_eq!(auto["spec"]["drafted"], 0, "{auto}");

@@ -4,29 +4,9 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models")
-}
-
-fn rill(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rill"))
-        .args(args)
-        .env_remove("RILL_MODEL")
-        .output()
-        .expect("run rill")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = rill(args);
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
+mod common;
+use common::{fixtures, inspect_says, ok, rill};
 
 fn greedy(model: &Path) -> Value {
     let m = model.to_str().unwrap();
@@ -60,8 +40,7 @@ fn a_folder_runs_like_the_gguf_of_its_weights() {
 #[test]
 fn inspect_says_the_architecture_encodings_and_what_is_skipped() {
     let dir = fixtures().join("hf/qwen35moe_mtp");
-    let info = ok(&["inspect", dir.to_str().unwrap()]);
-    for want in [
+    let wants = [
         "Hugging Face folder, safetensors (2 files)",
         "arch:        qwen35moe",
         "Qwen3_5MoeForConditionalGeneration",
@@ -70,9 +49,8 @@ fn inspect_says_the_architecture_encodings_and_what_is_skipped() {
         "skipped:     2 tensors",
         "vision tower",
         "+ 1 MTP",
-    ] {
-        assert!(info.contains(want), "inspect lacks {want:?}:\n{info}");
-    }
+    ];
+    inspect_says(dir.to_str().unwrap(), &wants);
     let next = ok(&[
         "inspect",
         fixtures().join("hf/qwen3next_mtp").to_str().unwrap(),

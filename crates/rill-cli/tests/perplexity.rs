@@ -3,28 +3,12 @@
 //! and its base files read by both tools.
 
 use serde_json::Value;
-use std::path::PathBuf;
-use std::process::{Command, Output};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn rill(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rill"))
-        .args(args)
-        .output()
-        .expect("run rill")
-}
+mod common;
+use common::{ok, rill, root};
 
 fn json(args: &[&str]) -> Value {
-    let out = rill(args);
-    assert!(
-        out.status.success(),
-        "rill {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("--json prints one object")
+    serde_json::from_str(&ok(args)).expect("--json prints one object")
 }
 
 fn expected() -> Value {

@@ -564,12 +564,7 @@ impl Worker {
     }
 
     fn cache_metrics(&self) {
-        self.metrics
-            .cache_bytes
-            .store(self.cache.bytes() as u64, Relaxed);
-        self.metrics
-            .cache_entries
-            .store(self.cache.len() as u64, Relaxed);
+        publish_cache(&self.metrics, &self.cache);
     }
 
     /// End the sequences whose client cancelled: a client still listening
@@ -667,12 +662,7 @@ impl Worker {
                         .total
                         .map_or(usize::MAX, |t| t.saturating_sub(self.reserved));
                     self.cache.insert(s.fed_prompt(), &s.state, room);
-                    self.metrics
-                        .cache_bytes
-                        .store(self.cache.bytes() as u64, Relaxed);
-                    self.metrics
-                        .cache_entries
-                        .store(self.cache.len() as u64, Relaxed);
+                    publish_cache(&self.metrics, &self.cache);
                 }
                 if still_prefilling {
                     continue;
@@ -716,4 +706,10 @@ impl Worker {
             .mem_held_peak_bytes
             .fetch_max(held as u64, Relaxed);
     }
+}
+
+/// The prompt cache's size and entry count into the metrics.
+fn publish_cache(metrics: &Metrics, cache: &PrefixCache) {
+    metrics.cache_bytes.store(cache.bytes() as u64, Relaxed);
+    metrics.cache_entries.store(cache.len() as u64, Relaxed);
 }

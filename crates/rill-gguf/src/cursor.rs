@@ -8,6 +8,16 @@ pub(crate) struct Cursor<'a> {
     pos: usize,
 }
 
+/// `pub fn T(&mut self, what) -> Result<T, _>` for each type `T`: one
+/// little-endian value of it.
+macro_rules! le_readers {
+    ($($t:ident),*) => {$(
+        pub fn $t(&mut self, what: &str) -> Result<$t, GgufError> {
+            Ok($t::from_le_bytes(self.array(what)?))
+        }
+    )*};
+}
+
 impl<'a> Cursor<'a> {
     pub fn new(buf: &'a [u8]) -> Self {
         Cursor { buf, pos: 0 }
@@ -47,33 +57,7 @@ impl<'a> Cursor<'a> {
     pub fn u8(&mut self, what: &str) -> Result<u8, GgufError> {
         Ok(self.array::<1>(what)?[0])
     }
-    pub fn i8(&mut self, what: &str) -> Result<i8, GgufError> {
-        Ok(i8::from_le_bytes(self.array(what)?))
-    }
-    pub fn u16(&mut self, what: &str) -> Result<u16, GgufError> {
-        Ok(u16::from_le_bytes(self.array(what)?))
-    }
-    pub fn i16(&mut self, what: &str) -> Result<i16, GgufError> {
-        Ok(i16::from_le_bytes(self.array(what)?))
-    }
-    pub fn u32(&mut self, what: &str) -> Result<u32, GgufError> {
-        Ok(u32::from_le_bytes(self.array(what)?))
-    }
-    pub fn i32(&mut self, what: &str) -> Result<i32, GgufError> {
-        Ok(i32::from_le_bytes(self.array(what)?))
-    }
-    pub fn u64(&mut self, what: &str) -> Result<u64, GgufError> {
-        Ok(u64::from_le_bytes(self.array(what)?))
-    }
-    pub fn i64(&mut self, what: &str) -> Result<i64, GgufError> {
-        Ok(i64::from_le_bytes(self.array(what)?))
-    }
-    pub fn f32(&mut self, what: &str) -> Result<f32, GgufError> {
-        Ok(f32::from_le_bytes(self.array(what)?))
-    }
-    pub fn f64(&mut self, what: &str) -> Result<f64, GgufError> {
-        Ok(f64::from_le_bytes(self.array(what)?))
-    }
+    le_readers!(i8, u16, i16, u32, i32, u64, i64, f32, f64);
 
     /// A GGUF string: u64 byte length, then UTF-8 bytes. The length is checked against the
     /// bytes left before anything is allocated.

@@ -19,44 +19,34 @@ pub enum MetaValue {
     Array(Vec<MetaValue>),
 }
 
-/// GGUF value type ids (`gguf_type` in the spec).
+/// GGUF value type ids (`gguf_type` in the spec), declared in id order
+/// (`U8` is 0, `F64` 12): the discriminant is the id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum ValueType {
-    U8 = 0,
-    I8 = 1,
-    U16 = 2,
-    I16 = 3,
-    U32 = 4,
-    I32 = 5,
-    F32 = 6,
-    Bool = 7,
-    Str = 8,
-    Array = 9,
-    U64 = 10,
-    I64 = 11,
-    F64 = 12,
+    U8,
+    I8,
+    U16,
+    I16,
+    U32,
+    I32,
+    F32,
+    Bool,
+    Str,
+    Array,
+    U64,
+    I64,
+    F64,
 }
 
 impl ValueType {
     pub fn from_id(id: u32) -> Option<ValueType> {
         use ValueType::*;
-        Some(match id {
-            0 => U8,
-            1 => I8,
-            2 => U16,
-            3 => I16,
-            4 => U32,
-            5 => I32,
-            6 => F32,
-            7 => Bool,
-            8 => Str,
-            9 => Array,
-            10 => U64,
-            11 => I64,
-            12 => F64,
-            _ => return None,
-        })
+        [
+            U8, I8, U16, I16, U32, I32, F32, Bool, Str, Array, U64, I64, F64,
+        ]
+        .into_iter()
+        .find(|&t| t as u32 == id)
     }
 
     /// The fewest bytes one value of this type takes in a file. Used to bound element

@@ -214,18 +214,27 @@ pub fn matmul_many_with(isa: Isa, threads: &Threads, jobs: &mut [MatJob]) {
 /// ([`ActFormat::for_weights`]) take 8-bit activations (see [`crate::q8`]),
 /// quantized once per distinct input and format; the others run exactly.
 ///
-/// Makes no heap allocation once the calling thread's staging buffers have
-/// grown to the sizes of its products (a decode step repeats the same ones).
+/// Makes no heap allocation once the staging buffers that `threads` owns
+/// have grown to the sizes of its products (a decode step repeats the same
+/// ones).
 pub fn matmul_many_on(isa: Isa, precision: Precision, threads: &Threads, jobs: &mut [MatJob]) {
     isa.check();
-    let mut staging = Staging::take();
+    // The pool's staging; a product started while another holds it (inside
+    // one of its tasks, or from a second thread) uses a fresh one.
+    let mut held = threads.staging();
+    let mut fresh = None;
+    let staging = match held.as_deref_mut() {
+        Some(s) => s,
+        None => fresh.insert(Staging::default()),
+    };
     let Staging {
         starts,
         outs,
         x,
         scratch,
+        rows,
         quantized,
-    } = &mut *staging;
+    } = staging;
     starts.clear();
     let mut total = 0;
     let mut max_cols = 1;
@@ -261,6 +270,10 @@ pub fn matmul_many_on(isa: Isa, precision: Precision, threads: &Threads, jobs: &
         scratch.resize(part * threads.count(), 0.0);
     }
     let parts = SharedMut::new(scratch);
+    if rows.len() < threads.count() {
+        rows.resize_with(threads.count(), q8::RowScratch::default);
+    }
+    let rows = SharedMut::new(rows);
     let (starts, outs, x, quantized) = (&*starts, &*outs, &*x, &*quantized);
     let jobs = &*jobs;
     // Enough rows per task that scheduling overhead stays small.
@@ -284,7 +297,9 @@ pub fn matmul_many_on(isa: Isa, precision: Precision, threads: &Threads, jobs: &
             // above) and rows `g - starts[k]..r_end` of it are this task's only;
             // job k's quantized activations are in its weights' format.
             if let Some(acts) = quantized.of(jobs, k) {
-                unsafe { q8::rows(isa, j.w, acts, g - starts[k], r_end, outs[k]) };
+                // SAFETY: as `scratch`: entry `slot` is this task's alone.
+                let own = unsafe { &mut *rows.at(slot) };
+                unsafe { q8::rows(isa, j.w, acts, g - starts[k], r_end, outs[k], own) };
                 g = starts[k] + r_end;
                 continue;
             }
@@ -305,11 +320,12 @@ pub fn matmul_many_on(isa: Isa, precision: Precision, threads: &Threads, jobs: &
     });
 }
 
-/// What [`matmul_many_on`] needs besides its inputs, kept per calling
-/// thread between calls so that a call allocates only when it needs more
-/// room than any before it (a forward step makes hundreds of products).
+/// What [`matmul_many_on`] needs besides its inputs. The [`Threads`] pool
+/// owns one (so whoever owns the pool, e.g. the engine's worker, owns it)
+/// and keeps it between calls, so that a call allocates only when it needs
+/// more room than any before it (a forward step makes hundreds of products).
 #[derive(Default)]
-struct Staging {
+pub(crate) struct Staging {
     /// First global row of each job, then the total.
     starts: Vec<usize>,
     /// Each job's output.
@@ -317,49 +333,16 @@ struct Staging {
     x: AlignedX,
     /// Decoded-row scratch of every pool thread.
     scratch: Vec<f32>,
+    /// The integer kernels' buffers of every pool thread.
+    rows: Vec<q8::RowScratch>,
     quantized: QuantizedX,
-}
-
-thread_local! {
-    static STAGING: std::cell::Cell<Staging> = std::cell::Cell::new(Staging::default());
-}
-
-impl Staging {
-    fn take() -> StagingGuard {
-        StagingGuard(STAGING.with(|s| s.take()))
-    }
-}
-
-/// The calling thread's [`Staging`], given back when dropped. (A product
-/// started inside another one's task finds it taken and uses a fresh one.)
-struct StagingGuard(Staging);
-
-impl std::ops::Deref for StagingGuard {
-    type Target = Staging;
-    fn deref(&self) -> &Staging {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for StagingGuard {
-    fn deref_mut(&mut self) -> &mut Staging {
-        &mut self.0
-    }
-}
-
-impl Drop for StagingGuard {
-    fn drop(&mut self) {
-        let staging = std::mem::take(&mut self.0);
-        // `try_with`: nothing to keep once the thread is being torn down.
-        let _ = STAGING.try_with(|s| s.set(staging));
-    }
 }
 
 /// Activations on 64-byte boundaries for the kernels: a 16-lane load of
 /// an f32 vector that starts mid cache line reads two lines, and the
 /// microkernels run ~15-20% slower on such rows (malloc gives 16-byte
 /// alignment). Misaligned inputs, and the rows that jobs pick, are copied
-/// into a per-thread buffer kept between calls (a forward step makes
+/// into a buffer of the staging kept between calls (a forward step makes
 /// hundreds of products; copying is a few µs against the product's
 /// milliseconds).
 #[derive(Default)]

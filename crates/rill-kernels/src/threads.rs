@@ -6,7 +6,9 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
+
+use crate::matmul::Staging;
 use std::thread::JoinHandle;
 
 /// How long a worker polls for the next region before it sleeps. Regions
@@ -24,6 +26,10 @@ pub struct Threads {
     n: usize,
     /// One region at a time; a second caller (or a nested call) runs serially.
     busy: Mutex<()>,
+    /// The buffers of the matrix products run on this pool, kept between
+    /// them (see `matmul_many_on`): the pool's owner owns them, no thread
+    /// keeps hidden scratch.
+    staging: Mutex<Staging>,
 }
 
 /// The region being run: its closure (type-erased) and chunk bookkeeping.
@@ -49,6 +55,8 @@ struct Shared {
     wake: Condvar,
 }
 
+// Whether this thread is running a task of a region (of any pool): a
+// region started inside one runs serially on it. Identity, not scratch.
 thread_local! {
     static IN_REGION: Cell<bool> = const { Cell::new(false) };
 }
@@ -159,6 +167,18 @@ impl Threads {
             workers,
             n,
             busy: Mutex::new(()),
+            staging: Mutex::new(Staging::default()),
+        }
+    }
+
+    /// The products' staging, unless a product holds it already (one
+    /// started inside a task of another, or on a second thread).
+    pub(crate) fn staging(&self) -> Option<MutexGuard<'_, Staging>> {
+        match self.staging.try_lock() {
+            Ok(s) => Some(s),
+            // A product panicked holding it: the buffers are still good.
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
         }
     }
 
@@ -251,8 +271,14 @@ impl Drop for Threads {
 /// A raw pointer that may be shared between threads that write disjoint
 /// elements of the buffer it points into. Every write through it must be to
 /// elements no other task touches.
-#[derive(Clone, Copy)]
 pub struct SharedMut<T>(*mut T);
+// By hand: the derives would ask `T: Copy`, and only the pointer is copied.
+impl<T> Clone for SharedMut<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SharedMut<T> {}
 unsafe impl<T: Send> Send for SharedMut<T> {}
 unsafe impl<T: Send> Sync for SharedMut<T> {}
 

@@ -591,19 +591,27 @@ impl Meta<'_> {
         format!("{}.{k}", self.arch)
     }
 
-    fn opt_usize(&self, k: &str) -> Result<Option<usize>, ModelError> {
+    /// Key `k` of the architecture read by `read` (absent: `None`); a
+    /// value it cannot read is an error saying what was `expected`.
+    fn opt<T>(
+        &self,
+        k: &str,
+        read: impl Fn(&MetaValue) -> Option<T>,
+        expected: &str,
+    ) -> Result<Option<T>, ModelError> {
         let key = self.key(k);
         match self.file.get(&key) {
             None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .and_then(|x| usize::try_from(x).ok())
-                .map(Some)
-                .ok_or(ModelError::BadKey {
-                    key,
-                    why: format!("expected a non-negative integer, found {v:?}"),
-                }),
+            Some(v) => read(v).map(Some).ok_or(ModelError::BadKey {
+                key,
+                why: format!("expected {expected}, found {v:?}"),
+            }),
         }
+    }
+
+    fn opt_usize(&self, k: &str) -> Result<Option<usize>, ModelError> {
+        let read = |v: &MetaValue| v.as_u64().and_then(|x| usize::try_from(x).ok());
+        self.opt(k, read, "a non-negative integer")
     }
 
     fn usize(&self, k: &str) -> Result<usize, ModelError> {
@@ -654,17 +662,7 @@ impl Meta<'_> {
     }
 
     fn opt_f32(&self, k: &str) -> Result<Option<f32>, ModelError> {
-        let key = self.key(k);
-        match self.file.get(&key) {
-            None => Ok(None),
-            Some(v) => v
-                .as_f64()
-                .map(|x| Some(x as f32))
-                .ok_or(ModelError::BadKey {
-                    key,
-                    why: format!("expected a number, found {v:?}"),
-                }),
-        }
+        self.opt(k, |v| v.as_f64().map(|x| x as f32), "a number")
     }
 
     fn f32(&self, k: &str) -> Result<f32, ModelError> {

@@ -327,13 +327,7 @@ impl Model {
         self.prepare_rewind(items);
         let c = &self.config;
         let h = c.n_embd;
-        // Row ranges of each item in the step's activation matrix.
-        let mut spans = Reused::take(ex.ws);
-        let mut n = 0;
-        for item in items.iter() {
-            spans.push(n..n + item.tokens.len());
-            n += item.tokens.len();
-        }
+        let (spans, n) = row_spans(ex.ws, items.iter().map(|i| i.tokens.len()));
         if let Some(final_mix) = &self.output_hyper {
             return self.forward_hyper(ex, final_mix, items, &spans, n, out);
         }
@@ -415,17 +409,11 @@ impl Model {
         // The final norm and the output head, on the rows someone asked
         // for, all at once, straight into the caller's buffers.
         let head = self.output_matrix().view();
-        let outputs = |i: usize| items[i].outputs;
-        emit(
-            ex,
-            c,
-            &x,
-            &spans,
-            outputs,
-            Some(&self.output_norm),
-            head,
-            out,
+        let (outputs, norm) = (
+            |i: usize| items[i].outputs,
+            Some(self.output_norm.as_slice()),
         );
+        emit(ex, c, &x, &spans, outputs, norm, head, out);
         Ok(())
     }
 
@@ -488,12 +476,7 @@ impl Model {
         let threads = ex.threads;
         let c = &self.config;
         let h = c.n_embd;
-        let mut spans = Reused::take(ex.ws);
-        let mut n = 0;
-        for item in items.iter() {
-            spans.push(n..n + item.tokens.len());
-            n += item.tokens.len();
-        }
+        let (spans, n) = row_spans(ex.ws, items.iter().map(|i| i.tokens.len()));
         // [enorm(embedding) ; hnorm(hidden)] per row: the embedding first.
         let mut cat = Buf::for_output(ex.ws, n * 2 * h);
         let embd = m.embed.as_ref().unwrap_or(&self.token_embd).view();
@@ -562,17 +545,11 @@ impl Model {
         if let Some(rows) = options.vocab_rows {
             head = head.slice_rows(0, rows.clamp(1, c.n_vocab));
         }
-        let outputs = |i: usize| items[i].outputs;
-        emit(
-            ex,
-            c,
-            &x,
-            &spans,
-            outputs,
-            Some(&m.shared_head_norm),
-            head,
-            out,
+        let (outputs, norm) = (
+            |i: usize| items[i].outputs,
+            Some(m.shared_head_norm.as_slice()),
         );
+        emit(ex, c, &x, &spans, outputs, norm, head, out);
         Ok(())
     }
 }
@@ -689,4 +666,19 @@ fn add_then_norm(
             rms_norm(row, w, eps, out);
         }
     });
+}
+
+/// The row range of each item (of `lens` rows each) in a step's activation
+/// matrix, and the matrix's row count.
+fn row_spans<'w>(
+    ws: &'w crate::scratch::Workspace,
+    lens: impl Iterator<Item = usize>,
+) -> (Reused<'w, std::ops::Range<usize>>, usize) {
+    let mut spans = Reused::take(ws);
+    let mut n = 0;
+    for len in lens {
+        spans.push(n..n + len);
+        n += len;
+    }
+    (spans, n)
 }

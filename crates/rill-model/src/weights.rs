@@ -218,6 +218,20 @@ pub(crate) fn decode_vector(t: &TensorRef, n: usize) -> Result<Vec<f32>, ModelEr
 }
 
 /// Refuse a tensor of another shape, or one the kernels cannot read.
+impl Matrix {
+    /// Tensor `t` as a `rows × cols` matrix (ggml shape `[cols, rows]`).
+    fn of(t: &TensorRef, rows: usize, cols: usize) -> Result<Matrix, ModelError> {
+        let dtype = check(t, &[cols as u64, rows as u64])?;
+        Ok(Matrix {
+            dtype,
+            rows,
+            cols,
+            bytes: Bytes::of(t.data),
+            scales: StoredScales::of(t.scales),
+        })
+    }
+}
+
 fn check(t: &TensorRef, want: &[u64]) -> Result<DType, ModelError> {
     if t.shape != want {
         return Err(ModelError::BadShape {
@@ -268,15 +282,7 @@ impl Binder<'_> {
 
     /// A `rows × cols` matrix (ggml shape `[cols, rows]`).
     pub fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Matrix, ModelError> {
-        let t = self.get(name)?;
-        let dtype = check(&t, &[cols as u64, rows as u64])?;
-        Ok(Matrix {
-            dtype,
-            rows,
-            cols,
-            bytes: Bytes::of(t.data),
-            scales: StoredScales::of(t.scales),
-        })
+        Matrix::of(&self.get(name)?, rows, cols)
     }
 
     /// `n_expert` stacked `rows × cols` matrices (ggml shape `[cols, rows, n_expert]`).
@@ -296,16 +302,7 @@ impl Binder<'_> {
             }
             let mats = parts
                 .iter()
-                .map(|t| {
-                    let dtype = check(t, &[cols as u64, rows as u64])?;
-                    Ok(Matrix {
-                        dtype,
-                        rows,
-                        cols,
-                        bytes: Bytes::of(t.data),
-                        scales: StoredScales::of(t.scales),
-                    })
-                })
+                .map(|t| Matrix::of(t, rows, cols))
                 .collect::<Result<Vec<_>, ModelError>>()?;
             return Ok(Experts::PerExpert(mats));
         }

@@ -52,64 +52,56 @@ fn the_unmodified_rewrite_loads() {
     assert!(rewrite(keep, same).is_ok());
 }
 
-#[test]
-fn unsupported_quant_type_names_the_tensor_and_type() {
-    // Q8_1 (ggml type 9) is a valid encoding rill does not compute with.
-    let msg = err_text(rewrite(
-        |n, s, t, d| {
-            if n == "blk.0.attn_qkv.weight" {
-                let blocks = s.iter().product::<u64>() as usize / 32;
-                Some((s, 9, vec![0; blocks * 36]))
-            } else {
-                Some((s, t, d))
-            }
-        },
-        same,
-    ));
-    assert!(
-        msg.contains("blk.0.attn_qkv.weight") && msg.contains("Q8_1"),
-        "{msg}"
-    );
-}
+/// A tensor rewrite: `(name, shape, ggml type, data)` to what is stored
+/// instead (`None`: dropped).
+type TensorEdit = fn(&str, Vec<u64>, u32, Vec<u8>) -> Option<(Vec<u64>, u32, Vec<u8>)>;
 
+/// Each bad tensor is refused with a message naming it (and what is wrong).
 #[test]
-fn unknown_type_id_names_the_tensor() {
-    let msg = err_text(rewrite(
-        |n, s, t, d| Some((s, if n == "blk.1.ssm_out.weight" { 31 } else { t }, d)),
-        same,
-    ));
-    assert!(
-        msg.contains("blk.1.ssm_out.weight") && msg.contains("31"),
-        "{msg}"
-    );
-}
-
-#[test]
-fn missing_tensor_is_named() {
-    let msg = err_text(rewrite(
-        |n, s, t, d| (n != "blk.2.ssm_norm.weight").then_some((s, t, d)),
-        same,
-    ));
-    assert!(
-        msg.contains("missing tensor 'blk.2.ssm_norm.weight'"),
-        "{msg}"
-    );
-}
-
-#[test]
-fn wrong_shape_is_named() {
-    let msg = err_text(rewrite(
-        |n, s, t, d| {
-            if n == "output_norm.weight" {
-                let half = d.len() / 2;
-                Some((vec![s[0] / 2], t, d[..half].to_vec()))
-            } else {
-                Some((s, t, d))
-            }
-        },
-        same,
-    ));
-    assert!(msg.contains("output_norm.weight"), "{msg}");
+fn bad_tensors_are_named() {
+    let cases: [(&str, TensorEdit, &[&str]); 4] = [
+        (
+            // Q8_1 (ggml type 9) is a valid encoding rill does not compute with.
+            "unsupported type",
+            |n, s, t, d| {
+                if n == "blk.0.attn_qkv.weight" {
+                    let blocks = s.iter().product::<u64>() as usize / 32;
+                    Some((s, 9, vec![0; blocks * 36]))
+                } else {
+                    Some((s, t, d))
+                }
+            },
+            &["blk.0.attn_qkv.weight", "Q8_1"],
+        ),
+        (
+            "unknown type id",
+            |n, s, t, d| Some((s, if n == "blk.1.ssm_out.weight" { 31 } else { t }, d)),
+            &["blk.1.ssm_out.weight", "31"],
+        ),
+        (
+            "missing",
+            |n, s, t, d| (n != "blk.2.ssm_norm.weight").then_some((s, t, d)),
+            &["missing tensor 'blk.2.ssm_norm.weight'"],
+        ),
+        (
+            "wrong shape",
+            |n, s, t, d| {
+                if n == "output_norm.weight" {
+                    let half = d.len() / 2;
+                    Some((vec![s[0] / 2], t, d[..half].to_vec()))
+                } else {
+                    Some((s, t, d))
+                }
+            },
+            &["output_norm.weight"],
+        ),
+    ];
+    for (case, edit, wants) in cases {
+        let msg = err_text(rewrite(edit, same));
+        for want in wants {
+            assert!(msg.contains(want), "{case}: {want:?} not in {msg}");
+        }
+    }
 }
 
 #[test]

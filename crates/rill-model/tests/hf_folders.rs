@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use rill_model::{HfSource, Model, MtpItem, Outputs, Rows, SequenceState, StepOutputs};
+use rill_model::{HfSource, Model, SequenceState};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -37,6 +37,15 @@ fn folder(f: &Value) -> PathBuf {
     fixtures_dir().join(f["folder"].as_str().unwrap())
 }
 
+/// Each Hugging Face fixture of `kind` with its name and its model.
+fn hf_models(kind: &str) -> impl Iterator<Item = (Value, String, Model)> {
+    hf_fixtures_of(kind).into_iter().map(|f| {
+        let name = f["name"].as_str().unwrap().to_string();
+        let model = open(&f);
+        (f, name, model)
+    })
+}
+
 fn open(f: &Value) -> Model {
     let src = HfSource::open(&folder(f)).unwrap_or_else(|e| panic!("{}: {e}", f["name"]));
     Model::from_source(Arc::new(src)).unwrap_or_else(|e| panic!("{}: {e}", f["name"]))
@@ -44,9 +53,7 @@ fn open(f: &Value) -> Model {
 
 #[test]
 fn folders_bind_with_their_layouts() {
-    for f in hf_fixtures() {
-        let name = f["name"].as_str().unwrap();
-        let model = open(&f);
+    for (f, name, model) in hf_models("hf") {
         assert!(model.has_mtp(), "{name}: the folder holds mtp.*");
         assert_eq!(
             model.config.arch.name(),
@@ -64,9 +71,7 @@ fn folders_bind_with_their_layouts() {
 #[test]
 fn logits_match_transformers_at_every_position() {
     let run = runner(2);
-    for f in hf_fixtures() {
-        let name = f["name"].as_str().unwrap();
-        let model = open(&f);
+    for (f, name, model) in hf_models("hf") {
         let ids = ids(&f["prompt"]["ids"]);
         let (shape, want) = read_npy(f["prompt"]["logits"].as_str().unwrap());
         assert_eq!(shape, vec![ids.len(), model.config.n_vocab], "{name}");
@@ -80,20 +85,11 @@ fn logits_match_transformers_at_every_position() {
 #[test]
 fn greedy_ids_match_transformers() {
     let run = runner(2);
-    for f in hf_fixtures() {
-        let name = f["name"].as_str().unwrap();
-        let model = open(&f);
+    for (f, name, model) in hf_models("hf") {
         let g = &f["generation"];
         let prompt = ids(&g["prompt_ids"]);
         let want = ids(&g["ids"]);
-        let mut st = SequenceState::new(&model, prompt.len() + want.len());
-        let mut row = model.forward(&run, &mut st, &prompt, Rows::Last).unwrap();
-        let mut got = Vec::new();
-        for _ in 0..want.len() {
-            let next = argmax(&row);
-            got.push(next);
-            row = model.forward(&run, &mut st, &[next], Rows::Last).unwrap();
-        }
+        let got = greedy(&model, &run, &prompt, want.len());
         assert_eq!(got, want, "{name}: greedy ids");
     }
 }
@@ -101,30 +97,13 @@ fn greedy_ids_match_transformers() {
 #[test]
 fn mtp_logits_match_transformers() {
     let run = runner(2);
-    for f in hf_fixtures() {
-        let name = f["name"].as_str().unwrap();
-        let model = open(&f);
+    for (f, name, model) in hf_models("hf") {
         let ids = ids(&f["mtp"]["ids"]);
         let (_, want) = read_npy(f["mtp"]["logits"].as_str().unwrap());
         let mut st = SequenceState::new(&model, ids.len());
-        let mut out = StepOutputs::new();
-        let o = Outputs::hidden(Rows::All);
-        model
-            .forward_into(&run, &mut st, &ids, o, &mut out)
-            .unwrap();
-        let h = out.hidden(0).to_vec();
-        let n = model.config.n_embd;
-        let mut prev = vec![0f32; n];
-        prev.extend_from_slice(&h[..h.len() - n]);
-        let mut items = [MtpItem {
-            state: &mut st,
-            tokens: &ids,
-            hidden: &prev,
-            outputs: Outputs::logits(Rows::All),
-        }];
-        let mut mo = StepOutputs::new();
-        model.forward_mtp_into(&run, &mut items, &mut mo).unwrap();
-        let (max, mean) = diff(mo.logits(0), &want);
+        let h = trunk_hidden(&model, &run, &mut st, &ids);
+        let prev = shifted(&h, model.config.n_embd);
+        let (max, mean) = diff(&mtp_logits(&model, &run, &mut st, &ids, &prev), &want);
         eprintln!("{name}: MTP logits vs transformers max |Δ| {max:.2e}, mean {mean:.2e}");
         assert!(max <= 1e-4, "{name}: MTP max |Δ| {max:e} > 1e-4");
     }
@@ -157,9 +136,7 @@ fn a_folder_and_the_gguf_converted_from_its_weights_agree() {
 #[test]
 fn fp8_and_nvfp4_folders_match_their_exact_models() {
     let run = runner(2);
-    for f in hf_fixtures_of("hf_quant") {
-        let name = f["name"].as_str().unwrap();
-        let model = open(&f);
+    for (f, name, model) in hf_models("hf_quant") {
         let prompt_ids = ids(&f["prompt"]["ids"]);
         let (_, want) = read_npy(f["prompt"]["logits"].as_str().unwrap());
         let (max, mean) = diff(&batch_logits(&model, &run, &prompt_ids), &want);
@@ -168,14 +145,7 @@ fn fp8_and_nvfp4_folders_match_their_exact_models() {
         let g = &f["generation"];
         let prompt = ids(&g["prompt_ids"]);
         let want_ids = ids(&g["ids"]);
-        let mut st = SequenceState::new(&model, prompt.len() + want_ids.len());
-        let mut row = model.forward(&run, &mut st, &prompt, Rows::Last).unwrap();
-        let mut got = Vec::new();
-        for _ in 0..want_ids.len() {
-            let next = argmax(&row);
-            got.push(next);
-            row = model.forward(&run, &mut st, &[next], Rows::Last).unwrap();
-        }
+        let got = greedy(&model, &run, &prompt, want_ids.len());
         assert_eq!(got, want_ids, "{name}: greedy ids");
     }
 }

@@ -6,9 +6,7 @@
 mod common;
 
 use common::*;
-use rill_model::{
-    KvConfig, KvType, Model, MtpItem, Outputs, Rows, Runner, SequenceState, StepOutputs,
-};
+use rill_model::{KvConfig, KvType, Model, Rows, Runner, SequenceState};
 
 /// A prompt longer than the default window and several key tiles.
 fn prompt(n: usize, vocab: usize) -> Vec<u32> {
@@ -105,9 +103,7 @@ fn every_kv_type_stays_near_the_f32_cache_and_the_errors_order_by_bits() {
 #[test]
 fn a_window_as_long_as_the_prompt_gives_the_f16_caches_bits() {
     let run = runner(2);
-    for f in fixtures("f32") {
-        let name = f["name"].as_str().unwrap();
-        let model = load(&f);
+    for (_, name, model) in models("f32") {
         let ids = prompt(200, model.config.n_vocab);
         let f16 = logits(&model, &run, KvConfig::uniform(KvType::F16), &ids, 200);
         for (sinks, window) in [(0usize, 200usize), (200, 0), (150, 60)] {
@@ -119,7 +115,7 @@ fn a_window_as_long_as_the_prompt_gives_the_f16_caches_bits() {
                 64,
             );
             assert!(
-                q4.iter().zip(&f16).all(|(a, b)| a.to_bits() == b.to_bits()),
+                same_bits(&q4, &f16),
                 "{name}: sinks {sinks} window {window}"
             );
         }
@@ -145,13 +141,7 @@ fn quantized_caches_keep_the_bits_across_chunks_decode_and_snapshots() {
             let whole = logits(&model, &run, c, &ids, 400);
             // Chunks of whole GDN chunks (64): the f32 cache's own bits too.
             let chunked = logits(&model, &run, c, &ids, 128);
-            assert!(
-                chunked
-                    .iter()
-                    .zip(&whole)
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
-                "{name} {c:?}: chunks"
-            );
+            assert!(same_bits(&chunked, &whole), "{name} {c:?}: chunks");
             // Prefill a part, snapshot, decode the rest token by token: the
             // state and its snapshot decode the same bits, and near the
             // prefill's (the GDN recurrence token by token rounds apart
@@ -171,10 +161,7 @@ fn quantized_caches_keep_the_bits_across_chunks_decode_and_snapshots() {
                 decoded.push(rows);
             }
             assert!(
-                decoded[0]
-                    .iter()
-                    .zip(&decoded[1])
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                same_bits(&decoded[0], &decoded[1]),
                 "{name} {c:?}: snapshot"
             );
             // A float cache keeps that rounding as it is. A block-coded one
@@ -285,43 +272,19 @@ fn state_bytes_follow_the_cache_types() {
 #[test]
 fn the_mtp_heads_cache_takes_the_same_types() {
     let run = runner(2);
-    for f in fixtures("mtp") {
-        let name = f["name"].as_str().unwrap();
-        let model = load(&f);
+    for (_, name, model) in models("mtp") {
         let (h, n) = (model.config.n_embd, 120);
         let ids = prompt(n, model.config.n_vocab);
         let head = |c: KvConfig| {
             let mut st = SequenceState::with_kv(&model, n, c).unwrap();
-            let mut out = StepOutputs::new();
-            let o = Outputs::hidden(Rows::All);
-            model
-                .forward_into(&run, &mut st, &ids, o, &mut out)
-                .unwrap();
-            let mut hid = vec![0f32; h];
-            hid.extend_from_slice(&out.hidden(0)[..(n - 1) * h]);
-            let mut items = [MtpItem {
-                state: &mut st,
-                tokens: &ids,
-                hidden: &hid,
-                outputs: Outputs::logits(Rows::All),
-            }];
-            model.forward_mtp_into(&run, &mut items, &mut out).unwrap();
-            let logits = out.logits(0).to_vec();
+            let hid = shifted(&trunk_hidden(&model, &run, &mut st, &ids), h);
+            let logits = mtp_logits(&model, &run, &mut st, &ids, &hid);
             // Drop the last rows and feed them again: the same bits.
             st.truncate_mtp(n - 5);
-            let mut items = [MtpItem {
-                state: &mut st,
-                tokens: &ids[n - 5..],
-                hidden: &hid[(n - 5) * h..],
-                outputs: Outputs::logits(Rows::All),
-            }];
-            model.forward_mtp_into(&run, &mut items, &mut out).unwrap();
+            let again = mtp_logits(&model, &run, &mut st, &ids[n - 5..], &hid[(n - 5) * h..]);
             let v = model.config.n_vocab;
             assert!(
-                out.logits(0)
-                    .iter()
-                    .zip(&logits[(n - 5) * v..])
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                same_bits(&again, &logits[(n - 5) * v..]),
                 "{name} {c:?}: truncate and refeed"
             );
             logits

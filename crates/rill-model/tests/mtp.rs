@@ -9,50 +9,14 @@ use common::*;
 use rill_gguf::writer::GgufWriter;
 use rill_gguf::{GgufFile, MetaValue};
 use rill_model::{
-    ForwardError, Model, ModelError, MtpItem, Outputs, Rows, Runner, SequenceState, StepOutputs,
+    ForwardError, Model, ModelError, MtpItem, Outputs, Rows, SequenceState, StepOutputs,
 };
 use std::sync::Arc;
-
-/// The trunk's post-final-norm hidden states of every position of `ids`.
-fn trunk_hidden(model: &Model, run: &Runner, st: &mut SequenceState, ids: &[u32]) -> Vec<f32> {
-    let mut out = StepOutputs::new();
-    let o = Outputs::hidden(Rows::All);
-    model.forward_into(run, st, ids, o, &mut out).unwrap();
-    out.hidden(0).to_vec()
-}
-
-/// The hidden rows the head pairs with tokens `0..n`: `h[p − 1]`, zeros at 0.
-fn shifted(h: &[f32], n_embd: usize) -> Vec<f32> {
-    let mut prev = vec![0f32; n_embd];
-    prev.extend_from_slice(&h[..h.len() - n_embd]);
-    prev
-}
-
-/// The head's logits for every row, fed `ids` with `hidden` in one call.
-fn mtp_logits(
-    model: &Model,
-    run: &Runner,
-    st: &mut SequenceState,
-    ids: &[u32],
-    hidden: &[f32],
-) -> Vec<f32> {
-    let mut out = StepOutputs::new();
-    let mut items = [MtpItem {
-        state: st,
-        tokens: ids,
-        hidden,
-        outputs: Outputs::logits(Rows::All),
-    }];
-    model.forward_mtp_into(run, &mut items, &mut out).unwrap();
-    out.logits(0).to_vec()
-}
 
 #[test]
 fn mtp_logits_match_transformers_at_every_position() {
     let run = common::runner(2);
-    for f in fixtures("mtp") {
-        let name = f["name"].as_str().unwrap();
-        let model = load(&f);
+    for (f, name, model) in models("mtp") {
         assert!(model.has_mtp(), "{name}");
         let (h, v) = (model.config.n_embd, model.config.n_vocab);
         let ids = ids(&f["mtp"]["ids"]);
@@ -80,9 +44,7 @@ fn mtp_logits_match_transformers_at_every_position() {
 #[test]
 fn the_head_fed_token_by_token_equals_the_whole_prompt() {
     let run = common::runner(2);
-    for f in fixtures("mtp") {
-        let name = f["name"].as_str().unwrap();
-        let model = load(&f);
+    for (f, name, model) in models("mtp") {
         let h = model.config.n_embd;
         let ids = ids(&f["mtp"]["ids"]);
         let mut st = SequenceState::new(&model, ids.len());
@@ -104,9 +66,7 @@ fn the_head_fed_token_by_token_equals_the_whole_prompt() {
 #[test]
 fn batched_mtp_rows_get_the_bits_they_get_alone() {
     let run = common::runner(2);
-    for f in fixtures("mtp") {
-        let name = f["name"].as_str().unwrap();
-        let model = load(&f);
+    for (_, name, model) in models("mtp") {
         let h = model.config.n_embd;
         let prompts: Vec<Vec<u32>> = [(13u32, 9u32), (5, 21)]
             .iter()
@@ -191,9 +151,7 @@ fn batched_mtp_rows_get_the_bits_they_get_alone() {
 #[test]
 fn the_head_reads_its_hidden_input_and_its_cache_is_counted() {
     let run = common::runner(2);
-    for f in fixtures("mtp") {
-        let name = f["name"].as_str().unwrap();
-        let model = load(&f);
+    for (_, name, model) in models("mtp") {
         let h = model.config.n_embd;
         assert!(model.mtp_decode_weight_bytes() > 0, "{name}");
         let ids = [3u32, 9, 27];
@@ -414,9 +372,7 @@ fn the_heads_own_embedding_and_lm_head_are_used_when_present() {
 #[test]
 fn a_narrower_draft_vocabulary_is_a_prefix_of_the_logits() {
     let run = runner(2);
-    for f in fixtures("mtp") {
-        let name = f["name"].as_str().unwrap();
-        let model = load(&f);
+    for (_, name, model) in models("mtp") {
         let (h, v) = (model.config.n_embd, model.config.n_vocab);
         let ids = [3u32, 9, 27];
         let hidden = vec![0.25f32; ids.len() * h];
@@ -480,15 +436,8 @@ fn the_head_from_a_separate_mtp_only_file_is_the_same_model() {
         let mut st = SequenceState::new(model, 32);
         let trunk = trunk_hidden(model, &run, &mut st, &ids);
         let prev = shifted(&trunk, h);
-        let mut out = StepOutputs::new();
-        let mut items = [MtpItem {
-            state: &mut st,
-            tokens: &ids,
-            hidden: &prev,
-            outputs: Outputs::logits(Rows::All),
-        }];
-        model.forward_mtp_into(&run, &mut items, &mut out).unwrap();
-        outs.push((trunk, out.logits(0).to_vec()));
+        let logits = mtp_logits(model, &run, &mut st, &ids, &prev);
+        outs.push((trunk, logits));
     }
     assert!(
         outs[0] == outs[1],

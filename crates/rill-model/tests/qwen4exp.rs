@@ -17,6 +17,15 @@ const FIXTURES: [&str; 4] = [
     "qwen4exp_yarn",
 ];
 
+/// Each fixture with its name and its model.
+fn qwen4exp_models() -> impl Iterator<Item = (&'static str, Value, Model)> {
+    FIXTURES.iter().map(|&name| {
+        let f = fixture(name);
+        let model = load(&f);
+        (name, f, model)
+    })
+}
+
 fn fixture(name: &str) -> Value {
     let path = fixtures_dir().join(format!("{name}.json"));
     let text = std::fs::read_to_string(&path)
@@ -29,9 +38,7 @@ fn fixture(name: &str) -> Value {
 #[test]
 fn prompt_logits_match_transformers_at_every_position() {
     let run = runner(2);
-    for name in FIXTURES {
-        let f = fixture(name);
-        let model = load(&f);
+    for (name, f, model) in qwen4exp_models() {
         let ids = ids(&f["prompt"]["ids"]);
         let sparse_from = f["prompt"]["sparse_from_position"].as_u64().unwrap() as usize;
         assert!(
@@ -90,24 +97,17 @@ fn prompt_logits_match_transformers_at_every_position() {
 #[test]
 fn greedy_tokens_match_transformers() {
     let run = runner(2);
-    for name in FIXTURES {
-        let f = fixture(name);
-        let model = load(&f);
+    for (name, f, model) in qwen4exp_models() {
         let prompt = ids(&f["generation"]["prompt_ids"]);
         let want = ids(&f["generation"]["ids"]);
         assert!(want.len() >= 24);
         let (_, want_logits) = read_npy(f["generation"]["logits"].as_str().unwrap());
         let v = model.config.n_vocab;
-        let mut st = SequenceState::new(&model, prompt.len() + want.len());
-        let mut logits = model.forward(&run, &mut st, &prompt, Rows::Last).unwrap();
-        let mut got = Vec::new();
-        for step in 0..want.len() {
-            let (max, _) = diff(&logits, &want_logits[step * v..(step + 1) * v]);
+        let got = greedy_until(&model, &run, &prompt, want.len(), |step, logits, _| {
+            let (max, _) = diff(logits, &want_logits[step * v..(step + 1) * v]);
             assert!(max <= 1e-4, "{name}: step {step}: max |Δlogit| {max:e}");
-            let t = argmax(&logits);
-            got.push(t);
-            logits = model.forward(&run, &mut st, &[t], Rows::Last).unwrap();
-        }
+            true
+        });
         assert_eq!(got, want, "{name}: greedy tokens");
     }
 }
@@ -148,9 +148,7 @@ fn greedy_tokens_match_llama_cpp_while_dense() {
 #[test]
 fn decode_and_chunks_equal_the_batch() {
     let run = runner(2);
-    for name in FIXTURES {
-        let f = fixture(name);
-        let model = load(&f);
+    for (name, f, model) in qwen4exp_models() {
         let ids = ids(&f["prompt"]["ids"]);
         let v = model.config.n_vocab;
         let batch = batch_logits(&model, &run, &ids);

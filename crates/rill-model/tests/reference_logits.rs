@@ -24,9 +24,7 @@ use rill_model::{Rows, SequenceState};
 #[test]
 fn f32_prompt_logits_match_the_float64_truth() {
     let run = common::runner(2);
-    for f in fixtures("f32") {
-        let name = f["name"].as_str().unwrap();
-        let model = load(&f);
+    for (f, name, model) in models("f32") {
         let ids = ids(&f["prompt"]["ids"]);
         assert!(ids.len() >= 200, "{name}: prompt of {} tokens", ids.len());
         let (shape, truth) = read_npy(f["prompt"]["logits_f64"].as_str().unwrap());
@@ -60,9 +58,7 @@ fn f32_prompt_logits_match_the_float64_truth() {
 #[test]
 fn decoding_token_by_token_equals_the_batch() {
     let run = common::runner(2);
-    for f in fixtures("f32") {
-        let name = f["name"].as_str().unwrap();
-        let model = load(&f);
+    for (f, name, model) in models("f32") {
         let ids = ids(&f["prompt"]["ids"]);
         let batch = batch_logits(&model, &run, &ids);
         // Half as a prompt batch, then one token at a time.
@@ -86,27 +82,17 @@ fn decoding_token_by_token_equals_the_batch() {
 #[test]
 fn greedy_generation_matches_transformers() {
     let run = common::runner(2);
-    for f in fixtures("f32") {
-        let name = f["name"].as_str().unwrap();
-        let model = load(&f);
+    for (f, name, model) in models("f32") {
         let g = &f["generation"];
         let prompt = ids(&g["prompt_ids"]);
         let want_ids = ids(&g["ids"]);
         let (_, want_logits) = read_npy(g["logits"].as_str().unwrap());
         let v = model.config.n_vocab;
-        let mut st = SequenceState::new(&model, prompt.len() + want_ids.len());
-        let mut row = model.forward(&run, &mut st, &prompt, Rows::Last).unwrap();
-        let mut got = Vec::new();
-        for (step, &want) in want_ids.iter().enumerate() {
-            let (max, _) = diff(&row, &want_logits[step * v..(step + 1) * v]);
+        let got = greedy_until(&model, &run, &prompt, want_ids.len(), |step, row, next| {
+            let (max, _) = diff(row, &want_logits[step * v..(step + 1) * v]);
             assert!(max <= 1e-4, "{name}: step {step} logits differ by {max:e}");
-            let next = argmax(&row);
-            got.push(next);
-            if next != want {
-                break;
-            }
-            row = model.forward(&run, &mut st, &[next], Rows::Last).unwrap();
-        }
+            next == want_ids[step]
+        });
         assert_eq!(got, want_ids, "{name}: greedy tokens");
     }
 }
@@ -114,9 +100,7 @@ fn greedy_generation_matches_transformers() {
 #[test]
 fn quantized_files_are_at_least_as_accurate_as_llama_cpp() {
     let run = common::runner(2);
-    for f in fixtures("quant") {
-        let name = f["name"].as_str().unwrap();
-        let model = load(&f);
+    for (f, name, model) in models("quant") {
         let ids = ids(&f["prompt"]["ids"]);
         let (_, want) = read_npy(f["prompt"]["logits"].as_str().unwrap());
         let got = batch_logits(&model, &run, &ids);
@@ -145,9 +129,7 @@ fn quantized_files_are_at_least_as_accurate_as_llama_cpp() {
 #[test]
 fn q8_activations_reproduce_llama_cpp_error() {
     let mut run = common::runner(2);
-    for f in fixtures("quant") {
-        let name = f["name"].as_str().unwrap();
-        let model = load(&f);
+    for (f, name, model) in models("quant") {
         let ids = ids(&f["prompt"]["ids"]);
         let (_, want) = read_npy(f["prompt"]["logits"].as_str().unwrap());
         run.precision = Precision::Exact;

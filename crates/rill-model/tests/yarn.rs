@@ -118,10 +118,7 @@ fn flags_turn_yarn_off_and_give_it_back() {
     assert_eq!(on.config.n_ctx_train, 256);
     let again = batch_logits(&on, &run, &ids);
     assert!(
-        again
-            .iter()
-            .zip(&reference)
-            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        same_bits(&again, &reference),
         "flags giving the file's YaRN must give the file's bits"
     );
 

@@ -161,13 +161,10 @@ impl Sampler {
 
     /// Pick the next token given `logits` (one row) and the tokens so far.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
-        let mut row = logits.to_vec();
-        apply_bias(&self.config, &mut row);
-        apply_penalties(&self.config, &mut row, history);
-        if self.config.temperature == 0.0 {
-            return argmax(&row);
-        }
-        let probs = self.distribution(&row);
+        let probs = match self.draw(logits, history) {
+            Draw::Greedy(t) => return t,
+            Draw::From(probs) => probs,
+        };
         let r = self.rng.next_f64();
         let mut cum = 0.0;
         for (i, p) in probs.iter().enumerate() {
@@ -189,13 +186,10 @@ impl Sampler {
     /// what `sample` returns. The caller keeps going while the result equals
     /// the draft.
     pub fn verify(&mut self, logits: &[f32], history: &[u32], draft: u32) -> u32 {
-        let mut row = logits.to_vec();
-        apply_bias(&self.config, &mut row);
-        apply_penalties(&self.config, &mut row, history);
-        if self.config.temperature == 0.0 {
-            return argmax(&row);
-        }
-        let probs = self.distribution(&row);
+        let probs = match self.draw(logits, history) {
+            Draw::Greedy(t) => return t,
+            Draw::From(probs) => probs,
+        };
         let p_draft = (self.cand.iter().zip(&probs))
             .find(|(c, _)| c.0 == draft)
             .map_or(0.0, |(_, &p)| p);
@@ -223,6 +217,19 @@ impl Sampler {
 
     /// The candidates (`self.cand`, best first) and their probabilities
     /// after top-k → top-p → min-p → temperature, for a penalised row.
+    /// What a pick from `logits` after `history` comes down to, bias and
+    /// penalties applied: the greedy token at temperature 0, else the
+    /// candidates' probabilities (`self.cand`, in that order).
+    fn draw(&mut self, logits: &[f32], history: &[u32]) -> Draw {
+        let mut row = logits.to_vec();
+        apply_bias(&self.config, &mut row);
+        apply_penalties(&self.config, &mut row, history);
+        if self.config.temperature == 0.0 {
+            return Draw::Greedy(argmax(&row));
+        }
+        Draw::From(self.distribution(&row))
+    }
+
     fn distribution(&mut self, row: &[f32]) -> Vec<f64> {
         let c = &self.config;
         self.cand.clear();
@@ -296,6 +303,12 @@ fn apply_penalties(c: &SamplerConfig, row: &mut [f32], history: &[u32]) {
         }
         *l -= c.presence_penalty + c.frequency_penalty * n as f32;
     }
+}
+
+/// See [`Sampler::draw`].
+enum Draw {
+    Greedy(u32),
+    From(Vec<f64>),
 }
 
 /// Index of the largest logit; ties go to the lower id.

@@ -39,48 +39,51 @@ fn sampling_follows_the_distribution() {
     assert!((frac - 0.75).abs() < 0.02, "{frac}");
 }
 
+/// Each cut-off keeps just the tokens it should: over many draws only
+/// those come out, and every one of them does.
 #[test]
-fn top_k_one_is_greedy() {
-    let logits = [0.5f32, 0.4, 3.0, 0.2];
-    let mut s = Sampler::new(SamplerConfig {
-        top_k: 1,
-        ..cfg(5.0)
-    })
-    .unwrap();
-    for _ in 0..100 {
-        assert_eq!(s.sample(&logits, &[]), 2);
-    }
-}
-
-#[test]
-fn top_p_cuts_the_tail() {
-    // probabilities ≈ [0.665, 0.245, 0.090]: top_p 0.8 keeps ids 0 and 1 only
-    let logits = [2.0f32, 1.0, 0.0];
-    let mut s = Sampler::new(SamplerConfig {
-        top_p: 0.8,
-        seed: 1,
-        ..cfg(1.0)
-    })
-    .unwrap();
-    let mut seen = [0; 3];
-    for _ in 0..2000 {
-        seen[s.sample(&logits, &[]) as usize] += 1;
-    }
-    assert_eq!(seen[2], 0);
-    assert!(seen[0] > 0 && seen[1] > 0);
-}
-
-#[test]
-fn min_p_cuts_relative_to_the_best() {
-    let logits = [2.0f32, 1.0, -3.0];
-    let mut s = Sampler::new(SamplerConfig {
-        min_p: 0.2,
-        seed: 1,
-        ..cfg(1.0)
-    })
-    .unwrap();
-    for _ in 0..2000 {
-        assert_ne!(s.sample(&logits, &[]), 2);
+fn cutoffs_keep_only_their_tokens() {
+    let cases = [
+        // top_k 1 is greedy, whatever the temperature.
+        (
+            SamplerConfig {
+                top_k: 1,
+                ..cfg(5.0)
+            },
+            [0.5f32, 0.4, 3.0, 0.2].as_slice(),
+            [2].as_slice(),
+        ),
+        // probabilities ≈ [0.665, 0.245, 0.090]: top_p 0.8 keeps ids 0 and 1 only
+        (
+            SamplerConfig {
+                top_p: 0.8,
+                seed: 1,
+                ..cfg(1.0)
+            },
+            &[2.0, 1.0, 0.0],
+            &[0, 1],
+        ),
+        // min_p 0.2 of the best (e^-5 of it) drops id 2.
+        (
+            SamplerConfig {
+                min_p: 0.2,
+                seed: 1,
+                ..cfg(1.0)
+            },
+            &[2.0, 1.0, -3.0],
+            &[0, 1],
+        ),
+    ];
+    for (config, logits, kept) in cases {
+        let mut s = Sampler::new(config).unwrap();
+        let mut seen = vec![0; logits.len()];
+        for _ in 0..2000 {
+            seen[s.sample(logits, &[]) as usize] += 1;
+        }
+        for (t, &n) in seen.iter().enumerate() {
+            let keeps = kept.contains(&(t as u32));
+            assert_eq!(n > 0, keeps, "{logits:?}: token {t} drawn {n} times");
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{corpus, qwen2, qwen35};
+use common::{corpus, qwen2, qwen35, Case};
 use rill_tokenizer::{nfc, StreamDecoder};
 
 fn report(what: &str, bad: &[String], total: usize) {
@@ -15,39 +15,34 @@ fn report(what: &str, bad: &[String], total: usize) {
     );
 }
 
-#[test]
-fn encode_matches_hf_qwen35() {
+/// Every corpus string encodes as HF's `want` of it, with `special` parsing.
+fn encodes_as_hf(special: bool, want: impl Fn(&Case) -> &[u32]) {
     let tok = qwen35();
     let cases = corpus();
     assert!(cases.len() >= 1000, "corpus has {} strings", cases.len());
-    let mut bad = Vec::new();
-    for c in &cases {
-        let got = tok.encode(&c.text, true);
-        if got != c.ids {
-            bad.push(format!(
-                "{:?}\n  hf:   {:?}\n  rill: {:?}",
-                c.text, c.ids, got
-            ));
-        }
-    }
-    report("encode(parse_special=true)", &bad, cases.len());
+    let bad: Vec<String> = cases
+        .iter()
+        .filter_map(|c| {
+            let got = tok.encode(&c.text, special);
+            (got != want(c))
+                .then(|| format!("{:?}\n  hf:   {:?}\n  rill: {got:?}", c.text, want(c)))
+        })
+        .collect();
+    report(
+        &format!("encode(parse_special={special})"),
+        &bad,
+        cases.len(),
+    );
+}
+
+#[test]
+fn encode_matches_hf_qwen35() {
+    encodes_as_hf(true, |c| &c.ids);
 }
 
 #[test]
 fn encode_matches_hf_without_special_parsing() {
-    let tok = qwen35();
-    let cases = corpus();
-    let mut bad = Vec::new();
-    for c in &cases {
-        let got = tok.encode(&c.text, false);
-        if got != c.ids_nospecial {
-            bad.push(format!(
-                "{:?}\n  hf:   {:?}\n  rill: {:?}",
-                c.text, c.ids_nospecial, got
-            ));
-        }
-    }
-    report("encode(parse_special=false)", &bad, cases.len());
+    encodes_as_hf(false, |c| &c.ids_nospecial);
 }
 
 #[test]

@@ -122,8 +122,15 @@ impl Gathered {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// `text` cut into pieces of `n` characters (the last one shorter), as
+    /// a stream of tokens might bring it.
+    pub(crate) fn in_pieces(text: &str, n: usize) -> Vec<String> {
+        let chars: Vec<char> = text.chars().collect();
+        chars.chunks(n).map(|c| c.iter().collect()).collect()
+    }
 
     fn run(prompt: &str, tools: bool, pieces: &[&str]) -> Gathered {
         let mut o = ChatOutput::new(prompt, tools);
@@ -168,8 +175,7 @@ mod tests {
     #[test]
     fn tool_calls_after_thinking() {
         let text = "I need the weather.\n</think>\n\nChecking.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n{\"name\": \"t\", \"arguments\": {\"a\": [1]}}\n</tool_call>";
-        let chars: Vec<char> = text.chars().collect();
-        let pieces: Vec<String> = chars.chunks(2).map(|c| c.iter().collect()).collect();
+        let pieces = in_pieces(text, 2);
         let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
         let g = run("<think>\n", true, &refs);
         assert_eq!(g.reasoning, "I need the weather.");

@@ -291,10 +291,8 @@ mod tests {
     fn stream_splits_calls_across_pieces() {
         let text = "Let me check.\n\n<tool_call>\n<function=f>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>";
         // Feed it in every split into pieces of 3 characters.
-        let chars: Vec<char> = text.chars().collect();
-        let pieces: Vec<String> = chars.chunks(3).map(|c| c.iter().collect()).collect();
-        let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
-        let out = run(&refs);
+        let pieces = super::super::tests::in_pieces(text, 3);
+        let out = run(&pieces.iter().map(String::as_str).collect::<Vec<_>>());
         assert_eq!(
             out,
             vec![

@@ -9,10 +9,8 @@
 //! bandwidth decode achieves (weight bytes touched per token × tokens/s),
 //! next to the machine's measured read bandwidth when `--bandwidth` is given.
 
-use crate::load;
 use anyhow::{Context, Result};
 use rill_engine::{Done, Engine, EngineConfig, Event, Request};
-use rill_kernels::Precision;
 use rill_kernels::Threads;
 use rill_load::Prefault;
 use rill_sampler::{Rng, SamplerConfig};
@@ -36,23 +34,8 @@ pub struct Args {
     /// Repetitions of each test.
     #[arg(short = 'r', long, default_value_t = 3)]
     reps: usize,
-    /// Worker threads (0 = all cores).
-    #[arg(short, long, default_value_t = 0)]
-    threads: usize,
-    /// Matrix-product numerics: `q8` (8-bit activations, llama.cpp's own
-    /// numerics, integer kernels: fast) or `exact` (f32 activations, the
-    /// reference results). Default: q8 where this CPU has the integer
-    /// kernels (AVX2 on x86-64, the dot-product extension on aarch64), else
-    /// exact.
-    #[arg(long)]
-    precision: Option<Precision>,
-    /// Kernel class: avx2, avx-vnni, avx512, amx (x86-64), neon (aarch64)
-    /// or scalar (the portable reference). Default: the fastest this CPU
-    /// runs; a class it lacks is refused.
-    #[arg(long, env = "RILL_KERNELS", value_parser = crate::load::parse_kernels)]
-    kernels: Option<rill_kernels::Isa>,
     #[command(flatten)]
-    kv: crate::kv_args::KvArgs,
+    compute: crate::compute_args::ComputeArgs,
     /// Context depth of the generation test (llama-bench's `-d`): each
     /// request first prefills this many random tokens (not timed), then
     /// decodes `-n`. With a depth there is no warm-up run.
@@ -149,12 +132,11 @@ fn run_all(engine: &Engine, reqs: Vec<Request>) -> Result<Vec<Done>> {
 pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.reps > 0, "-r must be at least 1");
     let t0 = Instant::now();
-    let (mut loaded, kernels, precision) =
-        load::open_to_decode(&a.model, &a.spec, a.kernels, a.precision, Prefault::Now)?;
-    let kv = a.kv.resolve(precision, &mut loaded.model)?;
+    let (loaded, kernels, precision, kv) =
+        a.compute.open(&a.model, Some(&a.spec), Prefault::Now)?;
     let load_s = t0.elapsed().as_secs_f64();
     if a.verify_costs {
-        let run = rill_model::Runner::new(Threads::new(a.threads), kernels, precision);
+        let run = rill_model::Runner::new(Threads::new(a.compute.threads), kernels, precision);
         let reps = a.reps.max(3) * 10;
         let costs = super::bench_spec::measure(
             &loaded.model,
@@ -187,7 +169,7 @@ pub fn run(a: Args) -> Result<()> {
     let info = loaded.info;
     let (n_vocab, arch) = (loaded.model.config.n_vocab, loaded.model.config.arch);
     let par = a.parallel.max(1);
-    let n_threads = match a.threads {
+    let n_threads = match a.compute.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
@@ -205,7 +187,7 @@ pub fn run(a: Args) -> Result<()> {
             // deep context in chunks of at most 4096).
             prefill_chunk: a.n_prompt.max(1).max(a.depth.min(4096)),
             cache_bytes: 0,
-            threads: a.threads,
+            threads: a.compute.threads,
             kernels,
             precision,
             kv,

@@ -8,13 +8,13 @@
 
 use super::run::SamplingArgs;
 use crate::chat_prompt::{render, template};
+use crate::compute_args::engine_config;
 use crate::drive::{self, InFlight};
 use crate::load;
 use anyhow::{Context, Result};
 use rill_chat::reply::{Piece, ThinkSplitter};
 use rill_chat::Message;
 use rill_engine::{Engine, EngineConfig, FinishReason, Request};
-use rill_kernels::Precision;
 use rill_load::Prefault;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
@@ -42,23 +42,8 @@ pub struct Args {
     ctx_size: usize,
     #[command(flatten)]
     sampling: SamplingArgs,
-    /// Worker threads (0 = all cores).
-    #[arg(short, long, default_value_t = 0)]
-    threads: usize,
-    /// Matrix-product numerics: `q8` (8-bit activations, llama.cpp's own
-    /// numerics, integer kernels: fast) or `exact` (f32 activations, the
-    /// reference results). Default: q8 where this CPU has the integer
-    /// kernels (AVX2 on x86-64, the dot-product extension on aarch64), else
-    /// exact.
-    #[arg(long)]
-    precision: Option<Precision>,
-    /// Kernel class: avx2, avx-vnni, avx512, amx (x86-64), neon (aarch64)
-    /// or scalar (the portable reference). Default: the fastest this CPU
-    /// runs; a class it lacks is refused.
-    #[arg(long, env = "RILL_KERNELS", value_parser = crate::load::parse_kernels)]
-    kernels: Option<rill_kernels::Isa>,
     #[command(flatten)]
-    kv: crate::kv_args::KvArgs,
+    compute: crate::compute_args::ComputeArgs,
     /// Print speed figures after each reply.
     #[arg(long)]
     timings: bool,
@@ -71,14 +56,9 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (mut loaded, kernels, precision) = load::open_to_decode(
-        &a.model,
-        &a.spec,
-        a.kernels,
-        a.precision,
-        Prefault::Background,
-    )?;
-    let kv = a.kv.resolve(precision, &mut loaded.model)?;
+    let (loaded, kernels, precision, kv) =
+        a.compute
+            .open(&a.model, Some(&a.spec), Prefault::Background)?;
     let ctx_size = load::context(a.ctx_size, &loaded.model)?;
     let tmpl = template(&loaded.template, &loaded.info)?;
     let tok = Arc::new(loaded.tokenizer);
@@ -92,12 +72,7 @@ pub fn run(a: Args) -> Result<()> {
             max_parallel: 1,
             ctx_size,
             cache_bytes: a.cache_ram << 20,
-            threads: a.threads,
-            kernels,
-            precision,
-            kv,
-            spec: a.spec.config()?,
-            ..EngineConfig::default()
+            ..engine_config(a.compute.threads, (kernels, precision, kv), &a.spec)?
         },
     );
 

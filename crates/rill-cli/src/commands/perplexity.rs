@@ -9,11 +9,10 @@
 //! with `--kl-divergence` too, the run is compared with that file instead
 //! (on the file's own tokens and windows).
 
-use crate::kv_args::KvArgs;
 use crate::load;
 use crate::ppl::{self, BaseHeader, Divergence, Perplexity};
 use anyhow::{bail, ensure, Context, Result};
-use rill_kernels::{Precision, Threads};
+use rill_kernels::Threads;
 use rill_model::{Model, Outputs, Rows, Runner, SequenceState, StepOutputs};
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
@@ -34,19 +33,8 @@ pub struct Args {
     /// Evaluate at most this many windows (default: all the text holds).
     #[arg(long)]
     chunks: Option<usize>,
-    /// Worker threads (0 = all cores).
-    #[arg(short, long, default_value_t = 0)]
-    threads: usize,
-    /// Matrix-product numerics (`q8` or `exact`); default as `rill run`.
-    #[arg(long)]
-    precision: Option<Precision>,
-    /// Kernel class: avx2, avx-vnni, avx512, amx (x86-64), neon (aarch64)
-    /// or scalar (the portable reference). Default: the fastest this CPU
-    /// runs; a class it lacks is refused.
-    #[arg(long, env = "RILL_KERNELS", value_parser = crate::load::parse_kernels)]
-    kernels: Option<rill_kernels::Isa>,
     #[command(flatten)]
-    kv: KvArgs,
+    compute: crate::compute_args::ComputeArgs,
     /// A file of the base run's log-probabilities (llama.cpp's format):
     /// written by this run, or read with `--kl-divergence`.
     #[arg(long)]
@@ -108,9 +96,8 @@ impl Windows<'_> {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (mut loaded, kernels, precision) =
-        load::open(&a.model, a.kernels, a.precision, rill_load::Prefault::Now)?;
-    let kv = a.kv.resolve(precision, &mut loaded.model)?;
+    let (loaded, kernels, precision, kv) =
+        a.compute.open(&a.model, None, rill_load::Prefault::Now)?;
     let model = &loaded.model;
     let tok = &loaded.tokenizer;
     let n_vocab = model.config.n_vocab;
@@ -121,7 +108,7 @@ pub fn run(a: Args) -> Result<()> {
     };
     let mut windows = Windows {
         model,
-        run: Runner::new(Threads::new(a.threads), kernels, precision),
+        run: Runner::new(Threads::new(a.compute.threads), kernels, precision),
         kv,
         bos,
         out: StepOutputs::new(),

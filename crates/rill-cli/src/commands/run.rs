@@ -2,11 +2,11 @@
 //! the same engine the server runs (so the same prompt, parameters and seed
 //! give the same tokens from both).
 
+use crate::compute_args::engine_config;
 use crate::drive::{self, InFlight};
 use crate::load;
 use anyhow::{Context, Result};
 use rill_engine::{Engine, EngineConfig, Request};
-use rill_kernels::Precision;
 use rill_load::Prefault;
 use rill_sampler::SamplerConfig;
 use std::io::Write;
@@ -84,23 +84,8 @@ pub struct Args {
     /// Stop when this text is generated (repeatable).
     #[arg(long)]
     stop: Vec<String>,
-    /// Worker threads (0 = all cores).
-    #[arg(short, long, default_value_t = 0)]
-    threads: usize,
-    /// Matrix-product numerics: `q8` (8-bit activations, llama.cpp's own
-    /// numerics, integer kernels: fast) or `exact` (f32 activations, the
-    /// reference results). Default: q8 where this CPU has the integer
-    /// kernels (AVX2 on x86-64, the dot-product extension on aarch64), else
-    /// exact.
-    #[arg(long)]
-    precision: Option<Precision>,
-    /// Kernel class: avx2, avx-vnni, avx512, amx (x86-64), neon (aarch64)
-    /// or scalar (the portable reference). Default: the fastest this CPU
-    /// runs; a class it lacks is refused.
-    #[arg(long, env = "RILL_KERNELS", value_parser = crate::load::parse_kernels)]
-    kernels: Option<rill_kernels::Isa>,
     #[command(flatten)]
-    kv: crate::kv_args::KvArgs,
+    compute: crate::compute_args::ComputeArgs,
     /// Context size in tokens (default: prompt + n_predict; 0 = the
     /// model's trained context).
     #[arg(short = 'c', long)]
@@ -125,9 +110,8 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (mut loaded, kernels, precision) =
-        load::open_to_decode(&a.model, &a.spec, a.kernels, a.precision, Prefault::Lazy)?;
-    let kv = a.kv.resolve(precision, &mut loaded.model)?;
+    let (loaded, kernels, precision, kv) =
+        a.compute.open(&a.model, Some(&a.spec), Prefault::Lazy)?;
     let tok = Arc::new(loaded.tokenizer);
     let prompt = if a.chat {
         let tmpl = crate::chat_prompt::template(&loaded.template, &loaded.info)?;
@@ -161,12 +145,7 @@ pub fn run(a: Args) -> Result<()> {
             max_parallel: 1,
             ctx_size: ctx,
             cache_bytes: 0,
-            threads: a.threads,
-            kernels,
-            precision,
-            kv,
-            spec: a.spec.config()?,
-            ..EngineConfig::default()
+            ..engine_config(a.compute.threads, (kernels, precision, kv), &a.spec)?
         },
     );
     let req = Request {

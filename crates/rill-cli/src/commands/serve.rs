@@ -133,14 +133,14 @@ pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.parallel >= 1, "--parallel must be at least 1");
     let cors_origins =
         rill_server::wire::CorsOrigins::parse(&a.cors_origins).map_err(anyhow::Error::msg)?;
-    let (mut loaded, kernels, precision) = load::open_to_decode(
+    let (loaded, kernels, precision, kv) = crate::compute_args::open(
         &a.model,
-        &a.spec,
+        Some(&a.spec),
         a.kernels,
         a.precision,
+        &a.kv,
         Prefault::Background,
     )?;
-    let kv = a.kv.resolve(precision, &mut loaded.model)?;
     let ctx_size = load::context(a.ctx_size, &loaded.model)?;
     anyhow::ensure!(ctx_size >= 2, "--ctx-size must be at least 2");
     if loaded.template.is_none() {

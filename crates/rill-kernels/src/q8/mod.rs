@@ -373,8 +373,18 @@ impl Q8Acts {
     }
 }
 
+/// One pool thread's working buffers for the integer kernels (the AMX
+/// kernel's tile layouts; nothing on other machines), owned by the staging
+/// of the product that runs them and only ever grown.
+#[derive(Default)]
+pub(crate) struct RowScratch {
+    #[cfg(target_arch = "x86_64")]
+    amx: amx::Scratch,
+}
+
 /// `out[t·rows + r] = row r · activations t` for rows `r0..r1` of `w` and
-/// every row of `acts`, on kernel path `isa`, in the canonical order.
+/// every row of `acts`, on kernel path `isa`, in the canonical order,
+/// with `scratch` the calling task's own buffers.
 ///
 /// # Safety
 /// `out` must hold `acts.n() · w.rows` values, rows `r0..r1` of which are
@@ -387,6 +397,7 @@ pub(crate) unsafe fn rows(
     r0: usize,
     r1: usize,
     out: SharedMut<f32>,
+    scratch: &mut RowScratch,
 ) {
     debug_assert_eq!(acts.format(), ActFormat::for_weights(w.dtype));
     debug_assert_eq!(acts.cols(), w.cols);
@@ -395,7 +406,9 @@ pub(crate) unsafe fn rows(
     // includes `amx::usable()`; the rest is this function's contract. It
     // returns false having written nothing.
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Amx && acts.n() >= amx::MIN_TOKENS && unsafe { amx::rows(w, acts, r0, r1, out) }
+    if isa == Isa::Amx
+        && acts.n() >= amx::MIN_TOKENS
+        && unsafe { amx::rows(w, acts, r0, r1, out, &mut scratch.amx) }
     {
         return;
     }
@@ -413,7 +426,7 @@ pub(crate) unsafe fn rows(
     if isa == Isa::Neon && neon::usable() && unsafe { neon::rows(w, acts, r0, r1, out) } {
         return;
     }
-    let _ = isa;
+    let _ = (isa, scratch);
     for r in r0..r1 {
         let row = w.row(r);
         for t in 0..acts.n() {

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use rill_kernels::Isa;
-use rill_model::{Model, Rows, Runner, SequenceState};
+use rill_model::{Model, MtpItem, Outputs, Rows, Runner, SequenceState, StepOutputs};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -110,12 +110,83 @@ pub fn batch_logits(model: &Model, run: &Runner, ids: &[u32]) -> Vec<f32> {
     model.forward(run, &mut st, ids, Rows::All).unwrap()
 }
 
-pub fn argmax(row: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in row.iter().enumerate() {
-        if v > row[best] {
-            best = i;
+/// The greedy pick, as the engine's sampler makes it.
+pub use rill_sampler::argmax;
+
+/// Greedy decoding of up to `n` tokens after `prompt` on a fresh state.
+/// After each pick, `each(step, logits, picked)` sees the logits it was
+/// made from and says whether to go on.
+pub fn greedy_until(
+    model: &Model,
+    run: &Runner,
+    prompt: &[u32],
+    n: usize,
+    mut each: impl FnMut(usize, &[f32], u32) -> bool,
+) -> Vec<u32> {
+    let mut st = SequenceState::new(model, prompt.len() + n);
+    let mut row = model.forward(run, &mut st, prompt, Rows::Last).unwrap();
+    let mut got = Vec::new();
+    for step in 0..n {
+        let next = argmax(&row);
+        got.push(next);
+        if !each(step, &row, next) {
+            break;
         }
+        row = model.forward(run, &mut st, &[next], Rows::Last).unwrap();
     }
-    best as u32
+    got
+}
+
+/// [`greedy_until`] all `n` tokens.
+pub fn greedy(model: &Model, run: &Runner, prompt: &[u32], n: usize) -> Vec<u32> {
+    greedy_until(model, run, prompt, n, |_, _, _| true)
+}
+
+/// The trunk's post-final-norm hidden states of every position of `ids`.
+pub fn trunk_hidden(model: &Model, run: &Runner, st: &mut SequenceState, ids: &[u32]) -> Vec<f32> {
+    let mut out = StepOutputs::new();
+    let o = Outputs::hidden(Rows::All);
+    model.forward_into(run, st, ids, o, &mut out).unwrap();
+    out.hidden(0).to_vec()
+}
+
+/// The hidden rows the head pairs with tokens `0..n`: `h[p − 1]`, zeros at 0.
+pub fn shifted(h: &[f32], n_embd: usize) -> Vec<f32> {
+    let mut prev = vec![0f32; n_embd];
+    prev.extend_from_slice(&h[..h.len() - n_embd]);
+    prev
+}
+
+/// The head's logits for every row, fed `ids` with `hidden` in one call.
+pub fn mtp_logits(
+    model: &Model,
+    run: &Runner,
+    st: &mut SequenceState,
+    ids: &[u32],
+    hidden: &[f32],
+) -> Vec<f32> {
+    let mut out = StepOutputs::new();
+    let mut items = [MtpItem {
+        state: st,
+        tokens: ids,
+        hidden,
+        outputs: Outputs::logits(Rows::All),
+    }];
+    model.forward_mtp_into(run, &mut items, &mut out).unwrap();
+    out.logits(0).to_vec()
+}
+
+/// Whether `a` and `b` hold the same bits, element by element over the
+/// shorter of the two.
+pub fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// Each fixture of `kind` with its name and its model.
+pub fn models(kind: &str) -> impl Iterator<Item = (Value, String, Model)> {
+    fixtures(kind).into_iter().map(|f| {
+        let name = f["name"].as_str().unwrap().to_string();
+        let model = load(&f);
+        (f, name, model)
+    })
 }

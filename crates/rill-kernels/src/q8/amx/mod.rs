@@ -58,7 +58,6 @@ use layout::{decode, relayout};
 use rill_dtype::DType;
 use std::arch::asm;
 use std::arch::x86_64::*;
-use std::cell::RefCell;
 use std::sync::OnceLock;
 use tiles::TileCfg;
 
@@ -182,9 +181,10 @@ struct Geo {
 #[repr(C, align(64))]
 struct Line([u8; 64]);
 
-/// One thread's buffers, only ever grown (see [`grow`]).
+/// One pool thread's buffers, only ever grown (see [`grow`]); part of
+/// the product's staging (`super::RowScratch`).
 #[derive(Default)]
-struct Scratch {
+pub(super) struct Scratch {
     /// Relaid activations: `[token tile][chunk][k/4]` lines of 16 tokens.
     bt: Vec<Line>,
     /// Activation scales, `[token tile][block][token]`.
@@ -212,10 +212,6 @@ fn grow<T: Copy>(v: &mut Vec<T>, len: usize, zero: T) {
     }
 }
 
-thread_local! {
-    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
-}
-
 /// The buffers as raw pointers: the tile instructions and the vector loops
 /// read and write them through addresses anyway.
 #[derive(Clone, Copy)]
@@ -233,7 +229,7 @@ struct Bufs {
 
 /// `out[t·rows + r]` for rows `r0..r1` of `w` and every token of `acts`,
 /// like [`super::dot_ref`]. Returns false (nothing written) if `w`'s
-/// encoding has no kernel here or the thread's scratch is in use.
+/// encoding has no kernel here. `s` is the calling task's own buffers.
 ///
 /// # Safety
 /// [`usable`] returned true; otherwise as [`super::rows`].
@@ -243,6 +239,7 @@ pub(super) unsafe fn rows(
     r0: usize,
     r1: usize,
     out: SharedMut<f32>,
+    s: &mut Scratch,
 ) -> bool {
     let (kind, format) = match w.dtype {
         DType::Q4K => (Kind::Q4, ActFormat::K256),
@@ -265,38 +262,32 @@ pub(super) unsafe fn rows(
             Kind::Q6 | Kind::Q80 => 0,
         },
     };
-    let ran = SCRATCH.try_with(|cell| {
-        let Ok(mut s) = cell.try_borrow_mut() else {
-            return false;
-        };
-        let tiles = acts.n().min(token_block(cols)).div_ceil(16);
-        grow(&mut s.bt, tiles * g.chunks * 16, Line([0; 64]));
-        grow(&mut s.xd, tiles * g.blocks * 16, 0.0);
-        grow(&mut s.xs, tiles * g.blocks * g.pairs * 16, 0);
-        grow(&mut s.wa, g.chunks * 32, Line([0; 64]));
-        grow(&mut s.wd, g.blocks * 16, 0.0);
-        grow(&mut s.wm, g.blocks * 16, 0.0);
-        grow(&mut s.wp, g.blocks * g.pairs * 16, 0);
-        grow(&mut s.c, 64, Line([0; 64]));
-        grow(&mut s.p, 2 * 8 * 256, 0.0);
-        let b = Bufs {
-            bt: s.bt.as_mut_ptr().cast(),
-            xd: s.xd.as_mut_ptr(),
-            xs: s.xs.as_mut_ptr(),
-            wa: s.wa.as_mut_ptr().cast(),
-            wd: s.wd.as_mut_ptr(),
-            wm: s.wm.as_mut_ptr(),
-            wp: s.wp.as_mut_ptr(),
-            c: s.c.as_mut_ptr().cast(),
-            p: s.p.as_mut_ptr(),
-        };
-        // SAFETY: the buffers were just sized for `g` and this token count;
-        // `usable()` (the caller's contract) vouches for the instructions;
-        // the output contract is the caller's.
-        unsafe { run(g, w, acts, r0, r1, out, b) };
-        true
-    });
-    ran == Ok(true)
+    let tiles = acts.n().min(token_block(cols)).div_ceil(16);
+    grow(&mut s.bt, tiles * g.chunks * 16, Line([0; 64]));
+    grow(&mut s.xd, tiles * g.blocks * 16, 0.0);
+    grow(&mut s.xs, tiles * g.blocks * g.pairs * 16, 0);
+    grow(&mut s.wa, g.chunks * 32, Line([0; 64]));
+    grow(&mut s.wd, g.blocks * 16, 0.0);
+    grow(&mut s.wm, g.blocks * 16, 0.0);
+    grow(&mut s.wp, g.blocks * g.pairs * 16, 0);
+    grow(&mut s.c, 64, Line([0; 64]));
+    grow(&mut s.p, 2 * 8 * 256, 0.0);
+    let b = Bufs {
+        bt: s.bt.as_mut_ptr().cast(),
+        xd: s.xd.as_mut_ptr(),
+        xs: s.xs.as_mut_ptr(),
+        wa: s.wa.as_mut_ptr().cast(),
+        wd: s.wd.as_mut_ptr(),
+        wm: s.wm.as_mut_ptr(),
+        wp: s.wp.as_mut_ptr(),
+        c: s.c.as_mut_ptr().cast(),
+        p: s.p.as_mut_ptr(),
+    };
+    // SAFETY: the buffers were just sized for `g` and this token count;
+    // `usable()` (the caller's contract) vouches for the instructions;
+    // the output contract is the caller's.
+    unsafe { run(g, w, acts, r0, r1, out, b) };
+    true
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,f16c")]

@@ -17,6 +17,8 @@ fn tiles_give_the_reference_bits() {
         seed ^= seed << 17;
         seed
     };
+    // One task's buffers, reused (and grown) across every shape below.
+    let mut scratch = Scratch::default();
     for (dtype, cols) in [
         (DType::Q4K, 512),
         (DType::Q4K, 1280),
@@ -56,7 +58,7 @@ fn tiles_give_the_reference_bits() {
                 let mut out = vec![f32::NAN; n * rows];
                 let sh = SharedMut::new(&mut out);
                 // SAFETY: AMX is usable; `out` holds n·rows values.
-                assert!(unsafe { rows_fn(w, (&acts).into(), r0, r1, sh) });
+                assert!(unsafe { rows_fn(w, (&acts).into(), r0, r1, sh, &mut scratch) });
                 for t in 0..n {
                     for r in 0..rows {
                         let got = out[t * rows + r];
@@ -76,7 +78,7 @@ fn tiles_give_the_reference_bits() {
             let mut out = vec![f32::NAN; m * rows];
             let sh = SharedMut::new(&mut out);
             // SAFETY: as above; `out` holds m·rows values.
-            assert!(unsafe { rows_fn(w, Q8Rows::picked(&acts, &pick), 0, rows, sh) });
+            assert!(unsafe { rows_fn(w, Q8Rows::picked(&acts, &pick), 0, rows, sh, &mut scratch) });
             for (t, &p) in pick.iter().enumerate() {
                 for r in 0..rows {
                     let want = dot_ref(dtype, w.row(r), acts.row(p));

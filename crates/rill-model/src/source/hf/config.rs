@@ -42,13 +42,26 @@ impl Fields<'_> {
         }
     }
 
-    fn opt_usize(&self, key: &str) -> Result<Option<usize>, ModelError> {
+    /// Field `key` read by `read` (absent or null: `None`); a value it
+    /// cannot read is an error saying what the field `must` be.
+    fn opt<T>(
+        &self,
+        key: &str,
+        must: &str,
+        read: impl Fn(&Value) -> Option<T>,
+    ) -> Result<Option<T>, ModelError> {
         match self.obj.get(key) {
             None | Some(Value::Null) => Ok(None),
-            Some(v) => v.as_u64().map(|x| Some(x as usize)).ok_or_else(|| {
-                self.err(format!("`{key}` must be a non-negative integer, not {v}"))
-            }),
+            Some(v) => read(v)
+                .map(Some)
+                .ok_or_else(|| self.err(format!("`{key}` must be {must}, not {v}"))),
         }
+    }
+
+    fn opt_usize(&self, key: &str) -> Result<Option<usize>, ModelError> {
+        self.opt(key, "a non-negative integer", |v| {
+            v.as_u64().map(|x| x as usize)
+        })
     }
 
     fn usize(&self, key: &str) -> Result<usize, ModelError> {
@@ -57,23 +70,11 @@ impl Fields<'_> {
     }
 
     fn opt_f64(&self, key: &str) -> Result<Option<f64>, ModelError> {
-        match self.obj.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => v
-                .as_f64()
-                .map(Some)
-                .ok_or_else(|| self.err(format!("`{key}` must be a number, not {v}"))),
-        }
+        self.opt(key, "a number", Value::as_f64)
     }
 
     fn opt_bool(&self, key: &str) -> Result<Option<bool>, ModelError> {
-        match self.obj.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => v
-                .as_bool()
-                .map(Some)
-                .ok_or_else(|| self.err(format!("`{key}` must be true or false, not {v}"))),
-        }
+        self.opt(key, "true or false", Value::as_bool)
     }
 
     fn opt_str(&self, key: &str) -> Option<&str> {
