@@ -44,6 +44,8 @@ enum Command {
     /// Perplexity of a text (llama-perplexity's method), or KL divergence
     /// against a saved base run.
     Perplexity(commands::perplexity::Args),
+    /// Write a Hugging Face folder as a GGUF file (F32, F16, BF16 or quantized).
+    Convert(commands::convert::Args),
     /// Print the token ids of a text.
     Tokenize(commands::tokenize::TokenizeArgs),
     /// Print the text of token ids.
@@ -62,6 +64,7 @@ fn main() -> ExitCode {
         Command::Chat(a) => commands::chat::run(a),
         Command::Serve(a) => commands::serve::run(a),
         Command::Perplexity(a) => commands::perplexity::run(a),
+        Command::Convert(a) => commands::convert::run(a),
         Command::Tokenize(a) => commands::tokenize::run_tokenize(a),
         Command::Detokenize(a) => commands::tokenize::run_detokenize(a),
         Command::Kernels(a) => commands::kernels::run(a),

@@ -4,7 +4,9 @@
 use crate::header::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT};
 use crate::value::{MetaValue, ValueType};
 use crate::GgufError;
-use std::path::Path;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
 
 pub struct GgufWriter {
     version: u32,
@@ -83,6 +85,19 @@ impl GgufWriter {
     /// The file as bytes. Fails only for arrays whose elements are not all of one type, or an
     /// alignment that is not a non-zero power of two.
     pub fn to_bytes(&self) -> Result<Vec<u8>, GgufError> {
+        let sizes: Vec<u64> = self.tensors.iter().map(|t| t.data.len() as u64).collect();
+        let mut out = self.header(&sizes)?;
+        let pad = |n: usize| n.div_ceil(self.alignment as usize) * self.alignment as usize;
+        for t in &self.tensors {
+            out.extend_from_slice(&t.data);
+            out.resize(pad(out.len()), 0);
+        }
+        Ok(out)
+    }
+
+    /// The header, metadata and tensor table of a file whose tensors (as added, their data
+    /// ignored) hold `sizes[i]` bytes each, padded to the alignment: what precedes the data.
+    fn header(&self, sizes: &[u64]) -> Result<Vec<u8>, GgufError> {
         let align = self.alignment;
         if align == 0 || !align.is_power_of_two() {
             return Err(GgufError::Write(format!(
@@ -101,7 +116,7 @@ impl GgufWriter {
             write_value(&mut out, v)?;
         }
         let mut offset = 0u64;
-        for t in &self.tensors {
+        for (t, size) in self.tensors.iter().zip(sizes) {
             write_str(&mut out, &t.name);
             out.extend_from_slice(&(t.shape.len() as u32).to_le_bytes());
             for d in &t.shape {
@@ -109,14 +124,37 @@ impl GgufWriter {
             }
             out.extend_from_slice(&t.ggml_type.to_le_bytes());
             out.extend_from_slice(&offset.to_le_bytes());
-            offset = pad(offset + t.data.len() as u64);
+            offset = pad(offset + size);
         }
         out.resize(pad(out.len() as u64) as usize, 0);
-        for t in &self.tensors {
-            out.extend_from_slice(&t.data);
-            out.resize(pad(out.len() as u64) as usize, 0);
-        }
         Ok(out)
+    }
+
+    /// Start a file at `path` whose tensors are declared (with [`Self::tensor`], empty data)
+    /// and sized `sizes[i]` bytes: the header is written now, the data of each tensor, in the
+    /// order declared, with [`StreamedFile::write_tensor`]. For files too large for memory.
+    pub fn stream_to(&self, path: &Path, sizes: Vec<u64>) -> Result<StreamedFile, GgufError> {
+        if sizes.len() != self.tensors.len() {
+            return Err(GgufError::Write(format!(
+                "{} sizes for {} tensors",
+                sizes.len(),
+                self.tensors.len()
+            )));
+        }
+        let io = |source| GgufError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let header = self.header(&sizes)?;
+        let mut file = BufWriter::new(File::create(path).map_err(io)?);
+        file.write_all(&header).map_err(io)?;
+        Ok(StreamedFile {
+            path: path.to_path_buf(),
+            file,
+            sizes,
+            next: 0,
+            alignment: self.alignment,
+        })
     }
 
     pub fn write_to(&self, path: &Path) -> Result<(), GgufError> {
@@ -125,6 +163,59 @@ impl GgufWriter {
             path: path.to_path_buf(),
             source,
         })
+    }
+}
+
+/// A GGUF file being written tensor by tensor ([`GgufWriter::stream_to`]).
+pub struct StreamedFile {
+    path: PathBuf,
+    file: BufWriter<File>,
+    sizes: Vec<u64>,
+    next: usize,
+    alignment: u64,
+}
+
+impl StreamedFile {
+    fn io(&self, source: std::io::Error) -> GgufError {
+        GgufError::Io {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// The data of the next declared tensor; its length must be the size declared.
+    pub fn write_tensor(&mut self, data: &[u8]) -> Result<(), GgufError> {
+        let Some(&size) = self.sizes.get(self.next) else {
+            return Err(GgufError::Write(format!(
+                "more tensors written than the {} declared",
+                self.sizes.len()
+            )));
+        };
+        if data.len() as u64 != size {
+            return Err(GgufError::Write(format!(
+                "tensor {} has {} bytes, {size} declared",
+                self.next,
+                data.len()
+            )));
+        }
+        self.next += 1;
+        let pad = size.div_ceil(self.alignment) * self.alignment - size;
+        self.file.write_all(data).map_err(|e| self.io(e))?;
+        self.file
+            .write_all(&vec![0u8; pad as usize])
+            .map_err(|e| self.io(e))
+    }
+
+    /// Flush the file; every declared tensor must have been written.
+    pub fn finish(mut self) -> Result<(), GgufError> {
+        if self.next != self.sizes.len() {
+            return Err(GgufError::Write(format!(
+                "{} of {} tensors written",
+                self.next,
+                self.sizes.len()
+            )));
+        }
+        self.file.flush().map_err(|e| self.io(e))
     }
 }
 

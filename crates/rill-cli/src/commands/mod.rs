@@ -1,6 +1,7 @@
 pub mod bench;
 mod bench_spec;
 pub mod chat;
+pub mod convert;
 pub mod inspect;
 pub mod kernels;
 pub mod logits;

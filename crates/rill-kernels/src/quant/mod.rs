@@ -26,6 +26,7 @@ use rill_dtype::DType;
 
 use crate::simd::Isa;
 
+pub mod encode;
 pub mod float;
 pub mod fp8;
 pub mod iq4;

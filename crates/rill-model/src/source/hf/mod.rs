@@ -11,6 +11,7 @@
 pub mod config;
 pub mod names;
 pub mod quant;
+pub mod to_gguf;
 
 use super::{Scales, TensorRef, WeightSource};
 use crate::config::ModelConfig;

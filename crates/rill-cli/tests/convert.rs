@@ -1,0 +1,72 @@
+//! `rill convert` on the committed Hugging Face fixture folders.
+
+use rill_gguf::{GgufFile, MetaValue};
+use std::path::PathBuf;
+use std::process::Command;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models")
+}
+
+fn convert(folder: &str, ty: &str) -> PathBuf {
+    let out = std::env::temp_dir().join(format!(
+        "rill-convert-{}-{folder}.{ty}.gguf",
+        std::process::id()
+    ));
+    let st = Command::new(env!("CARGO_BIN_EXE_rill"))
+        .args(["convert", "--quiet", "--type", ty])
+        .arg(fixtures().join("hf").join(folder))
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(st.success(), "rill convert {folder} --type {ty}");
+    out
+}
+
+/// The folder holds the weights llama.cpp's converter wrote into
+/// `qwen35moe_mtp.f32.gguf`: rill's F32 file is the converter's, tensor for
+/// tensor and byte for byte, with the same metadata (the name aside).
+#[test]
+fn f32_output_is_the_converters_file() {
+    let out = convert("qwen35moe_mtp", "f32");
+    let ours = GgufFile::open(&out).unwrap();
+    let theirs = GgufFile::open(&fixtures().join("qwen35moe_mtp.f32.gguf")).unwrap();
+    assert_eq!(ours.tensors().len(), theirs.tensors().len());
+    for t in theirs.tensors() {
+        let o = ours
+            .tensor(&t.name)
+            .unwrap_or_else(|| panic!("no {}", t.name));
+        assert_eq!(
+            (&o.shape, o.ggml_type),
+            (&t.shape, t.ggml_type),
+            "{}",
+            t.name
+        );
+        assert!(
+            ours.tensor_data(o) == theirs.tensor_data(t),
+            "{}: data differ",
+            t.name
+        );
+    }
+    for (k, v) in theirs.metadata() {
+        if k == "general.name" || k == "general.size_label" {
+            continue;
+        }
+        let mine: Option<&MetaValue> = ours.get(k);
+        assert_eq!(mine, Some(v), "{k}");
+    }
+    std::fs::remove_file(out).ok();
+}
+
+/// The other layouts (dense tied Qwen3.5, Qwen3-Next's fused projections and
+/// per-expert tensors) convert to files rill opens, in every output type.
+#[test]
+fn every_fixture_converts_in_every_type() {
+    for folder in ["qwen35_mtp", "qwen3next_mtp"] {
+        for ty in ["f32", "bf16", "q8_0", "q4_0", "q5_1"] {
+            let out = convert(folder, ty);
+            rill_model::Model::open(&out).unwrap_or_else(|e| panic!("{folder} {ty}: {e}"));
+            std::fs::remove_file(out).ok();
+        }
+    }
+}
