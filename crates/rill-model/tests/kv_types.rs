@@ -260,7 +260,10 @@ fn state_bytes_follow_the_cache_types() {
         .iter()
         .filter(|k| **k == rill_model::LayerKind::Attention)
         .count();
-    let values = n_attn * 2 * 64 * c.n_head_kv * c.head_dim;
+    // The KV rows are held in whole pages: 64 positions take one page.
+    let held =
+        64usize.div_ceil(rill_kernels::kv::KV_PAGE_POSITIONS) * rill_kernels::kv::KV_PAGE_POSITIONS;
+    let values = n_attn * 2 * held * c.n_head_kv * c.head_dim;
     assert_eq!(f32b - f16b, values * 2, "f16 halves the KV bytes");
     assert_eq!(
         f16b - q8b,
