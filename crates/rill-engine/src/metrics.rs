@@ -73,115 +73,39 @@ impl Metrics {
                 "# HELP rill_{name} {help}\n# TYPE rill_{name} {kind}\nrill_{name} {v}"
             );
         };
-        let g = |a: &AtomicU64| a.load(Relaxed) as f64;
-        put(
-            "requests_total",
-            "counter",
-            "Requests accepted.",
-            g(&self.requests_total),
-        );
-        put(
-            "requests_finished_total",
-            "counter",
-            "Requests completed.",
-            g(&self.requests_finished),
-        );
-        put(
-            "requests_rejected_total",
-            "counter",
-            "Requests refused (queue full or invalid).",
-            g(&self.requests_rejected),
-        );
-        put(
-            "requests_cancelled_total",
-            "counter",
-            "Requests cancelled by the client.",
-            g(&self.requests_cancelled),
-        );
-        put(
-            "requests_running",
-            "gauge",
-            "Sequences being processed.",
-            g(&self.requests_running),
-        );
-        put(
-            "queue_depth",
-            "gauge",
-            "Requests waiting for a slot.",
-            g(&self.queue_depth),
-        );
-        put(
-            "prompt_tokens_total",
-            "counter",
-            "Prompt tokens received.",
-            g(&self.prompt_tokens_total),
-        );
-        put(
-            "prompt_tokens_cached_total",
-            "counter",
-            "Prompt tokens served from the prompt cache.",
-            g(&self.prompt_tokens_cached_total),
-        );
-        put(
-            "generated_tokens_total",
-            "counter",
-            "Tokens generated.",
-            g(&self.generated_tokens_total),
-        );
-        put(
-            "prompt_cache_hits_total",
-            "counter",
-            "Requests that resumed from a cached prefix.",
-            g(&self.cache_hits_total),
-        );
-        put(
-            "prompt_cache_misses_total",
-            "counter",
-            "Requests with no cached prefix.",
-            g(&self.cache_misses_total),
-        );
-        put(
-            "prompt_cache_bytes",
-            "gauge",
-            "Bytes held by the prompt cache.",
-            g(&self.cache_bytes),
-        );
-        put(
-            "prompt_cache_entries",
-            "gauge",
-            "Snapshots held by the prompt cache.",
-            g(&self.cache_entries),
-        );
-        put(
-            "prompt_cache_disk_hits_total",
-            "counter",
-            "Requests that resumed from a prompt-cache file of --cache-dir.",
-            g(&self.cache_disk_hits_total),
-        );
-        put(
-            "memory_budget_bytes",
-            "gauge",
-            "The memory budget for sequence states and the prompt cache (0: none).",
-            g(&self.mem_budget_bytes),
-        );
-        put(
-            "memory_reserved_bytes",
-            "gauge",
-            "Bytes running sequences reserve (their states' worst cases).",
-            g(&self.mem_reserved_bytes),
-        );
-        put(
-            "memory_held_bytes",
-            "gauge",
-            "Bytes sequence states and the prompt cache hold now.",
-            g(&self.mem_held_bytes),
-        );
-        put(
-            "memory_held_peak_bytes",
-            "gauge",
-            "Most bytes sequence states and the prompt cache have held.",
-            g(&self.mem_held_peak_bytes),
-        );
+        // The series read straight from a counter or gauge: name, type, help.
+        #[rustfmt::skip]
+        let plain: [(&str, &str, &str, &AtomicU64); 26] = [
+            ("requests_total", "counter", "Requests accepted.", &self.requests_total),
+            ("requests_finished_total", "counter", "Requests completed.", &self.requests_finished),
+            ("requests_rejected_total", "counter", "Requests refused (queue full or invalid).", &self.requests_rejected),
+            ("requests_cancelled_total", "counter", "Requests cancelled by the client.", &self.requests_cancelled),
+            ("requests_running", "gauge", "Sequences being processed.", &self.requests_running),
+            ("queue_depth", "gauge", "Requests waiting for a slot.", &self.queue_depth),
+            ("prompt_tokens_total", "counter", "Prompt tokens received.", &self.prompt_tokens_total),
+            ("prompt_tokens_cached_total", "counter", "Prompt tokens served from the prompt cache.", &self.prompt_tokens_cached_total),
+            ("generated_tokens_total", "counter", "Tokens generated.", &self.generated_tokens_total),
+            ("prompt_cache_hits_total", "counter", "Requests that resumed from a cached prefix.", &self.cache_hits_total),
+            ("prompt_cache_misses_total", "counter", "Requests with no cached prefix.", &self.cache_misses_total),
+            ("prompt_cache_bytes", "gauge", "Bytes held by the prompt cache.", &self.cache_bytes),
+            ("prompt_cache_entries", "gauge", "Snapshots held by the prompt cache.", &self.cache_entries),
+            ("prompt_cache_disk_hits_total", "counter", "Requests that resumed from a prompt-cache file of --cache-dir.", &self.cache_disk_hits_total),
+            ("memory_budget_bytes", "gauge", "The memory budget for sequence states and the prompt cache (0: none).", &self.mem_budget_bytes),
+            ("memory_reserved_bytes", "gauge", "Bytes running sequences reserve (their states' worst cases).", &self.mem_reserved_bytes),
+            ("memory_held_bytes", "gauge", "Bytes sequence states and the prompt cache hold now.", &self.mem_held_bytes),
+            ("memory_held_peak_bytes", "gauge", "Most bytes sequence states and the prompt cache have held.", &self.mem_held_peak_bytes),
+            ("memory_cache_evictions_total", "counter", "Prompt-cache entries evicted to admit a request (ladder rung 1).", &self.mem_cache_evictions_total),
+            ("memory_quantized_kv_total", "counter", "Sequences started with the quantized KV to fit the budget (rung 2).", &self.mem_quantized_kv_total),
+            ("memory_waits_total", "counter", "Times a request waited for memory, fewer sequences running (rung 3).", &self.mem_waits_total),
+            ("time_to_first_token_seconds_count", "counter", "Requests with a first token.", &self.ttft_count),
+            ("engine_steps_total", "counter", "Forward steps run.", &self.steps_total),
+            ("spec_decode_drafts_total", "counter", "Verify steps that checked a draft of the MTP head.", &self.spec_drafts_total),
+            ("spec_decode_draft_tokens_total", "counter", "Tokens drafted by the MTP head.", &self.spec_draft_tokens_total),
+            ("spec_decode_accepted_tokens_total", "counter", "Drafted tokens the target accepted.", &self.spec_accepted_tokens_total),
+        ];
+        for (name, kind, help, v) in plain {
+            put(name, kind, help, v.load(Relaxed) as f64);
+        }
         put(
             "memory_usage",
             "gauge",
@@ -189,64 +113,16 @@ impl Metrics {
             self.memory_usage(),
         );
         put(
-            "memory_cache_evictions_total",
-            "counter",
-            "Prompt-cache entries evicted to admit a request (ladder rung 1).",
-            g(&self.mem_cache_evictions_total),
-        );
-        put(
-            "memory_quantized_kv_total",
-            "counter",
-            "Sequences started with the quantized KV to fit the budget (rung 2).",
-            g(&self.mem_quantized_kv_total),
-        );
-        put(
-            "memory_waits_total",
-            "counter",
-            "Times a request waited for memory, fewer sequences running (rung 3).",
-            g(&self.mem_waits_total),
-        );
-        put(
             "time_to_first_token_seconds_sum",
             "counter",
             "Sum of times to first token.",
-            g(&self.ttft_us_sum) / 1e6,
-        );
-        put(
-            "time_to_first_token_seconds_count",
-            "counter",
-            "Requests with a first token.",
-            g(&self.ttft_count),
+            self.ttft_us_sum.load(Relaxed) as f64 / 1e6,
         );
         put(
             "decode_tokens_per_second",
             "gauge",
             "Generation throughput of the last step.",
-            g(&self.decode_tok_s_milli) / 1e3,
-        );
-        put(
-            "engine_steps_total",
-            "counter",
-            "Forward steps run.",
-            g(&self.steps_total),
-        );
-        put(
-            "spec_decode_drafts_total",
-            "counter",
-            "Verify steps that checked a draft of the MTP head.",
-            g(&self.spec_drafts_total),
-        );
-        put(
-            "spec_decode_draft_tokens_total",
-            "counter",
-            "Tokens drafted by the MTP head.",
-            g(&self.spec_draft_tokens_total),
-        );
-        put(
-            "spec_decode_accepted_tokens_total",
-            "counter",
-            "Drafted tokens the target accepted.",
-            g(&self.spec_accepted_tokens_total),
+            self.decode_tok_s_milli.load(Relaxed) as f64 / 1e3,
         );
         let _ = writeln!(
             s,

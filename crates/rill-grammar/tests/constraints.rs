@@ -29,17 +29,10 @@ fn generate(g: &Grammars, tok: &Tokenizer, spec: &GrammarSpec, seed: u64) -> Str
         .map(|s| tok.encode(s, false)[0] as usize)
         .chain([end as usize])
         .collect();
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut rng = rill_sampler::Rng::new(seed);
     let mut ids = Vec::new();
     for _ in 0..400 {
-        let mut logits: Vec<f32> = (0..tok.vocab_size())
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x % 1000) as f32 / 100.0
-            })
-            .collect();
+        let mut logits = rng.uniform_vec(tok.vocab_size(), 10.0);
         for &c in &closers {
             logits[c] += 8.0;
         }

@@ -3,10 +3,11 @@
 //! `chat_template.jinja` or `tokenizer_config.json`, the default sampling
 //! and extra end-of-generation ids from `generation_config.json`.
 
-use crate::info::{ModelInfo, SamplingHints, TensorSummary};
+use crate::info::{ModelInfo, TensorSummary};
 use crate::{LoadError, ModelSource};
 use rill_chat::ChatTemplate;
 use rill_model::{HfSource, ModelError};
+use rill_sampler::SamplingPrefs;
 use rill_tokenizer::{Tokenizer, TokenizerError};
 use serde_json::Value;
 use std::path::Path;
@@ -133,13 +134,13 @@ pub(crate) fn template(dir: &Path, tok: &Tokenizer) -> Result<FolderTemplate, Lo
 }
 
 /// `generation_config.json` as sampling defaults; `do_sample: false` is greedy.
-fn sampling(dir: &Path) -> Result<SamplingHints, LoadError> {
+fn sampling(dir: &Path) -> Result<SamplingPrefs, LoadError> {
     let Some(g) = json_file(dir, "generation_config.json")? else {
-        return Ok(SamplingHints::default());
+        return Ok(SamplingPrefs::default());
     };
     let num = |k: &str| g.get(k).and_then(Value::as_f64).filter(|v| v.is_finite());
     let greedy = g.get("do_sample").and_then(Value::as_bool) == Some(false);
-    Ok(SamplingHints {
+    Ok(SamplingPrefs {
         temperature: if greedy {
             Some(0.0)
         } else {
@@ -148,7 +149,8 @@ fn sampling(dir: &Path) -> Result<SamplingHints, LoadError> {
         top_k: g.get("top_k").and_then(Value::as_i64),
         top_p: num("top_p"),
         min_p: num("min_p"),
-        repeat_penalty: num("repetition_penalty"),
+        repetition_penalty: num("repetition_penalty"),
+        ..SamplingPrefs::default()
     })
 }
 

@@ -4,6 +4,7 @@
 use crate::ModelSource;
 use rill_gguf::{GgufFile, MetaValue};
 use rill_model::{Arch, Model};
+use rill_sampler::SamplingPrefs;
 
 /// One tensor of the source.
 #[derive(Clone, Debug)]
@@ -17,32 +18,23 @@ pub struct TensorSummary {
     pub bytes: u64,
 }
 
-/// Sampling values a model file recommends; `None` where it says nothing.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SamplingHints {
-    pub temperature: Option<f64>,
-    pub top_k: Option<i64>,
-    pub top_p: Option<f64>,
-    pub min_p: Option<f64>,
-    pub repeat_penalty: Option<f64>,
-}
-
-impl SamplingHints {
-    fn of_gguf(file: &GgufFile) -> SamplingHints {
-        let num = |k: &str| {
-            file.get(k)
-                .and_then(MetaValue::as_f64)
-                .filter(|v| v.is_finite())
-        };
-        SamplingHints {
-            temperature: num("general.sampling.temp"),
-            top_k: file
-                .get("general.sampling.top_k")
-                .and_then(MetaValue::as_i64),
-            top_p: num("general.sampling.top_p"),
-            min_p: num("general.sampling.min_p"),
-            repeat_penalty: num("general.sampling.penalty_repeat"),
-        }
+/// The sampling values a GGUF file recommends (`general.sampling.*`);
+/// `None` where it says nothing.
+fn gguf_sampling(file: &GgufFile) -> SamplingPrefs {
+    let num = |k: &str| {
+        file.get(k)
+            .and_then(MetaValue::as_f64)
+            .filter(|v| v.is_finite())
+    };
+    SamplingPrefs {
+        temperature: num("general.sampling.temp"),
+        top_k: file
+            .get("general.sampling.top_k")
+            .and_then(MetaValue::as_i64),
+        top_p: num("general.sampling.top_p"),
+        min_p: num("general.sampling.min_p"),
+        repetition_penalty: num("general.sampling.penalty_repeat"),
+        ..SamplingPrefs::default()
     }
 }
 
@@ -70,7 +62,7 @@ pub struct ModelInfo {
     pub template_problem: Option<String>,
     /// The model's recommended sampling (`general.sampling.*`, as llama.cpp's
     /// converter writes it from `generation_config.json`).
-    pub sampling: SamplingHints,
+    pub sampling: SamplingPrefs,
     /// Tensors of the source the model does not use, with why (a Hugging
     /// Face folder's vision tower); empty for GGUF files.
     pub skipped: Vec<(String, String)>,
@@ -117,7 +109,7 @@ impl ModelInfo {
                 .map(|(k, v)| (k.to_string(), short(v)))
                 .collect(),
             chat_template: text("tokenizer.chat_template"),
-            sampling: SamplingHints::of_gguf(file),
+            sampling: gguf_sampling(file),
             template_problem,
             skipped: Vec::new(),
             arch: None,

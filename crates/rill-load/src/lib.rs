@@ -9,7 +9,8 @@
 mod folder;
 mod info;
 
-pub use info::{human_count, ModelInfo, SamplingHints, TensorSummary};
+pub use info::{human_count, ModelInfo, TensorSummary};
+pub use rill_sampler::SamplingPrefs;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use rill_chat::ChatTemplate;

@@ -7,8 +7,10 @@
 //! greedy (argmax after penalties; ties go to the lower id). A seed makes the
 //! draws reproducible.
 
+mod prefs;
 mod rng;
 
+pub use prefs::SamplingPrefs;
 pub use rng::Rng;
 
 /// Sampling parameters. `Default` is greedy.

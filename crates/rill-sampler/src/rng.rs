@@ -37,4 +37,10 @@ impl Rng {
     pub fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
+
+    /// `n` draws uniform in [0, `hi`): the logits of a model that has no
+    /// preference, for tests that walk a constraint with random choices.
+    pub fn uniform_vec(&mut self, n: usize, hi: f32) -> Vec<f32> {
+        (0..n).map(|_| self.next_f64() as f32 * hi).collect()
+    }
 }

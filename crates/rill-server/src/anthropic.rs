@@ -14,6 +14,7 @@ use axum::http::header::{HeaderValue, AUTHORIZATION, RETRY_AFTER};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rill_engine::SubmitError;
+use rill_sampler::SamplingPrefs;
 use serde::Deserialize;
 use serde_json::{json, Map, Value as Json};
 use std::sync::Arc;
@@ -124,35 +125,21 @@ pub struct InMessage {
 /// `max_tokens`). Unknown keys (`metadata`, `service_tier`, …) are ignored.
 #[derive(Debug, Clone, Deserialize)]
 pub struct MessagesRequest {
-    #[serde(default)]
     pub model: Option<String>,
-    #[serde(default)]
     pub max_tokens: Option<i64>,
     pub messages: Vec<InMessage>,
-    #[serde(default)]
     pub system: Option<System>,
-    #[serde(default)]
     pub stop_sequences: Option<Vec<String>>,
-    #[serde(default)]
     pub stream: Option<bool>,
-    #[serde(default)]
-    pub temperature: Option<f64>,
-    #[serde(default)]
-    pub top_p: Option<f64>,
-    #[serde(default)]
-    pub top_k: Option<i64>,
-    #[serde(default)]
+    /// `temperature`, `top_p`, `top_k`; and as extensions shared with the
+    /// OpenAI endpoints, `min_p` and the penalties.
+    #[serde(flatten)]
+    pub sampling: SamplingPrefs,
     pub tools: Option<Vec<Json>>,
-    #[serde(default)]
     pub tool_choice: Option<Json>,
-    #[serde(default)]
     pub thinking: Option<Json>,
     /// Extensions shared with the OpenAI endpoints.
-    #[serde(default)]
-    pub min_p: Option<f64>,
-    #[serde(default)]
     pub seed: Option<i64>,
-    #[serde(default)]
     pub ignore_eos: Option<bool>,
 }
 
@@ -431,10 +418,11 @@ pub fn to_chat(req: &MessagesRequest, counting: bool) -> Result<ChatCompletionRe
             body[k] = v;
         }
     };
-    set("temperature", json!(req.temperature));
-    set("top_p", json!(req.top_p));
-    set("top_k", json!(req.top_k));
-    set("min_p", json!(req.min_p));
+    if let Ok(Json::Object(prefs)) = serde_json::to_value(&req.sampling) {
+        for (k, v) in prefs {
+            set(&k, v);
+        }
+    }
     set("seed", json!(req.seed));
     set("ignore_eos", json!(req.ignore_eos));
     set("stop", json!(req.stop_sequences));
@@ -510,8 +498,8 @@ mod tests {
             json!({"type": "object"})
         );
         assert_eq!(c.enable_thinking, Some(false));
-        assert_eq!(c.temperature, Some(0.5));
-        assert_eq!(c.max_tokens, Some(10));
+        assert_eq!(c.sampling.prefs.temperature, Some(0.5));
+        assert_eq!(c.sampling.max_tokens, Some(10));
     }
 
     #[test]

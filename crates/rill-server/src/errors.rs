@@ -188,15 +188,45 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiE
         };
         let err = ApiError::invalid(format!("{what}: {inner}"));
         // serde_path_to_error writes "?" when a syntax error leaves no path.
-        if path.is_empty() || path == "." || path == "?" {
-            err
-        } else {
+        if !(path.is_empty() || path == "." || path == "?") {
             err.with_param(&path)
+        } else if let Some(key) = failing_key::<T>(body) {
+            err.with_param(&key)
+        } else {
+            err
         }
     })?;
     de.end()
         .map_err(|e| ApiError::invalid(format!("the request body is not valid JSON: {e}")))?;
     Ok(value)
+}
+
+/// The top-level key whose value a body fails on, for the errors that come
+/// with no path: a field of a `#[serde(flatten)]`ed part (the shared
+/// sampling fields) is parsed from a buffered copy, out of the path
+/// tracker's sight. The key is the first whose removal changes the error
+/// (into success or another error) other than by making it missing.
+fn failing_key<T: serde::de::DeserializeOwned>(body: &[u8]) -> Option<String> {
+    let serde_json::Value::Object(all) = serde_json::from_slice(body).ok()? else {
+        return None;
+    };
+    let error = |m: serde_json::Map<String, serde_json::Value>| {
+        serde_json::from_value::<T>(serde_json::Value::Object(m))
+            .err()
+            .map(|e| e.to_string())
+    };
+    let whole = error(all.clone())?;
+    all.keys().find_map(|key| {
+        let mut without = all.clone();
+        without.remove(key);
+        match error(without) {
+            None => Some(key.clone()),
+            Some(e) if e != whole && !e.contains(&format!("missing field `{key}`")) => {
+                Some(key.clone())
+            }
+            Some(_) => None,
+        }
+    })
 }
 
 #[cfg(test)]
@@ -226,6 +256,32 @@ mod tests {
         let e = parse_json::<T>(b"{\"a\": 1} x").unwrap_err();
         assert!(e.message.contains("not valid JSON"), "{}", e.message);
         assert!(parse_json::<T>(b"{\"a\": 1}").is_ok());
+    }
+
+    #[derive(serde::Deserialize, Debug)]
+    #[allow(dead_code)]
+    struct Outer {
+        name: String,
+        #[serde(flatten)]
+        inner: Inner,
+    }
+
+    #[derive(serde::Deserialize, Debug)]
+    #[allow(dead_code)]
+    struct Inner {
+        level: Option<f64>,
+        tags: Option<Vec<String>>,
+    }
+
+    #[test]
+    fn a_flattened_field_is_named_too() {
+        let e = parse_json::<Outer>(br#"{"name": "x", "tags": ["a"], "level": "high"}"#);
+        assert_eq!(e.unwrap_err().param.as_deref(), Some("level"));
+        let e = parse_json::<Outer>(br#"{"tags": [1], "name": "x", "level": 2}"#);
+        assert_eq!(e.unwrap_err().param.as_deref(), Some("tags"));
+        let e = parse_json::<Outer>(br#"{"level": 2}"#).unwrap_err();
+        assert!(e.message.contains("missing field `name`"), "{}", e.message);
+        assert!(parse_json::<Outer>(br#"{"name": "x", "level": 2}"#).is_ok());
     }
 
     #[test]

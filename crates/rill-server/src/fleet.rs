@@ -12,6 +12,7 @@ use crate::state::AppState;
 use rill_engine::{Done, FinishReason};
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Mutex;
 
@@ -192,48 +193,20 @@ impl FleetMetrics {
             "Legacy name of vllm:kv_cache_usage_perc.",
             usage,
         );
-        one(
-            "vllm:prefix_cache_queries_total",
-            "counter",
-            "Prompt tokens looked up in the prompt cache.",
-            e.prompt_tokens_total.load(Relaxed) as f64,
-        );
-        one(
-            "vllm:prefix_cache_hits_total",
-            "counter",
-            "Prompt tokens found in the prompt cache.",
-            e.prompt_tokens_cached_total.load(Relaxed) as f64,
-        );
-        one(
-            "vllm:prompt_tokens_total",
-            "counter",
-            "Prompt tokens received.",
-            e.prompt_tokens_total.load(Relaxed) as f64,
-        );
-        one(
-            "vllm:generation_tokens_total",
-            "counter",
-            "Tokens generated.",
-            e.generated_tokens_total.load(Relaxed) as f64,
-        );
-        one(
-            "vllm:spec_decode_num_drafts_total",
-            "counter",
-            "Verify steps that checked a draft of the MTP head.",
-            e.spec_drafts_total.load(Relaxed) as f64,
-        );
-        one(
-            "vllm:spec_decode_num_draft_tokens_total",
-            "counter",
-            "Tokens drafted by the MTP head.",
-            e.spec_draft_tokens_total.load(Relaxed) as f64,
-        );
-        one(
-            "vllm:spec_decode_num_accepted_tokens_total",
-            "counter",
-            "Drafted tokens the target accepted.",
-            e.spec_accepted_tokens_total.load(Relaxed) as f64,
-        );
+        // The series read straight from the engine's counters: name, type, help.
+        #[rustfmt::skip]
+        let counters: [(&str, &str, &str, &AtomicU64); 7] = [
+            ("vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prompt cache.", &e.prompt_tokens_total),
+            ("vllm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prompt cache.", &e.prompt_tokens_cached_total),
+            ("vllm:prompt_tokens_total", "counter", "Prompt tokens received.", &e.prompt_tokens_total),
+            ("vllm:generation_tokens_total", "counter", "Tokens generated.", &e.generated_tokens_total),
+            ("vllm:spec_decode_num_drafts_total", "counter", "Verify steps that checked a draft of the MTP head.", &e.spec_drafts_total),
+            ("vllm:spec_decode_num_draft_tokens_total", "counter", "Tokens drafted by the MTP head.", &e.spec_draft_tokens_total),
+            ("vllm:spec_decode_num_accepted_tokens_total", "counter", "Drafted tokens the target accepted.", &e.spec_accepted_tokens_total),
+        ];
+        for (name, kind, help, v) in counters {
+            one(name, kind, help, v.load(Relaxed) as f64);
+        }
         let _ = writeln!(
             s,
             "# HELP vllm:spec_decode_num_accepted_tokens_per_pos Drafted tokens accepted at each draft position.\n\

@@ -32,7 +32,7 @@ pub struct ServerConfig {
     pub model_path: Option<String>,
     pub chat_template: Option<String>,
     /// Sampling for what a request leaves out (flags over the file's).
-    pub sampling: crate::openai::params::SamplingDefaults,
+    pub sampling: rill_sampler::SamplingPrefs,
     /// Chat-template kwargs every chat request starts from (its own win),
     /// e.g. `{"preserve_thinking": true}` (`--chat-template-kwargs`).
     pub chat_template_kwargs: serde_json::Map<String, serde_json::Value>,

@@ -18,21 +18,13 @@ use serde_json::Value as Json;
 /// The constraint fields of a request.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct ConstraintFields {
-    #[serde(default)]
     pub response_format: Option<Json>,
-    #[serde(default)]
     pub structured_outputs: Option<Json>,
-    #[serde(default)]
     pub guided_json: Option<Json>,
-    #[serde(default)]
     pub guided_regex: Option<String>,
-    #[serde(default)]
     pub guided_choice: Option<Vec<String>>,
-    #[serde(default)]
     pub guided_grammar: Option<String>,
-    #[serde(default)]
     pub json_schema: Option<Json>,
-    #[serde(default)]
     pub grammar: Option<String>,
 }
 

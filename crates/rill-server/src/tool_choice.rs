@@ -436,17 +436,10 @@ mod tests {
             let at = ids.last().and_then(|l| seq.iter().position(|t| t == l));
             seq.get(at.map_or(0, |i| i + 1)).copied()
         };
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut rng = rill_sampler::Rng::new(seed);
         let mut ids = Vec::new();
         for _ in 0..600 {
-            let mut logits: Vec<f32> = (0..tok.vocab_size())
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    (x % 1000) as f32 / 100.0
-                })
-                .collect();
+            let mut logits = rng.uniform_vec(tok.vocab_size(), 10.0);
             for &t in &liked {
                 logits[t as usize] += 9.0;
             }

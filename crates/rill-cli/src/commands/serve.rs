@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use rill_engine::{Engine, EngineConfig};
 use rill_kernels::Precision;
 use rill_load::Prefault;
-use rill_server::openai::params::SamplingDefaults;
+use rill_sampler::SamplingPrefs;
 use rill_server::{AppState, ServerConfig};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -171,16 +171,7 @@ pub fn run(a: Args) -> Result<()> {
             _ => anyhow::bail!("--chat-template-kwargs must be a JSON object, got {j}"),
         },
     };
-    let hints = &loaded.info.sampling;
-    let from_file = SamplingDefaults {
-        temperature: hints.temperature,
-        top_k: hints.top_k,
-        top_p: hints.top_p,
-        min_p: hints.min_p,
-        repetition_penalty: hints.repeat_penalty,
-        ..Default::default()
-    };
-    let from_flags = SamplingDefaults {
+    let from_flags = SamplingPrefs {
         temperature: a.temp,
         top_k: a.top_k,
         top_p: a.top_p,
@@ -189,7 +180,7 @@ pub fn run(a: Args) -> Result<()> {
         frequency_penalty: a.frequency_penalty,
         repetition_penalty: a.repeat_penalty,
     };
-    let sampling = from_flags.or(&from_file);
+    let sampling = from_flags.or(&loaded.info.sampling);
     let model_label = loaded.info.label.clone();
     let mem_budget = crate::mem_budget::resolve(a.mem_budget, loaded.info.weight_bytes());
     let (model, tok) = (Arc::new(loaded.model), Arc::new(loaded.tokenizer));
@@ -239,7 +230,10 @@ pub fn run(a: Args) -> Result<()> {
         chat_template_kwargs,
         ..ServerConfig::new(id.clone())
     };
-    let sampling_line = config.sampling.describe();
+    let sampling_line = config
+        .sampling
+        .describe()
+        .unwrap_or_else(|| "none (OpenAI's: temperature 1, no top-k/top-p/min-p)".into());
     let state = AppState::new(engine, tok, template, config);
 
     let io_threads = std::thread::available_parallelism()

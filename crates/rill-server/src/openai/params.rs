@@ -4,6 +4,7 @@ use super::types::SamplingFields;
 use crate::errors::ApiError;
 use rill_engine::Request;
 use rill_sampler::SamplerConfig;
+pub use rill_sampler::SamplingPrefs;
 
 /// Most alternatives per token a client may ask for (OpenAI's limit).
 pub const MAX_TOP_LOGPROBS: i64 = 20;
@@ -55,79 +56,6 @@ pub fn random_id(len: usize) -> String {
     out
 }
 
-/// The server's sampling defaults for what a request leaves out, merged
-/// with llama.cpp's priority: the request, then the server's flags, then
-/// the model file's recommendation (`general.sampling.*`), then the
-/// built-in defaults (OpenAI's: temperature 1, no truncation).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SamplingDefaults {
-    pub temperature: Option<f64>,
-    pub top_k: Option<i64>,
-    pub top_p: Option<f64>,
-    pub min_p: Option<f64>,
-    pub presence_penalty: Option<f64>,
-    pub frequency_penalty: Option<f64>,
-    pub repetition_penalty: Option<f64>,
-}
-
-impl SamplingDefaults {
-    /// `self`'s values, and `lower`'s where `self` has none.
-    pub fn or(&self, lower: &SamplingDefaults) -> SamplingDefaults {
-        SamplingDefaults {
-            temperature: self.temperature.or(lower.temperature),
-            top_k: self.top_k.or(lower.top_k),
-            top_p: self.top_p.or(lower.top_p),
-            min_p: self.min_p.or(lower.min_p),
-            presence_penalty: self.presence_penalty.or(lower.presence_penalty),
-            frequency_penalty: self.frequency_penalty.or(lower.frequency_penalty),
-            repetition_penalty: self.repetition_penalty.or(lower.repetition_penalty),
-        }
-    }
-
-    /// A request's fields with the defaults filled in where it has none.
-    pub fn fill(&self, mut f: SamplingFields) -> SamplingFields {
-        f.temperature = f.temperature.or(self.temperature);
-        f.top_k = f.top_k.or(self.top_k);
-        f.top_p = f.top_p.or(self.top_p);
-        f.min_p = f.min_p.or(self.min_p);
-        f.presence_penalty = f.presence_penalty.or(self.presence_penalty);
-        f.frequency_penalty = f.frequency_penalty.or(self.frequency_penalty);
-        f.repetition_penalty = f.repetition_penalty.or(self.repetition_penalty);
-        f
-    }
-
-    /// `temperature 0.6, top_k 20` — what is set, for the startup log.
-    pub fn describe(&self) -> String {
-        let mut parts = Vec::new();
-        let mut add = |name: &str, v: Option<String>| {
-            if let Some(v) = v {
-                parts.push(format!("{name} {v}"));
-            }
-        };
-        add("temperature", self.temperature.map(|v| v.to_string()));
-        add("top_k", self.top_k.map(|v| v.to_string()));
-        add("top_p", self.top_p.map(|v| v.to_string()));
-        add("min_p", self.min_p.map(|v| v.to_string()));
-        add(
-            "presence_penalty",
-            self.presence_penalty.map(|v| v.to_string()),
-        );
-        add(
-            "frequency_penalty",
-            self.frequency_penalty.map(|v| v.to_string()),
-        );
-        add(
-            "repetition_penalty",
-            self.repetition_penalty.map(|v| v.to_string()),
-        );
-        if parts.is_empty() {
-            "none (OpenAI's: temperature 1, no top-k/top-p/min-p)".into()
-        } else {
-            parts.join(", ")
-        }
-    }
-}
-
 /// Check the shared parameters and build the engine request (prompt left
 /// empty; `logprobs` as given).
 pub fn build_request(
@@ -148,10 +76,10 @@ pub fn build_request(
     };
     // Ranges are the sampler's to check (below), the same for every front
     // end; here only what JSON can carry that the sampler's types cannot.
-    let temperature = finite("temperature", f.temperature)?.unwrap_or(1.0);
-    let top_p = finite("top_p", f.top_p)?.unwrap_or(1.0);
-    let min_p = finite("min_p", f.min_p)?.unwrap_or(0.0);
-    let top_k = match f.top_k {
+    let temperature = finite("temperature", f.prefs.temperature)?.unwrap_or(1.0);
+    let top_p = finite("top_p", f.prefs.top_p)?.unwrap_or(1.0);
+    let min_p = finite("min_p", f.prefs.min_p)?.unwrap_or(0.0);
+    let top_k = match f.prefs.top_k {
         None | Some(-1) => 0,
         Some(k) if k < 0 => {
             return Err(ApiError::bad_param(
@@ -161,9 +89,9 @@ pub fn build_request(
         }
         Some(k) => usize::try_from(k).unwrap_or(usize::MAX),
     };
-    let presence = finite("presence_penalty", f.presence_penalty)?.unwrap_or(0.0);
-    let frequency = finite("frequency_penalty", f.frequency_penalty)?.unwrap_or(0.0);
-    let repetition = finite("repetition_penalty", f.repetition_penalty)?.unwrap_or(1.0);
+    let presence = finite("presence_penalty", f.prefs.presence_penalty)?.unwrap_or(0.0);
+    let frequency = finite("frequency_penalty", f.prefs.frequency_penalty)?.unwrap_or(0.0);
+    let repetition = finite("repetition_penalty", f.prefs.repetition_penalty)?.unwrap_or(1.0);
     let stop = f.stop.clone().map(|s| s.into_vec()).unwrap_or_default();
     if stop.len() > MAX_STOPS {
         return Err(ApiError::bad_param(
@@ -292,110 +220,55 @@ pub fn logprobs_count(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    /// A request's sampling fields, as a client would send them.
+    fn fields(j: serde_json::Value) -> SamplingFields {
+        serde_json::from_value(j).unwrap()
+    }
 
     #[test]
     fn request_over_flags_over_file_over_built_in() {
-        let flags = SamplingDefaults {
+        let d = SamplingPrefs {
             temperature: Some(0.6),
-            ..Default::default()
-        };
-        let file = SamplingDefaults {
-            temperature: Some(1.0),
             top_k: Some(20),
             ..Default::default()
         };
-        let d = flags.or(&file);
-        assert_eq!(
-            (d.temperature, d.top_k, d.top_p),
-            (Some(0.6), Some(20), None)
-        );
-        let bare = d.fill(SamplingFields::default());
+        let bare = fields(json!({})).or_defaults(&d);
         let r = build_request(&bare, None, 100).unwrap();
         assert_eq!(
             (r.sampler.temperature, r.sampler.top_k, r.sampler.top_p),
             (0.6, 20, 1.0)
         );
-        let asked = d.fill(SamplingFields {
-            temperature: Some(0.1),
-            ..Default::default()
-        });
-        assert_eq!(
-            build_request(&asked, None, 100)
-                .unwrap()
-                .sampler
-                .temperature,
-            0.1
-        );
-        assert!(d.describe().contains("temperature 0.6") && d.describe().contains("top_k 20"));
-    }
-
-    fn fields() -> SamplingFields {
-        SamplingFields::default()
+        let asked = fields(json!({"temperature": 0.1})).or_defaults(&d);
+        let r = build_request(&asked, None, 100).unwrap();
+        assert_eq!((r.sampler.temperature, r.sampler.top_k), (0.1, 20));
     }
 
     #[test]
     fn defaults_and_ranges() {
-        let r = build_request(&fields(), None, 100).unwrap();
+        let r = build_request(&fields(json!({})), None, 100).unwrap();
         assert_eq!(r.max_tokens, 100);
         assert_eq!(r.sampler.temperature, 1.0);
         let bad = [
-            SamplingFields {
-                max_tokens: Some(-1),
-                ..fields()
-            },
-            SamplingFields {
-                temperature: Some(-0.5),
-                ..fields()
-            },
-            SamplingFields {
-                top_p: Some(1.5),
-                ..fields()
-            },
-            SamplingFields {
-                top_p: Some(0.0),
-                ..fields()
-            },
-            SamplingFields {
-                min_p: Some(2.0),
-                ..fields()
-            },
-            SamplingFields {
-                top_k: Some(-3),
-                ..fields()
-            },
-            SamplingFields {
-                presence_penalty: Some(3.0),
-                ..fields()
-            },
-            SamplingFields {
-                repetition_penalty: Some(0.0),
-                ..fields()
-            },
-            SamplingFields {
-                stop: Some(super::super::types::Stop::One(String::new())),
-                ..fields()
-            },
-            SamplingFields {
-                stop: Some(super::super::types::Stop::One("x".repeat(2000))),
-                ..fields()
-            },
+            json!({"max_tokens": -1}),
+            json!({"temperature": -0.5}),
+            json!({"top_p": 1.5}),
+            json!({"top_p": 0.0}),
+            json!({"min_p": 2.0}),
+            json!({"top_k": -3}),
+            json!({"presence_penalty": 3.0}),
+            json!({"repetition_penalty": 0.0}),
+            json!({"stop": ""}),
+            json!({"stop": "x".repeat(2000)}),
         ];
-        for f in bad {
-            let e = build_request(&f, None, 100).unwrap_err();
-            assert_eq!(e.status.as_u16(), 400, "{f:?}");
-            assert!(e.param.is_some(), "{f:?}");
+        for j in bad {
+            let e = build_request(&fields(j.clone()), None, 100).unwrap_err();
+            assert_eq!(e.status.as_u16(), 400, "{j}");
+            assert!(e.param.is_some(), "{j}");
         }
-        let r = build_request(
-            &SamplingFields {
-                top_k: Some(-1),
-                max_tokens: Some(1 << 40),
-                seed: Some(7),
-                ..fields()
-            },
-            None,
-            64,
-        )
-        .unwrap();
+        let big = fields(json!({"top_k": -1, "max_tokens": 1u64 << 40, "seed": 7}));
+        let r = build_request(&big, None, 64).unwrap();
         assert_eq!((r.sampler.top_k, r.max_tokens, r.sampler.seed), (0, 64, 7));
     }
 

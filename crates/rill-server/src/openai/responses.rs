@@ -113,30 +113,26 @@ pub struct ToolCallDelta {
     pub call: ToolCallOut,
 }
 
-/// The reply. The thinking goes out under both names clients read:
-/// `reasoning_content` (llama.cpp, most SDKs) and `reasoning` (vLLM).
-#[derive(Debug, Clone, PartialEq)]
+/// The thinking, under both names clients read: `reasoning_content`
+/// (llama.cpp, most SDKs) and `reasoning` (vLLM); nothing when there is none.
+fn reasoning_both_names<S: Serializer>(r: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    let mut m = s.serialize_map(None)?;
+    if let Some(r) = r {
+        m.serialize_entry("reasoning_content", r)?;
+        m.serialize_entry("reasoning", r)?;
+    }
+    m.end()
+}
+
+/// The reply.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AssistantMessage {
     pub role: &'static str,
     pub content: Option<String>,
+    #[serde(flatten, serialize_with = "reasoning_both_names")]
     pub reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCallOut>,
-}
-
-impl Serialize for AssistantMessage {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(None)?;
-        m.serialize_entry("role", self.role)?;
-        m.serialize_entry("content", &self.content)?;
-        if let Some(r) = &self.reasoning_content {
-            m.serialize_entry("reasoning_content", r)?;
-            m.serialize_entry("reasoning", r)?;
-        }
-        if !self.tool_calls.is_empty() {
-            m.serialize_entry("tool_calls", &self.tool_calls)?;
-        }
-        m.end()
-    }
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -147,45 +143,18 @@ pub struct ChatChoice {
     pub finish_reason: &'static str,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct ChatCompletion {
-    pub id: String,
-    pub object: &'static str,
-    pub created: u64,
-    pub model: String,
-    pub choices: Vec<ChatChoice>,
-    pub usage: Usage,
-    pub timings: Timings,
-}
-
-/// `choices[].delta` of a chunk (thinking under both names, as in
-/// [`AssistantMessage`]).
-#[derive(Debug, Clone, Default, PartialEq)]
+/// `choices[].delta` of a chunk: only what it carries (the thinking under
+/// both names, as in [`AssistantMessage`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Delta {
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(flatten, serialize_with = "reasoning_both_names")]
     pub reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCallDelta>,
-}
-
-impl Serialize for Delta {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(None)?;
-        if let Some(r) = self.role {
-            m.serialize_entry("role", r)?;
-        }
-        if let Some(c) = &self.content {
-            m.serialize_entry("content", c)?;
-        }
-        if let Some(r) = &self.reasoning_content {
-            m.serialize_entry("reasoning_content", r)?;
-            m.serialize_entry("reasoning", r)?;
-        }
-        if !self.tool_calls.is_empty() {
-            m.serialize_entry("tool_calls", &self.tool_calls)?;
-        }
-        m.end()
-    }
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -194,20 +163,6 @@ pub struct ChunkChoice {
     pub delta: Delta,
     pub logprobs: Option<ChatLogprobs>,
     pub finish_reason: Option<&'static str>,
-}
-
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct ChatChunk {
-    pub id: String,
-    pub object: &'static str,
-    pub created: u64,
-    pub model: String,
-    pub choices: Vec<ChunkChoice>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub usage: Option<Usage>,
-    /// On the last chunk of a stream (llama-server does the same).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub timings: Option<Timings>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -223,18 +178,28 @@ pub struct CompletionChoice {
     pub token_ids: Option<Vec<u32>>,
 }
 
+/// What every OpenAI reply and stream chunk is: the choices of one object
+/// kind, with the usage and llama-server's `timings` where they are known
+/// (a whole reply, and the last chunk of a stream).
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Completion {
+pub struct Envelope<C> {
     pub id: String,
     pub object: &'static str,
     pub created: u64,
     pub model: String,
-    pub choices: Vec<CompletionChoice>,
+    pub choices: Vec<C>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timings: Option<Timings>,
 }
+
+/// `chat.completion`.
+pub type ChatCompletion = Envelope<ChatChoice>;
+/// `chat.completion.chunk`.
+pub type ChatChunk = Envelope<ChunkChoice>;
+/// `text_completion`, whole or a chunk of a stream.
+pub type Completion = Envelope<CompletionChoice>;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ModelCard {

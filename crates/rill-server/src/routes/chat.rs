@@ -43,7 +43,7 @@ pub async fn chat_completions(
 ) -> Result<Response, ApiError> {
     let body = body?;
     let req: ChatCompletionRequest = parse_json(&body)?;
-    let n = choices::count(req.n)?;
+    let n = choices::count(req.sampling.n)?;
     let prepared = prepare(&state, req).await?;
     let logprobs = prepared.request.logprobs.is_some();
     let outputs: Vec<ReplyOutput> = (0..n).map(|_| prepared.output()).collect();
@@ -101,8 +101,8 @@ pub async fn chat_completions(
             created,
             model: state.config.model_id.clone(),
             choices: out,
-            usage: usage_of(&dones),
-            timings: Timings::from_done(&dones[0]),
+            usage: Some(usage_of(&dones)),
+            timings: Some(Timings::from_done(&dones[0])),
         })
         .into_response())
     }
@@ -166,7 +166,7 @@ pub(crate) async fn prepare(
         req.top_logprobs,
         "top_logprobs",
     )?;
-    let sampling = state.config.sampling.fill(req.sampling());
+    let sampling = req.sampling().or_defaults(&state.config.sampling);
     let mut request = build_request(&sampling, logprobs, state.ctx_size())?;
     crate::openai::params::check_token_ids(&request, state.tok.vocab_size())?;
 
@@ -255,8 +255,8 @@ pub(crate) async fn prepare(
         prompt_text,
         tools,
         parallel_tool_calls: parallel,
-        stream: req.streaming(),
-        include_usage: req.include_usage(),
+        stream: req.streaming.enabled(),
+        include_usage: req.streaming.include_usage(),
     })
 }
 
@@ -610,19 +610,7 @@ mod tests {
     }
 
     fn done(finish: FinishReason) -> Done {
-        Done {
-            finish,
-            prompt_tokens: 10,
-            cached_tokens: 0,
-            completion_tokens: 20,
-            ttft_ms: 1.0,
-            total_ms: 2.0,
-            queue_ms: 0.0,
-            prefill_ms: 0.0,
-            decode_ms: 0.0,
-            drafted_tokens: 0,
-            accepted_tokens: 0,
-        }
+        crate::routes::test_done(finish, 10, 0)
     }
 
     fn run(b: &mut ChatStream, pieces: &[&str], finish: FinishReason) -> Vec<Value> {

@@ -30,7 +30,7 @@ pub async fn completions(
             "only best_of = 1 is supported",
         ));
     }
-    if crate::choices::count(req.n)? != 1 {
+    if crate::choices::count(req.sampling.n)? != 1 {
         return Err(ApiError::bad_param(
             "n",
             "/v1/completions gives one choice; use /v1/chat/completions for n > 1",
@@ -46,7 +46,7 @@ pub async fn completions(
         None => None,
         Some(k) => logprobs_count(true, Some(k), "logprobs")?,
     };
-    let sampling = state.config.sampling.fill(req.sampling());
+    let sampling = req.sampling.clone().or_defaults(&state.config.sampling);
     let mut request = build_request(&sampling, logprobs, state.ctx_size())?;
     crate::openai::params::check_token_ids(&request, state.tok.vocab_size())?;
     request.prompt = prompt_tokens(&state, req.prompt.clone()).await?;
@@ -73,9 +73,9 @@ pub async fn completions(
         tok: state.tok.clone(),
         logprobs: logprobs.is_some(),
         offset: 0,
-        include_usage: req.include_usage(),
+        include_usage: req.streaming.include_usage(),
     };
-    if req.streaming() {
+    if req.streaming.enabled() {
         return Ok(sse::response(handle, builder, state.clone()));
     }
     let mut handle = handle;

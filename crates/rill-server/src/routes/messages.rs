@@ -108,7 +108,7 @@ pub async fn count_tokens(
 ) -> Result<JsonBody<Json>, AnthropicError> {
     let req = MessagesRequest::parse(&body?)?;
     let mut chat = to_chat(&req, true)?;
-    chat.stream = Some(false);
+    chat.streaming.stream = Some(false);
     let prepared = prepare(&state, chat).await?;
     Ok(JsonBody(
         json!({"input_tokens": prepared.request.prompt.len()}),
@@ -339,19 +339,7 @@ mod tests {
     }
 
     fn done() -> Done {
-        Done {
-            finish: FinishReason::Stop,
-            prompt_tokens: 7,
-            cached_tokens: 3,
-            completion_tokens: 20,
-            ttft_ms: 1.0,
-            total_ms: 2.0,
-            queue_ms: 0.0,
-            prefill_ms: 0.0,
-            decode_ms: 0.0,
-            drafted_tokens: 0,
-            accepted_tokens: 0,
-        }
+        crate::routes::test_done(FinishReason::Stop, 7, 3)
     }
 
     const PIECES: &[&str] = &[

@@ -69,3 +69,21 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(middleware::from_fn(wire::request_id))
         .with_state(state)
 }
+
+/// A finished request's figures, for the stream builders' unit tests.
+#[cfg(test)]
+pub(crate) fn test_done(finish: FinishReason, prompt_tokens: usize, cached_tokens: usize) -> Done {
+    Done {
+        finish,
+        prompt_tokens,
+        cached_tokens,
+        completion_tokens: 20,
+        ttft_ms: 1.0,
+        total_ms: 2.0,
+        queue_ms: 0.0,
+        prefill_ms: 0.0,
+        decode_ms: 0.0,
+        drafted_tokens: 0,
+        accepted_tokens: 0,
+    }
+}

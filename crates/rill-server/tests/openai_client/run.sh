@@ -1,25 +1,10 @@
 #!/usr/bin/env bash
 # Runs the official `openai` Python client against `rill serve` on the fixture model.
 # Usage: crates/rill-server/tests/openai_client/run.sh   (from anywhere; needs PyPI access once)
-# Env: RILL_BIN (use this binary instead of building), VENV (default target/openai-venv),
-#      PROFILE (release|debug, default release).
+# Env: see ../harness.sh (RILL_BIN, PROFILE, VENV).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../../../.." && pwd)"
-cd "$root"
-venv="${VENV:-$root/target/openai-venv}"
-profile="${PROFILE:-release}"
-if [ ! -x "$venv/bin/python" ]; then
-    python3 -m venv "$venv"
-fi
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check openai pytest
-if [ -z "${RILL_BIN:-}" ]; then
-    target="${CARGO_TARGET_DIR:-$root/target}"
-    if [ "$profile" = release ]; then
-        cargo build --release -p rill-cli
-    else
-        cargo build -p rill-cli
-    fi
-    export RILL_BIN="$target/$profile/rill"
-fi
+source "$here/../harness.sh"
+python_venv openai openai pytest
+rill_binary
 exec "$venv/bin/python" -m pytest -q "$here/test_openai.py"

@@ -5,71 +5,18 @@ Run through run.sh (which builds rill and makes a venv), or directly:
 """
 
 import json
-import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import openai
 import pytest
 
-ROOT = Path(__file__).resolve().parents[4]
-MODEL = ROOT / "fixtures" / "models" / "qwen35moe.f32.gguf"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import rill_serve  # noqa: E402
+
 API_KEY = "sk-rill-test"
 ALIAS = "fixture"
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _binary():
-    env = os.environ.get("RILL_BIN")
-    if env:
-        return env
-    for p in ("target/release/rill", "target/debug/rill"):
-        if (ROOT / p).exists():
-            return str(ROOT / p)
-    pytest.skip("no rill binary: build it or set RILL_BIN")
-
-
-@pytest.fixture(scope="module")
-def server():
-    port = _free_port()
-    cmd = [
-        _binary(), "serve", "-m", str(MODEL), "--port", str(port),
-        "--parallel", "2", "--ctx-size", "2048", "--api-key", API_KEY,
-        "--alias", ALIAS, "-t", "1",
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.time() > deadline:
-            proc.kill()
-            out = proc.stdout.read() if proc.stdout else ""
-            raise RuntimeError(f"rill serve did not start:\n{out}")
-        time.sleep(0.2)
-    yield base
-    proc.terminate()  # SIGTERM: graceful drain
-    try:
-        code = proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise
-    out = proc.stdout.read() if proc.stdout else ""
-    assert code == 0, f"rill serve exited with {code}:\n{out}"
+server = rill_serve.server_fixture(API_KEY, ALIAS)
 
 
 @pytest.fixture(scope="module")

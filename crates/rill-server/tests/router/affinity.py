@@ -24,67 +24,36 @@ import json
 import os
 import random
 import re
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[4]
-MODEL = os.environ.get("RILL_ROUTER_MODEL", str(ROOT / "fixtures" / "models" / "qwen35moe.f32.gguf"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import rill_serve  # noqa: E402
+
+MODEL = os.environ.get("RILL_ROUTER_MODEL", str(rill_serve.FIXTURE_MODEL))
 SESSIONS = 20
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(url, proc, what, timeout=90):
-    deadline = time.time() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        if proc.poll() is not None or time.time() > deadline:
-            proc.kill()
-            out = proc.stdout.read() if proc.stdout else ""
-            raise RuntimeError(f"{what} did not start:\n{out}")
-        time.sleep(0.2)
-
-
 def start_replica():
-    port = free_port()
-    cmd = [os.environ["RILL_BIN"], "serve", "-m", MODEL, "--port", str(port),
-           "--parallel", "2", "--ctx-size", "1024", "-t", "1", "--alias", "fixture"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    wait_ready(base + "/health", proc, "rill serve")
-    return proc, base
+    return rill_serve.start_rill(os.environ["RILL_BIN"], MODEL, "--parallel", "2",
+                                 "--ctx-size", "1024", "-t", "1", "--alias", "fixture")
 
 
 def start_router(workers, policy):
-    port = free_port()
-    cmd = [os.environ.get("VLLM_ROUTER", "vllm-router"), "--host", "127.0.0.1", "--port", str(port),
+    cmd = [os.environ.get("VLLM_ROUTER", "vllm-router"), "--host", "127.0.0.1", "--port", "{port}",
            "--policy", policy, "--worker-urls", *workers, "--log-level", "warning",
            "--disable-retries", "--health-check-interval-secs", "60"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    wait_ready(base + "/health", proc, "vllm-router")
-    return proc, base
+    return rill_serve.start(cmd, "vllm-router")
 
 
 def stop(proc):
-    proc.terminate()
     try:
-        proc.wait(timeout=30)
+        rill_serve.stop(proc)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        pass
 
 
 def metric(base, name):

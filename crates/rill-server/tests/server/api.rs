@@ -34,15 +34,7 @@ async fn health_models_metrics() {
     assert_eq!(m["data"][0]["object"], "model");
     assert_eq!(m["data"][0]["owned_by"], "rill");
 
-    let text = s
-        .client
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = s.get_text("/metrics").await;
     assert_eq!(metric_value(&text, "rill_requests_running"), Some(0.0));
     assert!(
         text.contains("rill_http_requests_total{route=\"/v1/models\",status=\"200\"} 1"),

@@ -38,7 +38,7 @@ pub struct Opts {
     pub body_limit: usize,
     pub webui: bool,
     pub cors: rill_server::wire::CorsOrigins,
-    pub sampling: rill_server::openai::params::SamplingDefaults,
+    pub sampling: rill_sampler::SamplingPrefs,
     pub chat_template_kwargs: serde_json::Map<String, Value>,
     /// The engine's memory budget in bytes (`None`: none).
     pub mem_budget: Option<usize>,
@@ -57,6 +57,16 @@ impl Default for Opts {
             sampling: Default::default(),
             chat_template_kwargs: Default::default(),
             mem_budget: None,
+        }
+    }
+}
+
+impl Opts {
+    /// The defaults, behind an API key.
+    pub fn keyed(key: &str) -> Opts {
+        Opts {
+            api_key: Some(key.into()),
+            ..Opts::default()
         }
     }
 }
@@ -123,17 +133,8 @@ impl TestServer {
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let r = self
-            .client
-            .post(self.url(path))
-            .json(body)
-            .send()
-            .await
-            .unwrap();
-        let status = r.status().as_u16();
-        let text = r.text().await.unwrap();
-        let v = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"));
-        (status, v)
+        let r = self.client.post(self.url(path)).json(body).send().await;
+        json_reply(r.unwrap()).await
     }
 
     pub async fn post_raw(&self, path: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
@@ -143,24 +144,28 @@ impl TestServer {
             .header("content-type", "application/json")
             .body(body)
             .send()
-            .await
-            .unwrap();
-        let status = r.status().as_u16();
-        let text = r.text().await.unwrap();
-        let v = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"));
-        (status, v)
+            .await;
+        json_reply(r.unwrap()).await
+    }
+
+    /// POST `body`, asserting a 200, and hand back the response unread (a
+    /// stream the test reads, or drops, itself).
+    pub async fn open(&self, path: &str, body: &Value) -> reqwest::Response {
+        let r = self.client.post(self.url(path)).json(body).send().await;
+        let r = r.unwrap();
+        assert_eq!(r.status().as_u16(), 200, "{path}");
+        r
+    }
+
+    /// GET `path`'s body as text, whatever the status.
+    pub async fn get_text(&self, path: &str) -> String {
+        let r = self.client.get(self.url(path)).send().await.unwrap();
+        r.text().await.unwrap()
     }
 
     /// A streamed response's `data:` payloads, in order.
     pub async fn stream(&self, path: &str, body: &Value) -> Vec<String> {
-        let r = self
-            .client
-            .post(self.url(path))
-            .json(body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 200);
+        let r = self.open(path, body).await;
         assert!(r.headers()["content-type"]
             .to_str()
             .unwrap()
@@ -169,15 +174,7 @@ impl TestServer {
     }
 
     pub async fn metric(&self, name: &str) -> f64 {
-        let text = self
-            .client
-            .get(self.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = self.get_text("/metrics").await;
         metric_value(&text, name).unwrap_or_else(|| panic!("no metric {name}"))
     }
 
@@ -218,6 +215,14 @@ impl TestServer {
                 .unwrap();
         }
     }
+}
+
+/// The status and JSON body of a reply (a body that is not JSON fails the test).
+pub async fn json_reply(r: reqwest::Response) -> (u16, Value) {
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    let v = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"));
+    (status, v)
 }
 
 pub fn metric_value(text: &str, name: &str) -> Option<f64> {

@@ -6,7 +6,7 @@ use serde_json::json;
 
 fn greedy_defaults() -> Opts {
     Opts {
-        sampling: rill_server::openai::params::SamplingDefaults {
+        sampling: rill_sampler::SamplingPrefs {
             temperature: Some(0.0),
             ..Default::default()
         },

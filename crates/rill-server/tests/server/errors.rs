@@ -162,11 +162,7 @@ async fn prompt_too_long_and_body_too_large() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_key_guards_v1_only() {
-    let s = start(Opts {
-        api_key: Some("sk-test-123".into()),
-        ..Opts::default()
-    })
-    .await;
+    let s = start(Opts::keyed("sk-test-123")).await;
     let get = |auth: Option<&'static str>| {
         let mut r = s.client.get(s.url("/v1/models"));
         if let Some(a) = auth {

@@ -10,16 +10,12 @@ fn series(name: &str) -> String {
 }
 
 async fn open_stream(s: &TestServer) -> reqwest::Response {
-    let r = s
-        .client
-        .post(s.url("/v1/chat/completions"))
-        .json(&json!({"messages": [{"role": "user", "content": "go on"}],
-                      "max_tokens": 3000, "ignore_eos": true, "stream": true}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    r
+    s.open(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "go on"}],
+                      "max_tokens": 3000, "ignore_eos": true, "stream": true}),
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,15 +48,7 @@ async fn vllm_series_follow_the_engine() {
         )
         .await;
     assert_eq!(st, 200);
-    let text = s
-        .client
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = s.get_text("/metrics").await;
     let m =
         |name: &str| metric_value(&text, name).unwrap_or_else(|| panic!("no {name} in\n{text}"));
     assert_eq!(m(&series("vllm:generation_tokens_total")), 13.0);

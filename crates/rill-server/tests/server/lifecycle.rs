@@ -12,14 +12,7 @@ fn long_stream() -> serde_json::Value {
 
 /// Open a streaming request and read its first event.
 async fn open_stream(s: &TestServer) -> reqwest::Response {
-    let mut r = s
-        .client
-        .post(s.url("/v1/completions"))
-        .json(&long_stream())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let mut r = s.open("/v1/completions", &long_stream()).await;
     let first = tokio::time::timeout(Duration::from_secs(30), r.chunk())
         .await
         .expect("first chunk in time")
@@ -40,14 +33,7 @@ async fn queue_full_is_429_and_disconnects_free_slots() {
     // One running, one waiting: the next is refused with Retry-After.
     let a = open_stream(&s).await;
     s.wait_metric("rill_requests_running", 1.0).await;
-    let b = s
-        .client
-        .post(s.url("/v1/completions"))
-        .json(&long_stream())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(b.status(), 200);
+    let b = s.open("/v1/completions", &long_stream()).await;
     let r = s
         .client
         .post(s.url("/v1/chat/completions"))
@@ -111,13 +97,11 @@ async fn chat_stream_disconnect_mid_stream() {
 async fn shutdown_finishes_streams_in_flight() {
     let mut s = start(Opts::default()).await;
     let r = s
-        .client
-        .post(s.url("/v1/completions"))
-        .json(&json!({"prompt": "abc", "max_tokens": 300, "ignore_eos": true, "stream": true}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+        .open(
+            "/v1/completions",
+            &json!({"prompt": "abc", "max_tokens": 300, "ignore_eos": true, "stream": true}),
+        )
+        .await;
     let mut body = r.bytes_stream();
     let first = body.next().await.unwrap().unwrap();
     s.begin_stop();

@@ -39,14 +39,7 @@ fn events(text: &str) -> Vec<(String, Value)> {
 }
 
 async fn stream(s: &TestServer, b: &Value) -> Vec<(String, Value)> {
-    let r = s
-        .client
-        .post(s.url("/v1/messages"))
-        .json(b)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let r = s.open("/v1/messages", b).await;
     assert!(r.headers()["content-type"]
         .to_str()
         .unwrap()
@@ -239,11 +232,7 @@ async fn tools_and_a_tool_round_trip() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_in_anthropic_shape_and_x_api_key() {
-    let s = start(Opts {
-        api_key: Some("sk-ant".into()),
-        ..Opts::default()
-    })
-    .await;
+    let s = start(Opts::keyed("sk-ant")).await;
     let send = |b: reqwest::RequestBuilder| async move {
         let r = b.send().await.unwrap();
         let st = r.status().as_u16();

@@ -5,9 +5,7 @@ use crate::common::*;
 use serde_json::{json, Value};
 
 async fn get(s: &TestServer, path: &str) -> (u16, Value) {
-    let r = s.client.get(s.url(path)).send().await.unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap())
+    json_reply(s.client.get(s.url(path)).send().await.unwrap()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -151,11 +149,7 @@ async fn apply_template_renders_like_chat() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn props_slots_and_models() {
-    let s = start(Opts {
-        api_key: Some("sk-u".into()),
-        ..Opts::default()
-    })
-    .await;
+    let s = start(Opts::keyed("sk-u")).await;
     // Behind the key like /v1.
     for path in ["/props", "/slots"] {
         let (st, v) = get(&s, path).await;
@@ -216,14 +210,12 @@ async fn slots_fail_when_all_are_busy() {
     .await;
     // One long stream holds the only slot.
     let r = s
-        .client
-        .post(s.url("/v1/chat/completions"))
-        .json(&json!({"messages": [{"role": "user", "content": "go"}],
-                      "max_tokens": 3000, "ignore_eos": true, "stream": true}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+        .open(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "go"}],
+                      "max_tokens": 3000, "ignore_eos": true, "stream": true}),
+        )
+        .await;
     s.wait_metric("rill_requests_running", 1.0).await;
     let (st, v) = get(&s, "/slots?fail_on_no_slot=1").await;
     assert_error(st, &v, 503, None);

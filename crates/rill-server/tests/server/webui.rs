@@ -5,11 +5,7 @@ use serde_json::{json, Value};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_is_served_outside_the_api_key() {
-    let s = start(Opts {
-        api_key: Some("sk-page".into()),
-        ..Opts::default()
-    })
-    .await;
+    let s = start(Opts::keyed("sk-page")).await;
     for path in ["/", "/index.html"] {
         let r = s.client.get(s.url(path)).send().await.unwrap();
         assert_eq!(r.status(), 200, "{path}");

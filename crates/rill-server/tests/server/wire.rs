@@ -10,11 +10,7 @@ fn rid(r: &reqwest::Response) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_response_has_a_request_id() {
-    let s = start(Opts {
-        api_key: Some("sk-1".into()),
-        ..Opts::default()
-    })
-    .await;
+    let s = start(Opts::keyed("sk-1")).await;
     let mut seen = Vec::new();
     // Answered, refused, unknown: all carry an id, each a new one.
     for path in ["/health", "/v1/models", "/nope", "/metrics"] {

@@ -7,10 +7,7 @@
 # Writes target/webui/screenshot.png (and screenshot-narrow.png).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../../../.." && pwd)"
-cd "$root"
-target="${CARGO_TARGET_DIR:-$root/target}"
-profile="${PROFILE:-release}"
+source "$here/../harness.sh"
 # playwright-core, pinned by the committed lockfile, installed under target/.
 deps="$target/webui-node"
 mkdir -p "$deps"
@@ -19,13 +16,6 @@ if ! cmp -s "$here/package-lock.json" "$deps/node_modules/.package-lock.json.ins
     (cd "$deps" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)
     cp "$here/package-lock.json" "$deps/node_modules/.package-lock.json.installed"
 fi
-if [ -z "${RILL_BIN:-}" ]; then
-    if [ "$profile" = release ]; then
-        cargo build --release -p rill-cli
-    else
-        cargo build -p rill-cli
-    fi
-    export RILL_BIN="$target/$profile/rill"
-fi
+rill_binary
 export NODE_PATH="$deps/node_modules"
 exec node --test --test-reporter=spec "$here/webui.test.cjs"
