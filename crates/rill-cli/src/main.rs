@@ -40,7 +40,7 @@ enum Command {
     /// Measure prompt processing and generation speed (like llama-bench).
     Bench(commands::bench::Args),
     /// Serve the model over an OpenAI-compatible HTTP API.
-    Serve(commands::serve::Args),
+    Serve(Box<commands::serve::Args>),
     /// Perplexity of a text (llama-perplexity's method), or KL divergence
     /// against a saved base run.
     Perplexity(commands::perplexity::Args),
@@ -62,7 +62,7 @@ fn main() -> ExitCode {
         Command::Run(a) => commands::run::run(a),
         Command::Bench(a) => commands::bench::run(a),
         Command::Chat(a) => commands::chat::run(a),
-        Command::Serve(a) => commands::serve::run(a),
+        Command::Serve(a) => commands::serve::run(*a),
         Command::Perplexity(a) => commands::perplexity::run(a),
         Command::Convert(a) => commands::convert::run(a),
         Command::Tokenize(a) => commands::tokenize::run_tokenize(a),

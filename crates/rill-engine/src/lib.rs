@@ -13,6 +13,8 @@
 //!   (draft, verify in the shared step, accept and rewind).
 //! - [`prefix_cache`]: snapshots of sequence state looked up by token prefix.
 //! - [`stop`]: stop strings that may span token boundaries.
+//! - `thinking`: a budget for the thinking block, closed for the model
+//!   once it is spent.
 
 mod budget;
 mod disk_cache;
@@ -24,9 +26,11 @@ pub mod scheduler;
 mod sequence;
 pub mod speculation;
 pub mod stop;
+mod thinking;
 
 pub use metrics::Metrics;
 pub use request::{ConstraintRequest, Done, Event, FinishReason, Request, SubmitError, TokenInfo};
 pub use rill_grammar::GrammarSpec;
 pub use scheduler::{Engine, EngineConfig, Handle};
 pub use speculation::SpecConfig;
+pub use thinking::ThinkingBudget;

@@ -1,5 +1,6 @@
 //! What a client submits to the engine and what it gets back.
 
+use crate::thinking::ThinkingBudget;
 use rill_grammar::GrammarSpec;
 use rill_sampler::SamplerConfig;
 
@@ -47,6 +48,9 @@ pub struct Request {
     /// the engine's setting; `Some(0)`: no speculation), capped by the
     /// engine's own maximum.
     pub draft_max: Option<usize>,
+    /// A budget for the thinking block the prompt opens (`None`: the model
+    /// thinks as long as it likes).
+    pub thinking_budget: Option<ThinkingBudget>,
 }
 
 /// A grammar for the generated text, and where it starts.
@@ -73,6 +77,7 @@ impl Request {
             cache_points: Vec::new(),
             constraint: None,
             draft_max: None,
+            thinking_budget: None,
         }
     }
 }

@@ -11,6 +11,7 @@ use crate::metrics::Metrics;
 use crate::output::TextOutput;
 use crate::request::{Done, Event, FinishReason, Request, TokenInfo};
 use crate::speculation::{Speculation, MAX_DRAFT};
+use crate::thinking::Thinking;
 use rill_grammar::Constraint;
 use rill_model::{BatchItem, MtpItem, Outputs, Rows, SequenceState};
 use rill_sampler::Sampler;
@@ -69,6 +70,8 @@ pub(crate) struct Sequence {
     constraint: Option<Constrained>,
     /// Speculative decoding with the MTP head, when this sequence uses it.
     spec: Option<Speculation>,
+    /// The thinking block's budget, while the block is open.
+    thinking: Option<Thinking>,
     /// Bytes of the memory budget this sequence reserved (its worst case).
     pub reserved: usize,
 }
@@ -137,8 +140,10 @@ impl Sequence {
             drafts_in_grammar: 0,
             broken: false,
         });
+        let thinking = sub.req.thinking_budget.clone().map(Thinking::new);
         Sequence {
             constraint,
+            thinking,
             history: sub.req.prompt.clone(),
             out: TextOutput::new(&sub.req.stop),
             sub,
@@ -178,7 +183,13 @@ impl Sequence {
         let room = (self.state.capacity() - self.state.position())
             .saturating_sub(1)
             .min(self.sub.req.max_tokens.saturating_sub(self.generated + 1))
-            .min(MAX_DRAFT);
+            .min(MAX_DRAFT)
+            // Closing a thinking block is written, not drafted.
+            .min(
+                self.thinking
+                    .as_ref()
+                    .map_or(usize::MAX, Thinking::free_tokens),
+            );
         spec.plan(&self.state, next, room);
         true
     }
@@ -356,13 +367,15 @@ impl Sequence {
         let mut kept = 0;
         for (i, row) in logits.chunks_exact(v).enumerate() {
             let draft = self.spec.as_ref().and_then(|s| s.draft(i));
+            let forced = self.forced();
             let under = match masked(&mut self.constraint, row) {
                 Ok(r) => r,
                 Err(why) => return Some(self.fail(&why).into_result()),
             };
-            let id = match draft {
-                Some(d) => self.sampler.verify(under, &self.history, d),
-                None => self.sampler.sample(under, &self.history),
+            let id = match (forced, draft) {
+                (Some(f), _) => f,
+                (None, Some(d)) => self.sampler.verify(under, &self.history, d),
+                (None, None) => self.sampler.sample(under, &self.history),
             };
             kept = i + 1;
             if let Some(end) = self.commit(id, row, start + kept, cx) {
@@ -379,10 +392,17 @@ impl Sequence {
         None
     }
 
+    /// The token the engine writes next itself (closing a thinking block
+    /// whose budget is spent), instead of sampling.
+    fn forced(&self) -> Option<u32> {
+        self.thinking.as_ref().and_then(Thinking::forced)
+    }
+
     fn take(&mut self, row: &[f32], cx: &TokenContext) -> Option<End> {
-        let id = match masked(&mut self.constraint, row) {
-            Ok(masked) => self.sampler.sample(masked, &self.history),
-            Err(why) => return Some(self.fail(&why)),
+        let id = match (self.forced(), masked(&mut self.constraint, row)) {
+            (Some(f), _) => f,
+            (None, Ok(masked)) => self.sampler.sample(masked, &self.history),
+            (None, Err(why)) => return Some(self.fail(&why)),
         };
         let fed = self.state.position();
         self.commit(id, row, fed, cx)
@@ -404,6 +424,9 @@ impl Sequence {
         if !req.ignore_eos && cx.tok.is_eog(id) {
             self.send_tail();
             return Some(End::Done(self.done(FinishReason::Stop)));
+        }
+        if let Some(t) = &mut self.thinking {
+            t.taken(id);
         }
         if let Some(k) = &mut self.constraint {
             if k.active {

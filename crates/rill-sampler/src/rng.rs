@@ -38,6 +38,11 @@ impl Rng {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 
+    /// Uniform in `0..n` (0 when `n` is 0), for tests that pick at random.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+
     /// `n` draws uniform in [0, `hi`): the logits of a model that has no
     /// preference, for tests that walk a constraint with random choices.
     pub fn uniform_vec(&mut self, n: usize, hi: f32) -> Vec<f32> {

@@ -430,6 +430,20 @@ pub fn to_chat(req: &MessagesRequest, counting: bool) -> Result<ChatCompletionRe
     set("tool_choice", json!(tool_choice));
     set("parallel_tool_calls", json!(parallel));
     set("enable_thinking", json!(enable_thinking));
+    // `thinking.budget_tokens`: the thinking block is closed after that many.
+    if enable_thinking == Some(true) {
+        let budget = req.thinking.as_ref().and_then(|t| t.get("budget_tokens"));
+        match budget {
+            None | Some(Json::Null) => {}
+            Some(b) if b.as_u64().is_some() => set("thinking_budget_tokens", b.clone()),
+            Some(_) => {
+                return Err(bad(
+                    "thinking.budget_tokens",
+                    "thinking.budget_tokens must be a whole number >= 0",
+                ))
+            }
+        }
+    }
     serde_json::from_value(body).map_err(|e| ApiError::invalid(format!("invalid request: {e}")))
 }
 

@@ -36,6 +36,13 @@ pub struct ServerConfig {
     /// Chat-template kwargs every chat request starts from (its own win),
     /// e.g. `{"preserve_thinking": true}` (`--chat-template-kwargs`).
     pub chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
+    /// Most tokens a thinking block may take before the server closes it
+    /// (`--reasoning-budget`; `None`: no limit). A request's
+    /// `thinking_budget_tokens` wins.
+    pub reasoning_budget: Option<usize>,
+    /// Written before `</think>` when the server closes a block
+    /// (`--reasoning-budget-message`).
+    pub reasoning_budget_message: Option<String>,
 }
 
 impl ServerConfig {
@@ -51,6 +58,8 @@ impl ServerConfig {
             chat_template: None,
             sampling: Default::default(),
             chat_template_kwargs: Default::default(),
+            reasoning_budget: None,
+            reasoning_budget_message: None,
         }
     }
 }

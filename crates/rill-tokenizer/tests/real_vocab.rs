@@ -174,13 +174,8 @@ fn round_trip_nfc_and_nfd_inputs() {
 #[test]
 fn random_strings_round_trip() {
     let t = qwen35();
-    let mut state = 0x9E37_79B9_7F4A_7C15u64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = rill_sampler::Rng::new(0x9E37_79B9_7F4A_7C15);
+    let mut next = move || rng.next_u64();
     for i in 0..3000 {
         let len = (next() % 40) as usize;
         let s: String = if i % 3 == 0 {

@@ -119,6 +119,17 @@ pub struct Args {
     /// request's own kwargs win), e.g. '{"preserve_thinking": true}'.
     #[arg(long, env = "RILL_CHAT_TEMPLATE_KWARGS")]
     chat_template_kwargs: Option<String>,
+    /// Most tokens a thinking block may take before the server closes it
+    /// (writes `</think>`) and the model answers: -1 no limit, 0 at once.
+    /// A request's `thinking_budget_tokens` (Anthropic's
+    /// `thinking.budget_tokens`) wins.
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true,
+          value_parser = clap::value_parser!(i64).range(-1..), env = "RILL_REASONING_BUDGET")]
+    reasoning_budget: i64,
+    /// Text written before `</think>` when the budget closes a thinking
+    /// block, e.g. "Time is up, I answer now."
+    #[arg(long, env = "RILL_REASONING_BUDGET_MESSAGE")]
+    reasoning_budget_message: Option<String>,
     #[command(flatten)]
     spec: crate::spec_args::SpecArgs,
 }
@@ -228,6 +239,8 @@ pub fn run(a: Args) -> Result<()> {
         chat_template: template_text,
         sampling,
         chat_template_kwargs,
+        reasoning_budget: usize::try_from(a.reasoning_budget).ok(),
+        reasoning_budget_message: a.reasoning_budget_message.clone(),
         ..ServerConfig::new(id.clone())
     };
     let sampling_line = config
@@ -266,6 +279,9 @@ pub fn run(a: Args) -> Result<()> {
             }
         );
         tracing::info!("default sampling: {}", sampling_line);
+        if a.reasoning_budget >= 0 {
+            tracing::info!("reasoning budget: {} tokens", a.reasoning_budget);
+        }
         tracing::info!("speculative decoding: {spec_line}");
         for line in rill_server::urls::describe(local, !a.no_webui) {
             tracing::info!("{line}");

@@ -145,6 +145,7 @@ pub fn build_request(
             }
             Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
         },
+        thinking_budget: None,
     })
 }
 

@@ -105,6 +105,11 @@ pub struct ChatCompletionRequest {
     pub enable_thinking: Option<bool>,
     /// OpenAI's `reasoning_effort`; `"none"` turns thinking off.
     pub reasoning_effort: Option<String>,
+    /// llama-server's: most tokens the thinking block may take before the
+    /// server closes it (-1: the server's `--reasoning-budget`; 0: at once).
+    pub thinking_budget_tokens: Option<i64>,
+    /// llama-server's: written before `</think>` when the budget closes it.
+    pub thinking_budget_message: Option<String>,
     /// `response_format` and the other structured-output fields.
     #[serde(flatten)]
     pub constraint: crate::structured::ConstraintFields,

@@ -22,7 +22,7 @@ use rill_chat::reply::ToolCall;
 use rill_chat::reply::{Gathered, Part, ThinkSplitter};
 use rill_chat::ChatTemplate;
 use rill_chat::{ChatPrompt, ChatRequest, Content, Message};
-use rill_engine::{ConstraintRequest, Done, Event, Request, TokenInfo};
+use rill_engine::{ConstraintRequest, Done, Event, Request, ThinkingBudget, TokenInfo};
 use serde_json::Value as Json;
 use std::sync::Arc;
 
@@ -248,6 +248,9 @@ pub(crate) async fn prepare(
         grammar,
         after: end_think,
     });
+    if let Some(end) = end_think {
+        request.thinking_budget = thinking_budget(state, &req, end)?;
+    }
     request.prompt = ids;
     request.cache_points = history_end.into_iter().collect();
     Ok(Prepared {
@@ -258,6 +261,36 @@ pub(crate) async fn prepare(
         stream: req.streaming.enabled(),
         include_usage: req.streaming.include_usage(),
     })
+}
+
+/// The thinking budget of a request whose prompt opens a thinking block
+/// closed by token `end`: the request's `thinking_budget_tokens` (-1 or
+/// none: the server's `--reasoning-budget`), and what closes the block.
+fn thinking_budget(
+    state: &AppState,
+    req: &ChatCompletionRequest,
+    end: u32,
+) -> Result<Option<ThinkingBudget>, ApiError> {
+    let tokens = match req.thinking_budget_tokens {
+        None | Some(-1) => state.config.reasoning_budget,
+        Some(n) => Some(usize::try_from(n).map_err(|_| {
+            ApiError::bad_param(
+                "thinking_budget_tokens",
+                format!("thinking_budget_tokens must be -1 (no limit) or >= 0 (got {n})"),
+            )
+        })?),
+    };
+    let message =
+        (req.thinking_budget_message.as_ref()).or(state.config.reasoning_budget_message.as_ref());
+    Ok(tokens.map(|tokens| {
+        let mut closing = message.map_or_else(Vec::new, |m| state.tok.encode(m, false));
+        closing.push(end);
+        ThinkingBudget {
+            tokens,
+            end,
+            closing,
+        }
+    }))
 }
 
 impl Prepared {

@@ -15,6 +15,11 @@ use tokio::task::JoinHandle;
 pub const MODEL_ID: &str = "fixture";
 pub const ALIAS: &str = "fixture-alias";
 
+/// The trained demo model (its vocabulary has the thinking tags).
+pub fn demo_model() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../assets/demo/rill-demo.gguf")
+}
+
 pub fn fixture() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/qwen35moe.f32.gguf")
 }
@@ -42,6 +47,10 @@ pub struct Opts {
     pub chat_template_kwargs: serde_json::Map<String, Value>,
     /// The engine's memory budget in bytes (`None`: none).
     pub mem_budget: Option<usize>,
+    /// `--reasoning-budget` (`None`: no limit).
+    pub reasoning_budget: Option<usize>,
+    /// Another model than the fixture (the trained demo model, say).
+    pub model: Option<PathBuf>,
 }
 
 impl Default for Opts {
@@ -57,6 +66,8 @@ impl Default for Opts {
             sampling: Default::default(),
             chat_template_kwargs: Default::default(),
             mem_budget: None,
+            reasoning_budget: None,
+            model: None,
         }
     }
 }
@@ -80,11 +91,14 @@ pub struct TestServer {
 }
 
 pub async fn start(o: Opts) -> TestServer {
-    let (model, tok) = loaded();
-    let loaded = rill_load::load(&ModelSource::File(fixture()), &LoadOptions::default())
-        .expect("load fixture");
-    let template_text = loaded.info.chat_template.clone();
-    let template = loaded.template.expect("fixture has a template");
+    let path = o.model.clone().unwrap_or_else(fixture);
+    let file = rill_load::load(&ModelSource::File(path), &LoadOptions::default()).expect("load");
+    let template_text = file.info.chat_template.clone();
+    let template = file.template.expect("the model has a template");
+    let (model, tok) = match o.model {
+        None => loaded(),
+        Some(_) => (Arc::new(file.model), Arc::new(file.tokenizer)),
+    };
     let engine = Arc::new(Engine::start(
         model,
         tok.clone(),
@@ -109,6 +123,7 @@ pub async fn start(o: Opts) -> TestServer {
         chat_template: template_text,
         sampling: o.sampling,
         chat_template_kwargs: o.chat_template_kwargs,
+        reasoning_budget: o.reasoning_budget,
         ..ServerConfig::new(MODEL_ID)
     };
     let state = AppState::new(engine, tok, Some(template), config);

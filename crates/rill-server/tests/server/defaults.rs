@@ -95,3 +95,104 @@ async fn template_kwargs_and_reasoning_effort_reach_the_template() {
     assert_eq!(st, 400, "{e}");
     s.stop().await;
 }
+
+/// The tokens of a chat reply up to and including `</think>`: the
+/// position of the closing tag in the reply's logprobs.
+async fn think_end(s: &TestServer, extra: serde_json::Value) -> Option<usize> {
+    let mut body = json!({
+        "messages": [{"role": "user", "content": "Think first."}],
+        "max_tokens": 24, "ignore_eos": true, "temperature": 0, "logprobs": true,
+    });
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    let (st, v) = s.post("/v1/chat/completions", &body).await;
+    assert_eq!(st, 200, "{v}");
+    let tokens = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert_eq!(tokens.len(), 24, "{v}");
+    tokens.iter().position(|t| t["token"] == "</think>")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reasoning_budget_closes_the_thinking_block() {
+    let s = start(Opts {
+        reasoning_budget: Some(5),
+        model: Some(demo_model()),
+        ..Opts::default()
+    })
+    .await;
+    // The server's budget: five thought tokens, then `</think>`; the reply
+    // goes on as the answer.
+    assert_eq!(think_end(&s, json!({})).await, Some(5));
+    let (_, v) = s
+        .post(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "Think first."}],
+                    "max_tokens": 24, "ignore_eos": true, "temperature": 0}),
+        )
+        .await;
+    let m = &v["choices"][0]["message"];
+    assert!(
+        m["reasoning_content"].is_string() && m["content"].is_string(),
+        "{m}"
+    );
+    // The request's own budget wins; -1 is the server's; 0 closes at once.
+    assert_eq!(
+        think_end(&s, json!({"thinking_budget_tokens": 2})).await,
+        Some(2)
+    );
+    assert_eq!(
+        think_end(&s, json!({"thinking_budget_tokens": -1})).await,
+        Some(5)
+    );
+    assert_eq!(
+        think_end(&s, json!({"thinking_budget_tokens": 0})).await,
+        Some(0)
+    );
+    // A message goes before the tag.
+    let with_message = think_end(
+        &s,
+        json!({"thinking_budget_tokens": 1, "thinking_budget_message": " Enough."}),
+    )
+    .await
+    .unwrap();
+    assert!(with_message > 2, "{with_message}");
+    // Thinking off: nothing to close.
+    assert_eq!(think_end(&s, json!({"enable_thinking": false})).await, None);
+    let (st, v) = s
+        .post(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "x"}], "thinking_budget_tokens": -2}),
+        )
+        .await;
+    assert_error(st, &v, 400, Some("thinking_budget_tokens"));
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_budget_tokens_bound_the_thinking_block() {
+    let s = start(Opts {
+        model: Some(demo_model()),
+        ..Opts::default()
+    })
+    .await;
+    let (st, v) = s
+        .post(
+            "/v1/messages",
+            &json!({"max_tokens": 24, "temperature": 0, "ignore_eos": true,
+                    "thinking": {"type": "enabled", "budget_tokens": 3},
+                    "messages": [{"role": "user", "content": "Think first."}]}),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let blocks = v["content"].as_array().unwrap();
+    assert_eq!(blocks[0]["type"], "thinking", "{v}");
+    let thought = blocks[0]["thinking"].as_str().unwrap();
+    let (_, t) = s.post("/tokenize", &json!({"content": thought})).await;
+    // Three tokens thought (re-tokenizing the text may merge or split a
+    // few; it cannot reach the unbounded reply's length).
+    let n = t["tokens"].as_array().unwrap().len();
+    assert!((1..=4).contains(&n), "{n} tokens in {thought:?}");
+    assert!(blocks.iter().any(|b| b["type"] == "text"), "{v}");
+    s.stop().await;
+}
