@@ -47,4 +47,14 @@ mod test_util {
             })
             .collect()
     }
+
+    /// The attention shape of `n_head` query heads over `n_head_kv` KV
+    /// heads of `head_dim`.
+    pub fn shape(n_head: usize, n_head_kv: usize, head_dim: usize) -> crate::attention::AttnShape {
+        crate::attention::AttnShape {
+            n_head,
+            n_head_kv,
+            head_dim,
+        }
+    }
 }
