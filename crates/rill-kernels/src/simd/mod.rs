@@ -225,6 +225,8 @@ impl Isa {
     }
 
     /// Whether the float kernels of this class use 512-bit vectors.
+    /// (Only the x86 kernels ask.)
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     #[inline]
     pub(crate) fn wide(self) -> bool {
         matches!(self, Isa::Avx512 | Isa::Amx)
