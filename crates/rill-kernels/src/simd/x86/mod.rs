@@ -236,44 +236,35 @@ pub(crate) unsafe fn canon_tile(
             super::canon_shapes!($m::$f, wp, xp, cols, nr, nt, row_bytes, out)
         };
     }
+    // One table for both paths: `$k`'s kernels, but for the four encodings
+    // named after it (Q5_0, Q5_1, Q2_K, Q3_K), taken from `avx2_blocks`.
+    macro_rules! by_dtype {
+        ($k:ident, {$q50:ident, $q51:ident, $q2k:ident, $q3k:ident}) => {
+            match dtype {
+                Q4_0 => shapes!($k::canon_q4_0),
+                Q4_1 => shapes!($k::canon_q4_1),
+                Q5_0 => shapes!(avx2_blocks::$q50),
+                Q5_1 => shapes!(avx2_blocks::$q51),
+                Q8_0 => shapes!($k::canon_q8_0),
+                Q2K => shapes!(avx2_blocks::$q2k),
+                Q3K => shapes!(avx2_blocks::$q3k),
+                Q4K => shapes!($k::canon_q4_k),
+                Q5K => shapes!($k::canon_q5_k),
+                Q6K => shapes!($k::canon_q6_k),
+                IQ4NL => shapes!($k::canon_iq4_nl),
+                IQ4XS => shapes!($k::canon_iq4_xs),
+                MXFP4 => shapes!($k::canon_mxfp4),
+                _ => false,
+            }
+        };
+    }
     use DType::*;
     if avx512 {
         // Encodings with only an AVX2 decoder keep the 16-lane order in
         // pairs of 8-lane halves (Q5_0, Q5_1, Q2_K, Q3_K); the float ones
         // use the blocked path.
-        use self::avx512 as k;
-        return match dtype {
-            Q4_0 => shapes!(k::canon_q4_0),
-            Q4_1 => shapes!(k::canon_q4_1),
-            Q5_0 => shapes!(avx2_blocks::canon16_q5_0),
-            Q5_1 => shapes!(avx2_blocks::canon16_q5_1),
-            Q2K => shapes!(avx2_blocks::canon16_q2_k),
-            Q3K => shapes!(avx2_blocks::canon16_q3_k),
-            Q8_0 => shapes!(k::canon_q8_0),
-            Q4K => shapes!(k::canon_q4_k),
-            Q5K => shapes!(k::canon_q5_k),
-            Q6K => shapes!(k::canon_q6_k),
-            IQ4NL => shapes!(k::canon_iq4_nl),
-            IQ4XS => shapes!(k::canon_iq4_xs),
-            MXFP4 => shapes!(k::canon_mxfp4),
-            _ => false,
-        };
-    }
-    use avx2_blocks as k;
-    match dtype {
-        Q4_0 => shapes!(k::canon_q4_0),
-        Q4_1 => shapes!(k::canon_q4_1),
-        Q5_0 => shapes!(k::canon_q5_0),
-        Q5_1 => shapes!(k::canon_q5_1),
-        Q8_0 => shapes!(k::canon_q8_0),
-        Q2K => shapes!(k::canon_q2_k),
-        Q3K => shapes!(k::canon_q3_k),
-        Q4K => shapes!(k::canon_q4_k),
-        Q5K => shapes!(k::canon_q5_k),
-        Q6K => shapes!(k::canon_q6_k),
-        IQ4NL => shapes!(k::canon_iq4_nl),
-        IQ4XS => shapes!(k::canon_iq4_xs),
-        MXFP4 => shapes!(k::canon_mxfp4),
-        _ => false,
+        by_dtype!(avx512, {canon16_q5_0, canon16_q5_1, canon16_q2_k, canon16_q3_k})
+    } else {
+        by_dtype!(avx2_blocks, {canon_q5_0, canon_q5_1, canon_q2_k, canon_q3_k})
     }
 }
