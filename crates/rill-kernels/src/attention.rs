@@ -91,6 +91,7 @@ impl AttnShape {
     /// The checks of the attention kernels' arguments: the query heads
     /// split evenly over the KV heads, and `q`, `out` hold `m` rows of
     /// them. Returns (query heads, KV heads, head dim).
+    #[inline(always)]
     fn check_rows(&self, q: &[f32], out: &[f32], m: usize) -> (usize, usize, usize) {
         let (nh, nkv, hd) = (self.n_head, self.n_head_kv, self.head_dim);
         assert!(

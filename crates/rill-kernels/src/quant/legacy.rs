@@ -58,27 +58,31 @@ fn affine_values(d: f32, m: f32, q: &[u8; 32], out: &mut [f32; 32]) {
 }
 
 pub fn decode_q4_0(b: &[u8; 18], out: &mut [f32; 32]) {
+    let d = f16_at(b, 0);
     let mut q = [0u8; 32];
     nibbles(&b[2..], &mut q);
-    offset_values(f16_at(b, 0), 8, &q, out);
+    offset_values(d, 8, &q, out);
 }
 
 pub fn decode_q4_1(b: &[u8; 20], out: &mut [f32; 32]) {
+    let (d, m) = (f16_at(b, 0), f16_at(b, 2));
     let mut q = [0u8; 32];
     nibbles(&b[4..], &mut q);
-    affine_values(f16_at(b, 0), f16_at(b, 2), &q, out);
+    affine_values(d, m, &q, out);
 }
 
 pub fn decode_q5_0(b: &[u8; 22], out: &mut [f32; 32]) {
+    let d = f16_at(b, 0);
     let mut q = [0u8; 32];
     five_bit(qh_at(b, 2), &b[6..], &mut q);
-    offset_values(f16_at(b, 0), 16, &q, out);
+    offset_values(d, 16, &q, out);
 }
 
 pub fn decode_q5_1(b: &[u8; 24], out: &mut [f32; 32]) {
+    let (d, m) = (f16_at(b, 0), f16_at(b, 2));
     let mut q = [0u8; 32];
     five_bit(qh_at(b, 4), &b[8..], &mut q);
-    affine_values(f16_at(b, 0), f16_at(b, 2), &q, out);
+    affine_values(d, m, &q, out);
 }
 
 pub fn decode_q8_0(b: &[u8; 34], out: &mut [f32; 32]) {

@@ -64,8 +64,9 @@ pub fn is_supported(dtype: DType) -> bool {
 
 /// The argument checks of [`dequantize_with`] and [`dot_with`]: `elements`
 /// values, whole blocks of `dtype`, encoded in `bytes` (debug builds say
-/// which is off), on a CPU that runs `isa`.
-#[inline]
+/// which is off), on a CPU that runs `isa`. Always inlined, as the checks
+/// were written in both before.
+#[inline(always)]
 fn check_args(isa: Isa, dtype: DType, bytes: usize, elements: usize) {
     debug_assert!(
         elements.is_multiple_of(dtype.block_len()),
