@@ -85,45 +85,14 @@ impl Emit for Dot {
     }
 }
 
-/// One row against `T` tokens in the canonical AVX2 order of `crate::gemm`:
-/// the exact decoded values, one accumulator per token, `acc = fma(w, x,
-/// acc)` over the row's chunks of 8 in order. `x` is this block's part of
-/// token 0; token `t` is `t · stride` values further.
-pub(super) struct Canon<const T: usize> {
-    pub(super) x: *const f32,
-    pub(super) stride: usize,
-    pub(super) acc: [__m256; T],
-}
-
-impl<const T: usize> super::RowAcc<T> for Canon<T> {
-    #[inline(always)]
-    unsafe fn start(x: *const f32, stride: usize) -> Self {
-        Canon {
-            x,
-            stride,
-            acc: [_mm256_setzero_ps(); T],
-        }
-    }
-    #[inline(always)]
-    fn at_block(&mut self, x: *const f32) {
-        self.x = x;
-    }
-    #[inline(always)]
-    unsafe fn sums(&self) -> [f32; T] {
-        self.acc.map(|a| super::hsum(a))
-    }
-}
-
-impl<const T: usize> Emit for Canon<T> {
-    const EXACT: bool = true;
-    #[inline(always)]
-    unsafe fn put(&mut self, off: usize, v: __m256, _slot: usize) {
-        for t in 0..T {
-            let xv = _mm256_loadu_ps(self.x.add(t * self.stride + off));
-            self.acc[t] = _mm256_fmadd_ps(v, xv, self.acc[t]);
-        }
-    }
-}
+// `Canon`: the canonical AVX2 order, on chunks of 8.
+canon_acc!(
+    __m256,
+    _mm256_setzero_ps,
+    _mm256_loadu_ps,
+    _mm256_fmadd_ps,
+    super::hsum
+);
 
 /// [`Canon`] in the AVX-512 path's canonical order (16-lane accumulators),
 /// for encodings without an AVX-512 decoder: each 16-lane accumulator is
@@ -566,80 +535,18 @@ unsafe fn q6_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
     }
 }
 
-/// `dot_NAME(row, x)`, `deq_NAME(src, dst)` and `canon_NAME::<R, T>` over
-/// whole blocks of one encoding.
-macro_rules! row_kernels {
-    ($($block:ident: $dot:ident, $deq:ident, $canon:ident, $canon16:ident, $bb:expr, $bl:expr;)*) => {$(
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub(super) unsafe fn $dot(row: &[u8], x: &[f32]) -> f32 {
-            let n = x.len() / $bl;
-            debug_assert_eq!(row.len(), n * $bb);
-            let rp = row.as_ptr();
-            let mut e = Dot { x: x.as_ptr(), acc: [_mm256_setzero_ps(); 4] };
-            // Four blocks per step so that each gets a constant accumulator
-            // slot (a computed one would keep the accumulators in memory).
-            let mut i = 0;
-            while i + 4 <= n {
-                for k in 0..4 {
-                    e.x = x.as_ptr().add((i + k) * $bl);
-                    $block(rp.add((i + k) * $bb), &mut e, k);
-                }
-                i += 4;
-            }
-            while i < n {
-                e.x = x.as_ptr().add(i * $bl);
-                $block(rp.add(i * $bb), &mut e, 0);
-                i += 1;
-            }
-            hsum4(&e.acc)
-        }
-
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub(super) unsafe fn $deq(src: &[u8], dst: &mut [f32]) {
-            let n = dst.len() / $bl;
-            debug_assert_eq!(src.len(), n * $bb);
-            let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
-            for i in 0..n {
-                $block(sp.add(i * $bb), &mut Store { p: dp.add(i * $bl) }, 0);
-            }
-        }
-
-        /// `R` rows × `T` tokens decoded in registers, in the canonical
-        /// AVX2 order (see `super::canon_rows`).
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub(super) unsafe fn $canon<const R: usize, const T: usize>(
-            w: *const u8,
-            x: *const f32,
-            cols: usize,
-        ) -> [[f32; T]; R] {
-            super::canon_rows::<Canon<T>, R, T>(w, x, cols, ($bb, $bl), |b, e| $block(b, e, 0))
-        }
-
-        /// As the one above, in the AVX-512 path's order ([`Canon16`]).
-        #[allow(dead_code)]
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub(super) unsafe fn $canon16<const R: usize, const T: usize>(
-            w: *const u8,
-            x: *const f32,
-            cols: usize,
-        ) -> [[f32; T]; R] {
-            super::canon_rows::<Canon16<T>, R, T>(w, x, cols, ($bb, $bl), |b, e| $block(b, e, 0))
-        }
-    )*};
-}
-
-row_kernels! {
-    q4_0: dot_q4_0, deq_q4_0, canon_q4_0, canon16_q4_0, 18, 32;
-    q4_1: dot_q4_1, deq_q4_1, canon_q4_1, canon16_q4_1, 20, 32;
-    q5_0: dot_q5_0, deq_q5_0, canon_q5_0, canon16_q5_0, 22, 32;
-    q5_1: dot_q5_1, deq_q5_1, canon_q5_1, canon16_q5_1, 24, 32;
-    q8_0: dot_q8_0, deq_q8_0, canon_q8_0, canon16_q8_0, 34, 32;
-    q2_k: dot_q2_k, deq_q2_k, canon_q2_k, canon16_q2_k, 84, QK_K;
-    q3_k: dot_q3_k, deq_q3_k, canon_q3_k, canon16_q3_k, 110, QK_K;
-    q4_k: dot_q4_k, deq_q4_k, canon_q4_k, canon16_q4_k, 144, QK_K;
-    q5_k: dot_q5_k, deq_q5_k, canon_q5_k, canon16_q5_k, 176, QK_K;
-    q6_k: dot_q6_k, deq_q6_k, canon_q6_k, canon16_q6_k, 210, QK_K;
-    iq4_nl: dot_iq4_nl, deq_iq4_nl, canon_iq4_nl, canon16_iq4_nl, 18, 32;
-    iq4_xs: dot_iq4_xs, deq_iq4_xs, canon_iq4_xs, canon16_iq4_xs, 136, QK_K;
-    mxfp4: dot_mxfp4, deq_mxfp4, canon_mxfp4, canon16_mxfp4, 17, 32;
+row_kernels! {"avx2,fma,f16c", _mm256_setzero_ps(), hsum4;
+    q4_0: dot_q4_0, deq_q4_0, canon_q4_0: Canon, canon16_q4_0: Canon16; 18, 32;
+    q4_1: dot_q4_1, deq_q4_1, canon_q4_1: Canon, canon16_q4_1: Canon16; 20, 32;
+    q5_0: dot_q5_0, deq_q5_0, canon_q5_0: Canon, canon16_q5_0: Canon16; 22, 32;
+    q5_1: dot_q5_1, deq_q5_1, canon_q5_1: Canon, canon16_q5_1: Canon16; 24, 32;
+    q8_0: dot_q8_0, deq_q8_0, canon_q8_0: Canon, canon16_q8_0: Canon16; 34, 32;
+    q2_k: dot_q2_k, deq_q2_k, canon_q2_k: Canon, canon16_q2_k: Canon16; 84, QK_K;
+    q3_k: dot_q3_k, deq_q3_k, canon_q3_k: Canon, canon16_q3_k: Canon16; 110, QK_K;
+    q4_k: dot_q4_k, deq_q4_k, canon_q4_k: Canon, canon16_q4_k: Canon16; 144, QK_K;
+    q5_k: dot_q5_k, deq_q5_k, canon_q5_k: Canon, canon16_q5_k: Canon16; 176, QK_K;
+    q6_k: dot_q6_k, deq_q6_k, canon_q6_k: Canon, canon16_q6_k: Canon16; 210, QK_K;
+    iq4_nl: dot_iq4_nl, deq_iq4_nl, canon_iq4_nl: Canon, canon16_iq4_nl: Canon16; 18, 32;
+    iq4_xs: dot_iq4_xs, deq_iq4_xs, canon_iq4_xs: Canon, canon16_iq4_xs: Canon16; 136, QK_K;
+    mxfp4: dot_mxfp4, deq_mxfp4, canon_mxfp4: Canon, canon16_mxfp4: Canon16; 17, 32;
 }

@@ -14,6 +14,114 @@
 use std::arch::x86_64::*;
 
 use rill_dtype::DType;
+/// `dot_NAME(row, x)`, `deq_NAME(src, dst)` and, per `canon_NAME: Acc`,
+/// `canon_NAME::<R, T>` (the canonical order of the row accumulator `Acc`)
+/// over whole blocks of one encoding, with the target features `$feat`, in
+/// the module that invokes it (its `Dot`, `Store`, accumulators and block
+/// decoders; `$zero` is its zero accumulator, `$sum4` its fold of the
+/// four): the AVX2 and AVX-512 paths run these loops on their own vectors.
+macro_rules! row_kernels {
+    ($feat:literal, $zero:expr, $sum4:ident;
+     $($block:ident: $dot:ident, $deq:ident, $($canon:ident: $acc:ident),+; $bb:expr, $bl:expr;)*) => {$(
+        #[target_feature(enable = $feat)]
+        pub(super) unsafe fn $dot(row: &[u8], x: &[f32]) -> f32 {
+            let n = x.len() / $bl;
+            debug_assert_eq!(row.len(), n * $bb);
+            let rp = row.as_ptr();
+            let mut e = Dot { x: x.as_ptr(), acc: [$zero; 4] };
+            // Four blocks per step so that each gets a constant accumulator
+            // slot (a computed one would keep the accumulators in memory).
+            let mut i = 0;
+            while i + 4 <= n {
+                for k in 0..4 {
+                    e.x = x.as_ptr().add((i + k) * $bl);
+                    $block(rp.add((i + k) * $bb), &mut e, k);
+                }
+                i += 4;
+            }
+            while i < n {
+                e.x = x.as_ptr().add(i * $bl);
+                $block(rp.add(i * $bb), &mut e, 0);
+                i += 1;
+            }
+            $sum4(&e.acc)
+        }
+
+        // (AVX-512: Q8_0's is not dispatched, measured slower than AVX2's.)
+        #[allow(dead_code)]
+        #[target_feature(enable = $feat)]
+        pub(super) unsafe fn $deq(src: &[u8], dst: &mut [f32]) {
+            let n = dst.len() / $bl;
+            debug_assert_eq!(src.len(), n * $bb);
+            let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
+            for i in 0..n {
+                $block(sp.add(i * $bb), &mut Store { p: dp.add(i * $bl) }, 0);
+            }
+        }
+
+        $(
+        /// `R` rows × `T` tokens decoded in registers, in the canonical
+        /// order `$acc` keeps (see `super::canon_rows`; the AVX2 path's
+        /// `Canon16` ones serve only encodings AVX-512 has no decoder for).
+        #[allow(dead_code)]
+        #[target_feature(enable = $feat)]
+        pub(super) unsafe fn $canon<const R: usize, const T: usize>(
+            w: *const u8,
+            x: *const f32,
+            cols: usize,
+        ) -> [[f32; T]; R] {
+            super::canon_rows::<$acc<T>, R, T>(w, x, cols, ($bb, $bl), |b, e| $block(b, e, 0))
+        }
+        )+
+    )*};
+}
+
+/// The path's canonical row accumulator `Canon<T>`: one row against `T`
+/// tokens in the canonical order of `crate::gemm`: the exact decoded
+/// values, one accumulator per token, `acc = fma(w, x, acc)` over the
+/// row's chunks of one vector in order. `x` is this block's part of token
+/// 0; token `t` is `t · stride` values further. The AVX2 and AVX-512 paths
+/// differ only in the vector `$v` (its `$zero`, `$load`, `$fma`) and the
+/// horizontal sum `$sum`; `Emit` is the invoking module's.
+macro_rules! canon_acc {
+    ($v:ty, $zero:ident, $load:ident, $fma:ident, $sum:path) => {
+        pub(super) struct Canon<const T: usize> {
+            pub(super) x: *const f32,
+            pub(super) stride: usize,
+            pub(super) acc: [$v; T],
+        }
+
+        impl<const T: usize> super::RowAcc<T> for Canon<T> {
+            #[inline(always)]
+            unsafe fn start(x: *const f32, stride: usize) -> Self {
+                Canon {
+                    x,
+                    stride,
+                    acc: [$zero(); T],
+                }
+            }
+            #[inline(always)]
+            fn at_block(&mut self, x: *const f32) {
+                self.x = x;
+            }
+            #[inline(always)]
+            unsafe fn sums(&self) -> [f32; T] {
+                self.acc.map(|a| $sum(a))
+            }
+        }
+
+        impl<const T: usize> Emit for Canon<T> {
+            const EXACT: bool = true;
+            #[inline(always)]
+            unsafe fn put(&mut self, off: usize, v: $v, _slot: usize) {
+                for t in 0..T {
+                    let xv = $load(self.x.add(t * self.stride + off));
+                    self.acc[t] = $fma(v, xv, self.acc[t]);
+                }
+            }
+        }
+    };
+}
 
 mod avx2_blocks;
 mod avx512;
