@@ -22,7 +22,7 @@ use rill_dtype::DType;
 /// four): the AVX2 and AVX-512 paths run these loops on their own vectors.
 macro_rules! row_kernels {
     ($feat:literal, $zero:expr, $sum4:ident;
-     $($block:ident: $dot:ident, $deq:ident, $($canon:ident: $acc:ident),+; $bb:expr, $bl:expr;)*) => {$(
+     $($block:path: $dot:ident, $deq:ident, $($canon:ident: $acc:ident),+; $bb:expr, $bl:expr;)*) => {$(
         #[target_feature(enable = $feat)]
         pub(super) unsafe fn $dot(row: &[u8], x: &[f32]) -> f32 {
             let n = x.len() / $bl;
@@ -161,6 +161,14 @@ pub(super) unsafe fn h2f(p: *const u8) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn ld8u(p: *const u8) -> __m256i {
     _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i))
+}
+
+/// The 32 bytes at `p` as four vectors of [`ld8u`] (bytes `8k..8k + 8` in
+/// vector `k`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn ld8u4(p: *const u8) -> [__m256i; 4] {
+    [ld8u(p), ld8u(p.add(8)), ld8u(p.add(16)), ld8u(p.add(24))]
 }
 
 /// 8 signed bytes at `p` sign-extended to 8 × i32.
