@@ -226,6 +226,17 @@ unsafe fn fifth_bits(qh: u32) -> (__m128i, __m128i) {
     (fifth_bits16(qh & 0xFFFF), fifth_bits16(qh >> 16))
 }
 
+/// The 32 five-bit quants of a Q5_0 / Q5_1 block (nibbles at `qs`, fifth
+/// bits from the little-endian u32 at `qh`), elements 0..16 and 16..32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quants5(qh: *const u8, qs: *const u8) -> (__m128i, __m128i) {
+    let qh = u32::from_le_bytes(*(qh as *const [u8; 4]));
+    let (lo, hi) = nibbles16(qs);
+    let (blo, bhi) = fifth_bits(qh);
+    (_mm_or_si128(lo, blo), _mm_or_si128(hi, bhi))
+}
+
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_0<E: Emit>(b: *const u8, e: &mut E, slot: usize) {
@@ -245,22 +256,17 @@ unsafe fn q4_1<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5_0<E: Emit>(b: *const u8, e: &mut E, slot: usize) {
-    let qh = u32::from_le_bytes(*(b.add(2) as *const [u8; 4]));
-    let (lo, hi) = nibbles16(b.add(6));
-    let (blo, bhi) = fifth_bits(qh);
+    let (lo, hi) = quants5(b.add(2), b.add(6));
     let k16 = _mm_set1_epi8(16);
-    let lo = _mm_sub_epi8(_mm_or_si128(lo, blo), k16);
-    let hi = _mm_sub_epi8(_mm_or_si128(hi, bhi), k16);
+    let (lo, hi) = (_mm_sub_epi8(lo, k16), _mm_sub_epi8(hi, k16));
     e.scaled32(0, h2f(b), four(lo, hi), slot);
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5_1<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
-    let qh = u32::from_le_bytes(*(b.add(4) as *const [u8; 4]));
-    let (lo, hi) = nibbles16(b.add(8));
-    let (blo, bhi) = fifth_bits(qh);
-    let q = four(_mm_or_si128(lo, blo), _mm_or_si128(hi, bhi));
+    let (lo, hi) = quants5(b.add(4), b.add(8));
+    let q = four(lo, hi);
     emit_affine32(e, h2f(b), h2f(b.add(2)), q);
 }
 
