@@ -45,34 +45,10 @@ pub(super) trait Emit {
     }
 }
 
-/// Stores the decoded block at `p` (`dequantize`).
-pub(super) struct Store {
-    pub(super) p: *mut f32,
-}
-
-impl Emit for Store {
-    const EXACT: bool = true;
-    #[inline(always)]
-    unsafe fn put(&mut self, off: usize, v: __m256, _slot: usize) {
-        _mm256_storeu_ps(self.p.add(off), v);
-    }
-}
-
-/// The fused dot of one row with `x` (this block's part at `x`): four
-/// accumulators, fused scale-and-min, factored block scales — fast, not in
-/// the canonical order.
-pub(super) struct Dot {
-    pub(super) x: *const f32,
-    pub(super) acc: Acc,
-}
-
-impl Emit for Dot {
-    const EXACT: bool = false;
-    #[inline(always)]
-    unsafe fn put(&mut self, off: usize, v: __m256, slot: usize) {
-        let a = &mut self.acc[slot & 3];
-        *a = _mm256_fmadd_ps(v, _mm256_loadu_ps(self.x.add(off)), *a);
-    }
+// `Store`, `Dot` (with its own `scaled32`: factored block scale) and
+// `scale_min`, on 8-lane vectors.
+plain_emitters! {"avx2,fma,f16c", __m256, _mm256_storeu_ps, _mm256_loadu_ps, _mm256_fmadd_ps,
+    (_mm256_sub_ps, _mm256_mul_ps, _mm256_fmsub_ps);
     #[inline(always)]
     unsafe fn scaled32(&mut self, off: usize, d: f32, q: [__m256; 4], slot: usize) {
         let p = self.x.add(off);
@@ -136,18 +112,6 @@ impl<const T: usize> Emit for Canon16<T> {
             let xv = _mm256_loadu_ps(self.x.add(t * self.stride + off));
             self.acc[t][half] = _mm256_fmadd_ps(v, xv, self.acc[t][half]);
         }
-    }
-}
-
-/// `dl * q - ml`: exactly as the scalar decoder (mul, then sub) for exact
-/// emitters; fused (one rounding) in the dot.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scale_min<E: Emit>(dl: __m256, q: __m256, ml: __m256) -> __m256 {
-    if E::EXACT {
-        _mm256_sub_ps(_mm256_mul_ps(dl, q), ml)
-    } else {
-        _mm256_fmsub_ps(dl, q, ml)
     }
 }
 

@@ -52,33 +52,10 @@ trait Emit {
     }
 }
 
-/// Stores the decoded block at `p` (`dequantize`).
-struct Store {
-    p: *mut f32,
-}
-
-impl Emit for Store {
-    const EXACT: bool = true;
-    #[inline(always)]
-    unsafe fn put(&mut self, off: usize, v: __m512, _slot: usize) {
-        _mm512_storeu_ps(self.p.add(off), v);
-    }
-}
-
-/// The fused dot of one row with `x` (block part at `x`): four accumulators,
-/// fused scales, factored block scales — fast, not in the canonical order.
-struct Dot {
-    x: *const f32,
-    acc: Acc,
-}
-
-impl Emit for Dot {
-    const EXACT: bool = false;
-    #[inline(always)]
-    unsafe fn put(&mut self, off: usize, v: __m512, slot: usize) {
-        let a = &mut self.acc[slot & 3];
-        *a = _mm512_fmadd_ps(v, _mm512_loadu_ps(self.x.add(off)), *a);
-    }
+// `Store`, `Dot` (with its own `put_scaled32`) and `scale_min`, on
+// 16-lane vectors.
+plain_emitters! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c", __m512, _mm512_storeu_ps, _mm512_loadu_ps, _mm512_fmadd_ps,
+    (_mm512_sub_ps, _mm512_mul_ps, _mm512_fmsub_ps);
     #[inline(always)]
     unsafe fn put_scaled32(&mut self, off: usize, d: __m512, q0: __m512, q1: __m512, slot: usize) {
         let s = _mm512_mul_ps(q0, _mm512_loadu_ps(self.x.add(off)));
@@ -106,18 +83,6 @@ unsafe fn iota(from: f32) -> __m512 {
         ),
         _mm512_set1_ps(from),
     )
-}
-
-/// `dl * q - ml` for the 16 quants in `q`: mul then sub (exact) for exact
-/// emitters, fused in the dot.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn scale_min<E: Emit>(dl: __m512, q: __m512, ml: __m512) -> __m512 {
-    if E::EXACT {
-        _mm512_sub_ps(_mm512_mul_ps(dl, q), ml)
-    } else {
-        _mm512_fmsub_ps(dl, q, ml)
-    }
 }
 
 /// `*p` in all 16 lanes, loaded with a memory-operand `vbroadcastss` (load

@@ -76,6 +76,57 @@ macro_rules! row_kernels {
     )*};
 }
 
+/// The path's plain emitters, on its vector `$v` (`$store`, `$load`,
+/// `$fma` its intrinsics): `Store` writes the decoded block at `p`
+/// (`dequantize`); `Dot` is the fused dot of one row with `x` (this block's
+/// part at `x`): four accumulators, fused scale-and-min, factored block
+/// scales — fast, not in the canonical order. `$dot_extra` are the path's
+/// own further `Emit` methods of `Dot`. Also `scale_min`: `dl * q - ml`
+/// exactly as the scalar decoder (mul, then sub) for exact emitters, fused
+/// (one rounding, `$fmsub`) in the dot. `Emit` and `Acc` are the invoking
+/// module's.
+macro_rules! plain_emitters {
+    ($feat:literal, $v:ty, $store:ident, $load:ident, $fma:ident, ($sub:ident, $mul:ident, $fmsub:ident);
+     $($dot_extra:tt)*) => {
+        pub(super) struct Store {
+            pub(super) p: *mut f32,
+        }
+
+        impl Emit for Store {
+            const EXACT: bool = true;
+            #[inline(always)]
+            unsafe fn put(&mut self, off: usize, v: $v, _slot: usize) {
+                $store(self.p.add(off), v);
+            }
+        }
+
+        pub(super) struct Dot {
+            pub(super) x: *const f32,
+            pub(super) acc: Acc,
+        }
+
+        impl Emit for Dot {
+            const EXACT: bool = false;
+            #[inline(always)]
+            unsafe fn put(&mut self, off: usize, v: $v, slot: usize) {
+                let a = &mut self.acc[slot & 3];
+                *a = $fma(v, $load(self.x.add(off)), *a);
+            }
+            $($dot_extra)*
+        }
+
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn scale_min<E: Emit>(dl: $v, q: $v, ml: $v) -> $v {
+            if E::EXACT {
+                $sub($mul(dl, q), ml)
+            } else {
+                $fmsub(dl, q, ml)
+            }
+        }
+    };
+}
+
 /// The path's canonical row accumulator `Canon<T>`: one row against `T`
 /// tokens in the canonical order of `crate::gemm`: the exact decoded
 /// values, one accumulator per token, `acc = fma(w, x, acc)` over the
