@@ -88,6 +88,21 @@ impl AttnShape {
         ]
     }
 
+    /// The checks of the attention kernels' arguments: the query heads
+    /// split evenly over the KV heads, and `q`, `out` hold `m` rows of
+    /// them. Returns (query heads, KV heads, head dim).
+    #[inline(always)]
+    fn check_rows(&self, q: &[f32], out: &[f32], m: usize) -> (usize, usize, usize) {
+        let (nh, nkv, hd) = (self.n_head, self.n_head_kv, self.head_dim);
+        assert!(
+            nkv > 0 && nh.is_multiple_of(nkv),
+            "heads {nh} / kv heads {nkv}"
+        );
+        assert_eq!(q.len(), m * nh * hd);
+        assert_eq!(out.len(), m * nh * hd);
+        (nh, nkv, hd)
+    }
+
     /// Floats of scratch each pool thread needs: the caller of
     /// [`attend_causal`] passes `threads.count()` times this. It does not
     /// depend on the context length.
@@ -114,13 +129,7 @@ pub fn attend_causal(
     scratch: &mut [f32],
     out: &mut [f32],
 ) {
-    let (nh, nkv, hd) = (shape.n_head, shape.n_head_kv, shape.head_dim);
-    assert!(
-        nkv > 0 && nh.is_multiple_of(nkv),
-        "heads {nh} / kv heads {nkv}"
-    );
-    assert_eq!(q.len(), m * nh * hd);
-    assert_eq!(out.len(), m * nh * hd);
+    let (_, nkv, hd) = shape.check_rows(q, out, m);
     assert!(k.positions(nkv * hd) >= pos0 + m && v.positions(nkv * hd) >= pos0 + m);
     for side in [&k, &v] {
         let pp = side.rows.page_positions().unwrap_or(KEY_TILE);

@@ -91,20 +91,9 @@ fn tile_rows(nt: usize) -> usize {
 /// The canonical scalar dot (see the module doc).
 pub(crate) fn dot_scalar(w: &[f32], x: &[f32]) -> f32 {
     debug_assert_eq!(w.len(), x.len());
-    let mut p = [0f32; 8];
-    let cw = w.chunks_exact(8);
-    let cx = x.chunks_exact(8);
-    let (tw, tx) = (cw.remainder(), cx.remainder());
-    for (a, b) in cw.zip(cx) {
-        for i in 0..8 {
-            p[i] += a[i] * b[i];
-        }
-    }
-    let mut s = ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
-    for (a, b) in tw.iter().zip(tx) {
-        s += a * b;
-    }
-    s
+    crate::ops::dot8(w, x, |p| {
+        ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]))
+    })
 }
 
 /// `out[r·nt + t] = Σ_c w[r][c]·x[t][c]` for `nr` decoded rows and `nt`

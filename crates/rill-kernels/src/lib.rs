@@ -32,19 +32,41 @@ pub use q8::Precision;
 pub use simd::Isa;
 pub use threads::Threads;
 
+/// The integration tests' helpers (splitmix64 `Rng`, fixture matrices),
+/// for the unit tests too.
+#[cfg(test)]
+#[path = "../tests/common/mod.rs"]
+mod test_common;
+
 /// Helpers shared by the unit tests.
 #[cfg(test)]
 mod test_util {
+
+    /// The xorshift64 stream from state `s` (not 0).
+    pub fn xorshift(mut s: u64) -> impl FnMut() -> u64 {
+        move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        }
+    }
+
     /// Deterministic pseudo-random values in [-1, 1) (xorshift64).
     pub fn noise(seed: u64, n: usize) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = xorshift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
+            .map(|_| (next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
             .collect()
+    }
+
+    /// The attention shape of `n_head` query heads over `n_head_kv` KV
+    /// heads of `head_dim`.
+    pub fn shape(n_head: usize, n_head_kv: usize, head_dim: usize) -> crate::attention::AttnShape {
+        crate::attention::AttnShape {
+            n_head,
+            n_head_kv,
+            head_dim,
+        }
     }
 }

@@ -71,6 +71,15 @@ pub fn dot_f32_with(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
 
 /// The reference f32 dot: several accumulators (vectorisable).
 fn dot_f32_scalar(a: &[f32], b: &[f32]) -> f32 {
+    dot8(a, b, |acc| acc.iter().sum())
+}
+
+/// A scalar dot in 8 accumulators: lane `i` sums `a[c]·b[c]` of the
+/// columns `c ≡ i (mod 8)` of the whole chunks of 8, `reduce` folds the
+/// lanes, then the remaining columns are added one by one. The reference
+/// dot above and `gemm`'s canonical scalar order differ only in `reduce`.
+#[inline(always)]
+pub(crate) fn dot8(a: &[f32], b: &[f32], reduce: impl Fn(&[f32; 8]) -> f32) -> f32 {
     let mut acc = [0f32; 8];
     let ca = a.chunks_exact(8);
     let cb = b.chunks_exact(8);
@@ -80,7 +89,7 @@ fn dot_f32_scalar(a: &[f32], b: &[f32]) -> f32 {
             acc[i] += x[i] * y[i];
         }
     }
-    let mut s: f32 = acc.iter().sum();
+    let mut s = reduce(&acc);
     for (x, y) in ra.iter().zip(rb) {
         s += x * y;
     }

@@ -77,6 +77,19 @@ pub(crate) fn product_nn(
 /// `(m, kk, p)` of a [`product_nn`].
 type Dims = (usize, usize, usize);
 
+/// The tile length for `left` rows or columns: `big`, `small`, or 1 (the
+/// tile shapes `nn_body` has kernels for).
+#[inline(always)]
+fn tile_len(left: usize, big: usize, small: usize) -> usize {
+    if left >= big {
+        big
+    } else if left >= small {
+        small
+    } else {
+        1
+    }
+}
+
 #[inline(always)]
 fn nn_body(
     a: &[f32],
@@ -92,18 +105,10 @@ fn nn_body(
     // streamed the whole of `b` from L2 for each tile of 4 rows.
     let mut j0 = 0;
     while j0 < p {
-        let w = match p - j0 {
-            32.. => 32,
-            16.. => 16,
-            _ => 1,
-        };
+        let w = tile_len(p - j0, 32, 16);
         let mut t0 = 0;
         while t0 < m {
-            let r = match m - t0 {
-                8.. => 8,
-                4.. => 4,
-                _ => 1,
-            };
+            let r = tile_len(m - t0, 8, 4);
             let at = &a[t0 * lda..];
             let bt = &b[j0..];
             let ot = &mut out[t0 * ldo + j0..];

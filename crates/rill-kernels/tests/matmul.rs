@@ -16,7 +16,7 @@ use rill_kernels::simd::Isa;
 use rill_kernels::{matmul_many_with, matmul_with, MatJob, MatRef, Threads};
 
 mod common;
-use common::{matrix, Rng};
+use common::{dot_f64, dot_tolerance, matrix, Rng};
 
 /// The encodings whose products are checked, with a column count each
 /// (floats: not a multiple of 8 or 16, so the element-wise tail runs).
@@ -182,13 +182,8 @@ fn outputs_match_an_f64_reference() {
             for t in 0..n {
                 for r in 0..rows {
                     let (wr, xt) = (&wf[r * cols..(r + 1) * cols], &x[t * cols..(t + 1) * cols]);
-                    let exact: f64 = wr.iter().zip(xt).map(|(&a, &b)| a as f64 * b as f64).sum();
-                    let mag: f64 = wr
-                        .iter()
-                        .zip(xt)
-                        .map(|(&a, &b)| (a as f64 * b as f64).abs())
-                        .sum();
-                    let tol = 1e-5 * mag + f64::from(f32::MIN_POSITIVE);
+                    let (exact, mag) = dot_f64(wr, xt);
+                    let tol = dot_tolerance(mag);
                     let g = got[t * rows + r] as f64;
                     assert!(
                         (g - exact).abs() <= tol,

@@ -10,7 +10,7 @@ use rill_kernels::simd::Isa;
 use rill_kernels::{matmul_many_on, MatJob, MatRef, Threads};
 
 mod common;
-use common::{matrix, Rng};
+use common::{dot_f64, matrix, Rng};
 
 /// Encodings with integer kernels, with a column count each: fewer blocks
 /// than a group of 8 partials, exactly 8, and more (the partials wrap;
@@ -34,11 +34,38 @@ fn activations(n: usize, cols: usize, rng: &mut Rng) -> Vec<f32> {
         .collect()
 }
 
+/// A `rows × cols` matrix of `dtype` and `n` tokens of activations for it
+/// (drawn in that order from `rng`).
+fn weights_and_activations(
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+    n: usize,
+    rng: &mut Rng,
+) -> (Vec<u8>, Vec<f32>) {
+    let data = matrix(dtype, rows, cols, rng);
+    (data, activations(n, cols, rng))
+}
+
 /// `x` (`n` rows of `cols`) quantized in the format `dtype`'s kernels take.
 fn quantized(dtype: DType, x: &[f32], n: usize, cols: usize) -> Q8Acts {
     let mut acts = Q8Acts::default();
     acts.quantize(ActFormat::for_weights(dtype).unwrap(), x, n, cols);
     acts
+}
+
+/// `f(w, x, acts)` for each of [`CASES`]: a `rows × cols` matrix, `n`
+/// tokens of activations `x` and their quantization (drawn from `Rng(seed)`).
+fn each_case(seed: u64, rows: usize, n: usize, mut f: impl FnMut(MatRef, &[f32], &Q8Acts)) {
+    let mut rng = Rng(seed);
+    for (dtype, cols) in CASES {
+        let (data, x) = weights_and_activations(dtype, rows, cols, n, &mut rng);
+        f(
+            MatRef::new(dtype, rows, cols, &data),
+            &x,
+            &quantized(dtype, &x, n, cols),
+        );
+    }
 }
 
 fn run(isa: Isa, threads: usize, w: MatRef, x: &[f32], n: usize) -> Vec<f32> {
@@ -56,17 +83,11 @@ fn run(isa: Isa, threads: usize, w: MatRef, x: &[f32], n: usize) -> Vec<f32> {
 
 #[test]
 fn every_path_gives_the_reference_bits_in_any_batch() {
-    let mut rng = Rng(7);
-    for (dtype, cols) in CASES {
-        let rows = 37;
-        let data = matrix(dtype, rows, cols, &mut rng);
-        let w = MatRef::new(dtype, rows, cols, &data);
-        let n = 9;
-        let x = activations(n, cols, &mut rng);
-        let acts = quantized(dtype, &x, n, cols);
+    each_case(7, 37, 9, |w, x, acts| {
+        let (dtype, rows, cols, n) = (w.dtype, w.rows, w.cols, 9);
         for isa in Isa::available() {
             for threads in [1, 3] {
-                let all = run(isa, threads, w, &x, n);
+                let all = run(isa, threads, w, x, n);
                 for t in 0..n {
                     for r in 0..rows {
                         let want = dot_ref(dtype, w.row(r), acts.row(t));
@@ -93,7 +114,7 @@ fn every_path_gives_the_reference_bits_in_any_batch() {
                 }
             }
         }
-    }
+    });
 }
 
 #[test]
@@ -104,9 +125,8 @@ fn prefill_batches_give_the_reference_bits() {
     let mut rng = Rng(13);
     for (dtype, cols) in CASES {
         let rows = if cols > 1000 { 21 } else { 37 };
-        let data = matrix(dtype, rows, cols, &mut rng);
+        let (data, x) = weights_and_activations(dtype, rows, cols, 520, &mut rng);
         let w = MatRef::new(dtype, rows, cols, &data);
-        let x = activations(520, cols, &mut rng);
         for n in [8, 16, 17, 40, 520] {
             let x = &x[..n * cols];
             let acts = quantized(dtype, x, n, cols);
@@ -135,24 +155,18 @@ fn prefill_batches_give_the_reference_bits() {
 
 #[test]
 fn products_are_within_the_activations_rounding_of_the_exact_ones() {
-    let mut rng = Rng(11);
-    for (dtype, cols) in CASES {
-        let rows = 16;
-        let data = matrix(dtype, rows, cols, &mut rng);
-        let w = MatRef::new(dtype, rows, cols, &data);
-        let n = 3;
-        let x = activations(n, cols, &mut rng);
+    each_case(11, 16, 3, |w, x, acts| {
+        let (dtype, rows, cols, n) = (w.dtype, w.rows, w.cols, 3);
         let format = ActFormat::for_weights(dtype).unwrap();
-        let acts = quantized(dtype, &x, n, cols);
         for isa in Isa::available() {
-            let got = run(isa, 2, w, &x, n);
+            let got = run(isa, 2, w, x, n);
             let mut wr = vec![0f32; cols];
             for r in 0..rows {
                 dequantize_with(Isa::Scalar, dtype, w.row(r), &mut wr);
                 for t in 0..n {
                     let xt = &x[t * cols..(t + 1) * cols];
                     let d = acts.row(t).d;
-                    let exact: f64 = wr.iter().zip(xt).map(|(&a, &b)| a as f64 * b as f64).sum();
+                    let (exact, mag) = dot_f64(&wr, xt);
                     // Each activation moves by at most half its block's step,
                     // plus, for B32, the scale's f16 rounding (2⁻¹¹ of 127 steps).
                     let step = match format {
@@ -165,11 +179,7 @@ fn products_are_within_the_activations_rounding_of_the_exact_ones() {
                         .map(|(c, &a)| (a as f64).abs() * d[c / format.block()] as f64 * step)
                         .sum::<f64>()
                         * 1.001
-                        + 1e-5
-                            * wr.iter()
-                                .zip(xt)
-                                .map(|(&a, &b)| (a as f64 * b as f64).abs())
-                                .sum::<f64>();
+                        + 1e-5 * mag;
                     let err = (got[t * rows + r] as f64 - exact).abs();
                     assert!(
                         err <= bound,
@@ -178,7 +188,7 @@ fn products_are_within_the_activations_rounding_of_the_exact_ones() {
                 }
             }
         }
-    }
+    });
 }
 
 #[test]
@@ -186,9 +196,8 @@ fn encodings_without_integer_kernels_stay_exact() {
     let mut rng = Rng(3);
     for (dtype, cols) in [(DType::Q4_0, 96), (DType::IQ4XS, 256), (DType::F32, 40)] {
         let rows = 5;
-        let data = matrix(dtype, rows, cols, &mut rng);
+        let (data, x) = weights_and_activations(dtype, rows, cols, 2, &mut rng);
         let w = MatRef::new(dtype, rows, cols, &data);
-        let x = activations(2, cols, &mut rng);
         for isa in Isa::available() {
             let q8 = run(isa, 1, w, &x, 2);
             let mut exact = vec![0f32; 2 * rows];

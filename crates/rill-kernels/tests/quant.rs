@@ -13,8 +13,6 @@
 //!   the sum of magnitudes, because cancellation can make the result itself
 //!   arbitrarily small while the f32 rounding error scales with the terms.
 
-use std::path::PathBuf;
-
 use rill_dtype::{DType, ALL};
 use rill_kernels::quant::{dequantize_with, dot_with, is_supported};
 use rill_kernels::Isa;
@@ -37,7 +35,7 @@ fn dequantize(dtype: DType, src: &[u8], dst: &mut [f32]) {
 }
 
 mod common;
-use common::SUPPORTED;
+use common::{dot_f64, dot_tolerance, fixture, tame, Rng, SUPPORTED};
 
 struct Fixture {
     dtype: DType,
@@ -47,11 +45,7 @@ struct Fixture {
 
 impl Fixture {
     fn load(dtype: DType) -> Fixture {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-        let read = |ext: &str| {
-            let p = dir.join(format!("{}.{ext}", dtype.name()));
-            std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-        };
+        let read = |ext: &str| fixture(dtype, ext);
         let raw = read("bin");
         let want: Vec<f32> = read("f32")
             .chunks_exact(4)
@@ -81,17 +75,8 @@ impl Fixture {
 
 /// Deterministic activations in [-1, 1) (splitmix64), so no rand dependency.
 fn activations(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = s;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            ((z >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
+    let mut rng = Rng(seed);
+    (0..n).map(|_| rng.f32()).collect()
 }
 
 fn assert_bits_eq(dtype: DType, got: &[f32], want: &[f32], what: &str) {
@@ -109,16 +94,6 @@ fn assert_bits_eq(dtype: DType, got: &[f32], want: &[f32], what: &str) {
     }
 }
 
-/// `x` with the activations of near-`f32::MAX` weights (the BF16 fixture has
-/// `±3.39e38`) scaled down: with such a term, whether an f32 partial sum
-/// overflows depends on the summation order, and no order is the right one.
-fn tame(w: &[f32], x: &[f32]) -> Vec<f32> {
-    w.iter()
-        .zip(x)
-        .map(|(&a, &b)| if a.abs() > 1e36 { b * 1e-3 } else { b })
-        .collect()
-}
-
 /// Every kernel class's fused dot is within f32 accumulation error of the
 /// f64 product of the decoded weights.
 fn check_dot(dtype: DType, row: &[u8], w: &[f32], x: &[f32], what: &str) {
@@ -130,13 +105,8 @@ fn check_dot(dtype: DType, row: &[u8], w: &[f32], x: &[f32], what: &str) {
 fn check_dot_on(isa: Isa, dtype: DType, row: &[u8], w: &[f32], x: &[f32], what: &str) {
     let x = &tame(w, x)[..];
     let got = dot_with(isa, dtype, row, x);
-    let exact: f64 = w.iter().zip(x).map(|(&a, &b)| a as f64 * b as f64).sum();
-    let mag: f64 = w
-        .iter()
-        .zip(x)
-        .map(|(&a, &b)| (a as f64 * b as f64).abs())
-        .sum();
-    let tol = 1e-5 * mag + f64::from(f32::MIN_POSITIVE);
+    let (exact, mag) = dot_f64(w, x);
+    let tol = dot_tolerance(mag);
     assert!(
         (got as f64 - exact).abs() <= tol,
         "{isa} {dtype} {what}: dot {got:e}, f64 reference {exact:e} (tolerance {tol:e})"

@@ -11,22 +11,13 @@
 //! Rows are the committed fixtures and rows of 1, 2, 7 and 16 blocks drawn at
 //! random from them (so blocks meet neighbours they were not encoded with).
 
-use std::path::PathBuf;
-
 use rill_dtype::DType;
 use rill_kernels::ops::{axpy_with, dot_f32_with};
 use rill_kernels::quant::{dequantize_with, dot_with};
 use rill_kernels::simd::Isa;
 
 mod common;
-use common::{Rng, SUPPORTED};
-
-fn fixture(dtype: DType) -> Vec<u8> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(format!("{}.bin", dtype.name()));
-    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
+use common::{dot_f64, dot_tolerance, fixture, tame, Rng, SUPPORTED};
 
 /// Rows to test: the whole fixture, then `n` blocks picked at random from it.
 /// Float encodings (one element per block) take runs of 32 elements per "block".
@@ -55,6 +46,18 @@ fn elements(dtype: DType, bytes: usize) -> usize {
     bytes / dtype.block_bytes() * dtype.block_len()
 }
 
+/// `f(dtype, row, elements, rng)` for every row of [`rows`] of every
+/// supported encoding, drawn from `Rng(seed)`.
+fn each_row(seed: u64, mut f: impl FnMut(DType, &[u8], usize, &mut Rng)) {
+    let mut rng = Rng(seed);
+    for dtype in SUPPORTED {
+        let raw = fixture(dtype, "bin");
+        for row in rows(dtype, &raw, &mut rng) {
+            f(dtype, &row, elements(dtype, row.len()), &mut rng);
+        }
+    }
+}
+
 fn simd_paths() -> Vec<Isa> {
     Isa::available()
         .into_iter()
@@ -72,46 +75,28 @@ fn best_is_available_and_scalar_always_is() {
 
 #[test]
 fn simd_dequantize_is_bit_identical_to_scalar() {
-    let mut rng = Rng(1);
-    for dtype in SUPPORTED {
-        let raw = fixture(dtype);
-        for row in rows(dtype, &raw, &mut rng) {
-            let n = elements(dtype, row.len());
-            let mut want = vec![f32::NAN; n];
-            dequantize_with(Isa::Scalar, dtype, &row, &mut want);
-            for isa in simd_paths() {
-                let mut got = vec![f32::NAN; n];
-                dequantize_with(isa, dtype, &row, &mut got);
-                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                    assert!(
-                        g.to_bits() == w.to_bits(),
-                        "{dtype} {isa:?} row of {n}: element {i}: {g:e} vs scalar {w:e}"
-                    );
-                }
+    each_row(1, |dtype, row, n, _| {
+        let mut want = vec![f32::NAN; n];
+        dequantize_with(Isa::Scalar, dtype, row, &mut want);
+        for isa in simd_paths() {
+            let mut got = vec![f32::NAN; n];
+            dequantize_with(isa, dtype, row, &mut got);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    g.to_bits() == w.to_bits(),
+                    "{dtype} {isa:?} row of {n}: element {i}: {g:e} vs scalar {w:e}"
+                );
             }
         }
-    }
+    });
 }
 
 fn check_dot(isa: Isa, dtype: DType, row: &[u8], x: &[f32], what: &str) {
     let mut w = vec![0f32; x.len()];
     dequantize_with(Isa::Scalar, dtype, row, &mut w);
-    // Activations of near-`f32::MAX` weights (the BF16 fixture has ±3.39e38)
-    // scaled down: whether an f32 partial sum overflows with such a term
-    // depends on the summation order, and no order is the right one.
-    let x: Vec<f32> = w
-        .iter()
-        .zip(x)
-        .map(|(&a, &b)| if a.abs() > 1e36 { b * 1e-3 } else { b })
-        .collect();
-    let x = &x[..];
-    let exact: f64 = w.iter().zip(x).map(|(&a, &b)| a as f64 * b as f64).sum();
-    let mag: f64 = w
-        .iter()
-        .zip(x)
-        .map(|(&a, &b)| (a as f64 * b as f64).abs())
-        .sum();
-    let tol = 1e-5 * mag + f64::from(f32::MIN_POSITIVE);
+    let x = &tame(&w, x)[..];
+    let (exact, mag) = dot_f64(&w, x);
+    let tol = dot_tolerance(mag);
     let got = dot_with(isa, dtype, row, x) as f64;
     assert!(
         (got - exact).abs() <= tol,
@@ -126,17 +111,12 @@ fn check_dot(isa: Isa, dtype: DType, row: &[u8], x: &[f32], what: &str) {
 
 #[test]
 fn simd_dot_matches_scalar() {
-    let mut rng = Rng(2);
-    for dtype in SUPPORTED {
-        let raw = fixture(dtype);
-        for row in rows(dtype, &raw, &mut rng) {
-            let n = elements(dtype, row.len());
-            let x: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
-            for isa in Isa::available() {
-                check_dot(isa, dtype, &row, &x, &format!("row of {n}"));
-            }
+    each_row(2, |dtype, row, n, rng| {
+        let x: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
+        for isa in Isa::available() {
+            check_dot(isa, dtype, row, &x, &format!("row of {n}"));
         }
-    }
+    });
 }
 
 /// Activations of very different magnitudes, so a cancelling dot is tested.
@@ -144,7 +124,7 @@ fn simd_dot_matches_scalar() {
 fn simd_dot_with_wide_activations() {
     let mut rng = Rng(3);
     for dtype in SUPPORTED {
-        let raw = fixture(dtype);
+        let raw = fixture(dtype, "bin");
         let n = elements(dtype, raw.len());
         let x: Vec<f32> = (0..n)
             .map(|i| rng.f32() * [1e-3f32, 1.0, 300.0][i % 3])
@@ -160,7 +140,7 @@ fn simd_dot_with_wide_activations() {
 fn simd_float_rows_of_any_length() {
     let mut rng = Rng(4);
     for dtype in [DType::F32, DType::F16, DType::BF16] {
-        let raw = fixture(dtype);
+        let raw = fixture(dtype, "bin");
         let bb = dtype.block_bytes();
         for n in (0..=70).chain([127, 128, 129, 255, 256, 257]) {
             let n = n.min(raw.len() / bb);
@@ -189,12 +169,7 @@ fn simd_f32_ops_match_scalar() {
     for n in (0..=40).chain([63, 64, 65, 1000, 4096]) {
         let a: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
         let b: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
-        let exact: f64 = a.iter().zip(&b).map(|(&p, &q)| p as f64 * q as f64).sum();
-        let mag: f64 = a
-            .iter()
-            .zip(&b)
-            .map(|(&p, &q)| (p as f64 * q as f64).abs())
-            .sum();
+        let (exact, mag) = dot_f64(&a, &b);
         let tol = 1e-6 * mag + 1e-30;
         let y0: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
         for isa in Isa::available() {

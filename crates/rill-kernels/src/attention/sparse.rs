@@ -33,13 +33,7 @@ pub fn attend_positions(
     scratch: &mut [f32],
     out: &mut [f32],
 ) {
-    let (nh, nkv, hd) = (shape.n_head, shape.n_head_kv, shape.head_dim);
-    assert!(
-        nkv > 0 && nh.is_multiple_of(nkv),
-        "heads {nh} / kv heads {nkv}"
-    );
-    assert_eq!(q.len(), nh * hd);
-    assert_eq!(out.len(), nh * hd);
+    let (nh, nkv, hd) = shape.check_rows(q, out, 1);
     assert!(!positions.is_empty(), "attention over no positions");
     let held = k.positions(nkv * hd).min(v.positions(nkv * hd));
     assert!(positions.iter().all(|&p| p <= query && p < held));
@@ -105,17 +99,39 @@ fn read_row(
 mod tests {
     use super::*;
     use crate::attention::attend_causal;
-    use crate::test_util::noise;
+    use crate::test_util::{noise, shape};
     use crate::threads::Threads;
+
+    /// [`attend_positions`] over an f32 cache, with scratch of its own.
+    fn run(
+        isa: Isa,
+        shape: AttnShape,
+        q: &[f32],
+        query: usize,
+        positions: &[usize],
+        (k, v): (&[f32], &[f32]),
+    ) -> Vec<f32> {
+        let mut out = vec![0f32; q.len()];
+        let mut scratch = vec![0f32; positions_scratch_len(shape, positions.len())];
+        let (k, v) = (KvSide::f32(k), KvSide::f32(v));
+        attend_positions(
+            isa,
+            shape,
+            q,
+            query,
+            positions,
+            k,
+            v,
+            &mut scratch,
+            &mut out,
+        );
+        out
+    }
 
     /// Over every position up to the query, it is the dense causal kernel.
     #[test]
     fn all_positions_give_dense_attention() {
-        let shape = AttnShape {
-            n_head: 4,
-            n_head_kv: 2,
-            head_dim: 32,
-        };
+        let shape = shape(4, 2, 32);
         let len = 70;
         let kv = 2 * 32;
         let (k, v) = (noise(1, len * kv), noise(2, len * kv));
@@ -138,19 +154,7 @@ mod tests {
                 &mut dense,
             );
             let positions: Vec<usize> = (0..=query).rev().collect();
-            let mut sparse = vec![0f32; 4 * 32];
-            let mut s2 = vec![0f32; positions_scratch_len(shape, positions.len())];
-            attend_positions(
-                isa,
-                shape,
-                &q,
-                query,
-                &positions,
-                KvSide::f32(&k),
-                KvSide::f32(&v),
-                &mut s2,
-                &mut sparse,
-            );
+            let sparse = run(isa, shape, &q, query, &positions, (&k, &v));
             for (a, b) in dense.iter().zip(&sparse) {
                 assert!((a - b).abs() < 1e-5, "{isa:?}: {a} vs {b}");
             }
@@ -160,29 +164,13 @@ mod tests {
     /// A subset is the softmax over just those keys (a direct reference).
     #[test]
     fn a_subset_is_the_softmax_over_it() {
-        let shape = AttnShape {
-            n_head: 2,
-            n_head_kv: 1,
-            head_dim: 16,
-        };
+        let shape = shape(2, 1, 16);
         let len = 40;
         let (k, v) = (noise(4, len * 16), noise(5, len * 16));
         let q = noise(6, 2 * 16);
         let positions = [3usize, 17, 18, 19, 36, 39];
         for isa in Isa::available() {
-            let mut out = vec![0f32; 32];
-            let mut s = vec![0f32; positions_scratch_len(shape, positions.len())];
-            attend_positions(
-                isa,
-                shape,
-                &q,
-                39,
-                &positions,
-                KvSide::f32(&k),
-                KvSide::f32(&v),
-                &mut s,
-                &mut out,
-            );
+            let out = run(isa, shape, &q, 39, &positions, (&k, &v));
             for h in 0..2 {
                 let qh = &q[h * 16..(h + 1) * 16];
                 let sc: Vec<f64> = positions

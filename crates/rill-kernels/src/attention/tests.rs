@@ -1,52 +1,34 @@
 use super::*;
 
-use crate::test_util::noise;
+use crate::test_util::{noise, shape};
 
 /// The definition: per (row, head) all scores, softmax, weighted values.
 fn reference(shape: AttnShape, q: &[f32], m: usize, pos0: usize, k: &[f32], v: &[f32]) -> Vec<f32> {
-    let (nh, nkv, hd) = (shape.n_head, shape.n_head_kv, shape.head_dim);
-    let scale = 1.0 / (hd as f64).sqrt();
-    let mut out = vec![0f32; m * nh * hd];
-    for t in 0..m {
-        for h in 0..nh {
-            let kvh = h / (nh / nkv);
-            let qh = &q[(t * nh + h) * hd..(t * nh + h + 1) * hd];
-            let scores: Vec<f64> = (0..=pos0 + t)
-                .map(|p| {
-                    let kp = &k[(p * nkv + kvh) * hd..(p * nkv + kvh + 1) * hd];
-                    qh.iter()
-                        .zip(kp)
-                        .map(|(&a, &b)| a as f64 * b as f64)
-                        .sum::<f64>()
-                        * scale
-                })
-                .collect();
-            let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-            let sum: f64 = e.iter().sum();
-            for d in 0..hd {
-                let acc: f64 = e
-                    .iter()
-                    .enumerate()
-                    .map(|(p, w)| w * v[(p * nkv + kvh) * hd + d] as f64)
-                    .sum();
-                out[(t * nh + h) * hd + d] = (acc / sum) as f32;
-            }
-        }
-    }
-    out
+    reference_mixed(shape, q, m, pos0, (k, k), (v, v), |_, _| true)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// [`run_on`] over an f32 cache.
 fn run(
     isa: Isa,
     threads: &Threads,
     shape: AttnShape,
     q: &[f32],
-    m: usize,
-    pos0: usize,
-    k: &[f32],
-    v: &[f32],
+    rows: (usize, usize),
+    (k, v): (&[f32], &[f32]),
+) -> Vec<f32> {
+    run_on(isa, threads, shape, q, rows, KvSide::f32(k), KvSide::f32(v))
+}
+
+/// [`attend_causal`] of rows `m` at `pos0` over the cache sides `k`, `v`,
+/// with scratch of its own.
+fn run_on(
+    isa: Isa,
+    threads: &Threads,
+    shape: AttnShape,
+    q: &[f32],
+    (m, pos0): (usize, usize),
+    k: KvSide<'_>,
+    v: KvSide<'_>,
 ) -> Vec<f32> {
     let mut scratch = vec![0f32; threads.count() * shape.scratch_per_thread()];
     let mut out = vec![0f32; m * shape.n_head * shape.head_dim];
@@ -57,8 +39,8 @@ fn run(
         q,
         m,
         pos0,
-        KvSide::f32(k),
-        KvSide::f32(v),
+        k,
+        v,
         &mut scratch,
         &mut out,
     );
@@ -68,11 +50,7 @@ fn run(
 #[test]
 fn matches_the_definition() {
     for (nh, nkv, hd) in [(4usize, 1usize, 32usize), (16, 2, 40), (3, 3, 17)] {
-        let shape = AttnShape {
-            n_head: nh,
-            n_head_kv: nkv,
-            head_dim: hd,
-        };
+        let shape = shape(nh, nkv, hd);
         for (pos0, m) in [(0usize, 1usize), (0, 70), (63, 2), (100, 37), (129, 1)] {
             let len = pos0 + m;
             // Larger scores than unit vectors give: a peaked softmax.
@@ -84,7 +62,7 @@ fn matches_the_definition() {
                 .into_iter()
                 .flat_map(|i| [(i, 1), (i, 2), (i, 3)])
             {
-                let got = run(isa, &Threads::new(t), shape, &q, m, pos0, &k, &v);
+                let got = run(isa, &Threads::new(t), shape, &q, (m, pos0), (&k, &v));
                 let err = got
                     .iter()
                     .zip(&want)
@@ -97,18 +75,14 @@ fn matches_the_definition() {
 
 #[test]
 fn a_query_gets_the_same_bits_in_any_block_or_chunking() {
-    let shape = AttnShape {
-        n_head: 16,
-        n_head_kv: 2,
-        head_dim: 48,
-    };
+    let shape = shape(16, 2, 48);
     let (nh, hd) = (shape.n_head, shape.head_dim);
     let len = 200;
     let q = noise(4, len * nh * hd);
     let k = noise(5, len * 2 * hd);
     let v = noise(6, len * 2 * hd);
     // Every class gives the scalar class's bits (module doc, Invariance).
-    let whole = run(Isa::Scalar, &Threads::new(2), shape, &q, len, 0, &k, &v);
+    let whole = run(Isa::Scalar, &Threads::new(2), shape, &q, (len, 0), (&k, &v));
     let row = nh * hd;
     // Chunks of odd sizes, and one row at a time (decode).
     for (isa, chunk) in Isa::available()
@@ -124,10 +98,8 @@ fn a_query_gets_the_same_bits_in_any_block_or_chunking() {
                 &threads,
                 shape,
                 &q[p * row..(p + m) * row],
-                m,
-                p,
-                &k,
-                &v,
+                (m, p),
+                (&k, &v),
             );
             assert!(
                 got.iter()
@@ -223,11 +195,7 @@ fn roundtrip(dtype: rill_dtype::DType, x: &[f32]) -> Vec<f32> {
 #[test]
 fn a_coded_cache_gives_the_bits_of_its_decoded_values() {
     use rill_dtype::DType::*;
-    let shape = AttnShape {
-        n_head: 8,
-        n_head_kv: 2,
-        head_dim: 64,
-    };
+    let shape = shape(8, 2, 64);
     let per = shape.n_head_kv * shape.head_dim;
     let (pos0, m) = (90usize, 41usize);
     let len = pos0 + m;
@@ -244,20 +212,15 @@ fn a_coded_cache_gives_the_bits_of_its_decoded_values() {
     ] {
         let (ck, cv) = (Coded::new(kt, &k, per, 0, 0), Coded::new(vt, &v, per, 0, 0));
         let (dk, dv) = (roundtrip(kt, &k), roundtrip(vt, &v));
-        let want = run(Isa::best(), &threads, shape, &q, m, pos0, &dk, &dv);
-        let mut scratch = vec![0f32; threads.count() * shape.scratch_per_thread()];
-        let mut got = vec![0f32; want.len()];
-        attend_causal(
+        let want = run(Isa::best(), &threads, shape, &q, (m, pos0), (&dk, &dv));
+        let got = run_on(
             Isa::best(),
             &threads,
             shape,
             &q,
-            m,
-            pos0,
+            (m, pos0),
             ck.side(),
             cv.side(),
-            &mut scratch,
-            &mut got,
         );
         assert!(
             got.iter()
@@ -322,11 +285,7 @@ fn reference_mixed(
 #[test]
 fn sinks_and_window_read_the_f16_rows_per_query() {
     use rill_dtype::DType::{F16, Q4_0};
-    let shape = AttnShape {
-        n_head: 8,
-        n_head_kv: 2,
-        head_dim: 32,
-    };
+    let shape = shape(8, 2, 32);
     let per = shape.n_head_kv * shape.head_dim;
     let len = 300;
     let q: Vec<f32> = noise(21, len * shape.n_head * shape.head_dim)
@@ -345,20 +304,15 @@ fn sinks_and_window_read_the_f16_rows_per_query() {
             Coded::new(Q4_0, &v, per, sinks, window),
         );
         let want = reference_mixed(shape, &q, len, 0, (&k_lo, &k_hi), (&v_lo, &v_hi), exact);
-        let mut whole = vec![0f32; want.len()];
         let threads = Threads::new(2);
-        let mut scratch = vec![0f32; threads.count() * shape.scratch_per_thread()];
-        attend_causal(
+        let whole = run_on(
             Isa::best(),
             &threads,
             shape,
             &q,
-            len,
-            0,
+            (len, 0),
             ck.side(),
             cv.side(),
-            &mut scratch,
-            &mut whole,
         );
         let err = whole
             .iter()
@@ -370,18 +324,15 @@ fn sinks_and_window_read_the_f16_rows_per_query() {
             let mut p = 0;
             while p < len {
                 let m = chunk.min(len - p);
-                let mut got = vec![0f32; m * row];
-                attend_causal(
+                let q = &q[p * row..(p + m) * row];
+                let got = run_on(
                     Isa::best(),
                     &threads,
                     shape,
-                    &q[p * row..(p + m) * row],
-                    m,
-                    p,
+                    q,
+                    (m, p),
                     ck.side(),
                     cv.side(),
-                    &mut scratch,
-                    &mut got,
                 );
                 assert!(
                     got.iter()

@@ -54,7 +54,8 @@ macro_rules! entry {
 }
 
 /// As [`entry!`], for kernels of one shape (4 rows × 1 token): `$name`
-/// runs `$body` with its extra arguments.
+/// runs `$body` with its extra arguments. (Only the x86 path has them.)
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_macros))]
 macro_rules! decode_entry {
     ($feat:literal: $($name:ident = $body:ident::<$($arg:literal),*>;)*) => {$(
         #[target_feature(enable = $feat)]
@@ -148,13 +149,7 @@ pub(super) unsafe fn run(
 pub(super) unsafe fn check_kernels(table: impl Fn(rill_dtype::DType) -> &'static Table) {
     use super::{dot_ref, ActFormat};
     use rill_dtype::DType;
-    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-    let mut rnd = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rnd = crate::test_util::xorshift(0x9E37_79B9_7F4A_7C15);
     let f16 = |v: f32| half::f16::from_f32(v).to_bits().to_le_bytes();
     for (dtype, cols) in [
         (DType::Q4K, 2304),

@@ -117,38 +117,37 @@ pub fn scale_min_k4(s: &[u8], j: usize) -> (u8, u8) {
 /// byte `l` of 32-byte run `c` holding element `64c + l` (low nibble) and
 /// `64c + 32 + l` (high nibble). `x = (d * scale) * q - (dmin * min)`.
 pub fn decode_q4_k(b: &[u8; 144], out: &mut [f32; QK_K]) {
-    let d = f16_at(b, 0);
-    let dmin = f16_at(b, 2);
-    let scales = &b[4..16];
-    let qs = &b[16..144];
-    for (g, out32) in out.chunks_exact_mut(32).enumerate() {
-        let (sc, m) = scale_min_k4(scales, g);
-        let dl = d * sc as f32;
-        let ml = dmin * m as f32;
-        let shift = 4 * (g % 2);
-        let run = &qs[32 * (g / 2)..32 * (g / 2) + 32];
-        for (o, &q) in out32.iter_mut().zip(run) {
-            *o = dl * ((q >> shift) & 0x0F) as f32 - ml;
-        }
-    }
+    decode_k4(b, 16, out, |_, _, q| q);
 }
 
 /// Q5_K: Q4_K plus a fifth quant bit: bit `e / 32` of `qh[e % 32]`.
 pub fn decode_q5_k(b: &[u8; 176], out: &mut [f32; QK_K]) {
+    let qh = &b[16..48];
+    decode_k4(b, 48, out, |g, l, q| q | (((qh[l] >> g) & 1) << 4));
+}
+
+/// Q4_K and Q5_K (4-bit quants at `qs_at`): element `l` of sub-block `g`
+/// is `(d * scale) * q - (dmin * min)` with `q = quant(g, l, low)` for its
+/// low 4 bits `low`.
+#[inline(always)]
+fn decode_k4(
+    b: &[u8],
+    qs_at: usize,
+    out: &mut [f32; QK_K],
+    quant: impl Fn(usize, usize, u8) -> u8,
+) {
     let d = f16_at(b, 0);
     let dmin = f16_at(b, 2);
     let scales = &b[4..16];
-    let qh = &b[16..48];
-    let qs = &b[48..176];
+    let qs = &b[qs_at..qs_at + 128];
     for (g, out32) in out.chunks_exact_mut(32).enumerate() {
         let (sc, m) = scale_min_k4(scales, g);
         let dl = d * sc as f32;
         let ml = dmin * m as f32;
         let shift = 4 * (g % 2);
         let run = &qs[32 * (g / 2)..32 * (g / 2) + 32];
-        for ((o, &q), &h) in out32.iter_mut().zip(run).zip(qh) {
-            let q5 = ((q >> shift) & 0x0F) | (((h >> g) & 1) << 4);
-            *o = dl * q5 as f32 - ml;
+        for (l, (o, &q)) in out32.iter_mut().zip(run).enumerate() {
+            *o = dl * quant(g, l, (q >> shift) & 0x0F) as f32 - ml;
         }
     }
 }

@@ -41,42 +41,48 @@ fn qh_at(b: &[u8], i: usize) -> u32 {
     u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
 }
 
+/// `d · (q − off)` for every quant (Q4_0: `off` 8, Q5_0: 16).
+#[inline(always)]
+fn offset_values(d: f32, off: i32, q: &[u8; 32], out: &mut [f32; 32]) {
+    for (o, &v) in out.iter_mut().zip(q) {
+        *o = d * (v as i32 - off) as f32;
+    }
+}
+
+/// `d · q + m` for every quant (Q4_1, Q5_1).
+#[inline(always)]
+fn affine_values(d: f32, m: f32, q: &[u8; 32], out: &mut [f32; 32]) {
+    for (o, &v) in out.iter_mut().zip(q) {
+        *o = d * v as f32 + m;
+    }
+}
+
 pub fn decode_q4_0(b: &[u8; 18], out: &mut [f32; 32]) {
     let d = f16_at(b, 0);
     let mut q = [0u8; 32];
     nibbles(&b[2..], &mut q);
-    for (o, &v) in out.iter_mut().zip(&q) {
-        *o = d * (v as i32 - 8) as f32;
-    }
+    offset_values(d, 8, &q, out);
 }
 
 pub fn decode_q4_1(b: &[u8; 20], out: &mut [f32; 32]) {
-    let d = f16_at(b, 0);
-    let m = f16_at(b, 2);
+    let (d, m) = (f16_at(b, 0), f16_at(b, 2));
     let mut q = [0u8; 32];
     nibbles(&b[4..], &mut q);
-    for (o, &v) in out.iter_mut().zip(&q) {
-        *o = d * v as f32 + m;
-    }
+    affine_values(d, m, &q, out);
 }
 
 pub fn decode_q5_0(b: &[u8; 22], out: &mut [f32; 32]) {
     let d = f16_at(b, 0);
     let mut q = [0u8; 32];
     five_bit(qh_at(b, 2), &b[6..], &mut q);
-    for (o, &v) in out.iter_mut().zip(&q) {
-        *o = d * (v as i32 - 16) as f32;
-    }
+    offset_values(d, 16, &q, out);
 }
 
 pub fn decode_q5_1(b: &[u8; 24], out: &mut [f32; 32]) {
-    let d = f16_at(b, 0);
-    let m = f16_at(b, 2);
+    let (d, m) = (f16_at(b, 0), f16_at(b, 2));
     let mut q = [0u8; 32];
     five_bit(qh_at(b, 4), &b[8..], &mut q);
-    for (o, &v) in out.iter_mut().zip(&q) {
-        *o = d * v as f32 + m;
-    }
+    affine_values(d, m, &q, out);
 }
 
 pub fn decode_q8_0(b: &[u8; 34], out: &mut [f32; 32]) {

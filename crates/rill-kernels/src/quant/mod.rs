@@ -62,6 +62,29 @@ pub fn is_supported(dtype: DType) -> bool {
     )
 }
 
+/// The argument checks of [`dequantize_with`] and [`dot_with`]: `elements`
+/// values, whole blocks of `dtype`, encoded in `bytes` (debug builds say
+/// which is off), on a CPU that runs `isa`. Always inlined, as the checks
+/// were written in both before.
+#[inline(always)]
+fn check_args(isa: Isa, dtype: DType, bytes: usize, elements: usize) {
+    debug_assert!(
+        elements.is_multiple_of(dtype.block_len()),
+        "{dtype}: {elements} elements is not a whole number of blocks"
+    );
+    debug_assert_eq!(
+        bytes,
+        elements / dtype.block_len() * dtype.block_bytes(),
+        "{dtype}: encoded size does not match element count"
+    );
+    isa.check();
+    if bytes != elements / dtype.block_len().max(1) * dtype.block_bytes() {
+        // Keeps the SIMD kernels (which use raw pointers) in bounds whatever
+        // the caller passes; the contract makes this unreachable.
+        size_mismatch(dtype);
+    }
+}
+
 /// Decode `dst.len()` elements (a whole number of blocks) from `src` on
 /// kernel class `isa` (every class gives the scalar path's bits).
 ///
@@ -69,22 +92,7 @@ pub fn is_supported(dtype: DType) -> bool {
 /// Panics if `dtype` is not [`is_supported`], or if the CPU cannot run
 /// `isa` (see [`Isa::is_available`]).
 pub fn dequantize_with(isa: Isa, dtype: DType, src: &[u8], dst: &mut [f32]) {
-    debug_assert!(
-        dst.len().is_multiple_of(dtype.block_len()),
-        "{dtype}: {} elements is not a whole number of blocks",
-        dst.len()
-    );
-    debug_assert_eq!(
-        src.len(),
-        dst.len() / dtype.block_len() * dtype.block_bytes(),
-        "{dtype}: encoded size does not match element count"
-    );
-    isa.check();
-    if src.len() != dst.len() / dtype.block_len().max(1) * dtype.block_bytes() {
-        // Keeps the SIMD kernels (which use raw pointers) in bounds whatever
-        // the caller passes; the contract makes this unreachable.
-        size_mismatch(dtype);
-    }
+    check_args(isa, dtype, src.len(), dst.len());
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Scalar {
         // SAFETY: `isa.check()` confirmed the CPU features; sizes are checked above.
@@ -134,20 +142,7 @@ fn dequantize_scalar(dtype: DType, src: &[u8], dst: &mut [f32]) {
 /// `x.len()` a whole number of blocks. Accumulates in f32; allocates nothing.
 /// Panics if `dtype` is not [`is_supported`], or if the CPU cannot run `isa`.
 pub fn dot_with(isa: Isa, dtype: DType, row: &[u8], x: &[f32]) -> f32 {
-    debug_assert!(
-        x.len().is_multiple_of(dtype.block_len()),
-        "{dtype}: {} elements is not a whole number of blocks",
-        x.len()
-    );
-    debug_assert_eq!(
-        row.len(),
-        x.len() / dtype.block_len() * dtype.block_bytes(),
-        "{dtype}: encoded size does not match element count"
-    );
-    isa.check();
-    if row.len() != x.len() / dtype.block_len().max(1) * dtype.block_bytes() {
-        size_mismatch(dtype);
-    }
+    check_args(isa, dtype, row.len(), x.len());
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Scalar {
         // SAFETY: `isa.check()` confirmed the CPU features; sizes are checked above.

@@ -59,6 +59,81 @@ macro_rules! canon_shapes {
 #[allow(unused_imports)]
 pub(crate) use canon_shapes;
 
+/// `s + Σ w[c]·x[c]` over `from..cols`, element by element in order: the
+/// columns past the last whole vector of every microkernel output
+/// (`gemm` of each SIMD path).
+#[allow(dead_code)]
+#[inline(always)]
+pub(crate) unsafe fn gemm_tail(
+    w: *const f32,
+    x: *const f32,
+    from: usize,
+    cols: usize,
+    mut s: f32,
+) -> f32 {
+    for c in from..cols {
+        s += *w.add(c) * *x.add(c);
+    }
+    s
+}
+
+/// The end of a microkernel tile (`gemm` of each SIMD path): output
+/// `(r, t)` of `R × T` is `$sum` (its accumulators' horizontal sum, with
+/// `$r`, `$t` bound) plus [`gemm_tail`] from column `$full`, row-major
+/// into `$out`.
+macro_rules! gemm_finish {
+    ($R:ident, $T:ident, ($w:ident, $x:ident, $cols:ident, $full:ident, $out:ident), |$r:ident, $t:ident| $sum:expr) => {
+        for $r in 0..$R {
+            for $t in 0..$T {
+                let s = $sum;
+                $out[$r * $T + $t] = $crate::simd::gemm_tail(
+                    $w.add($r * $cols),
+                    $x.add($t * $cols),
+                    $full,
+                    $cols,
+                    s,
+                );
+            }
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use gemm_finish;
+
+/// `$f::<nr, 1>($args)` for a run-time `nr` in 1..=8 (8 for larger): the
+/// one-token microkernel tiles of each SIMD path's `gemm`.
+macro_rules! one_token_tile {
+    ($f:ident, $nr:expr, $args:tt) => {
+        match $nr {
+            1 => $f::<1, 1> $args,
+            2 => $f::<2, 1> $args,
+            3 => $f::<3, 1> $args,
+            4 => $f::<4, 1> $args,
+            5 => $f::<5, 1> $args,
+            6 => $f::<6, 1> $args,
+            7 => $f::<7, 1> $args,
+            _ => $f::<8, 1> $args,
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use one_token_tile;
+
+/// `$f::<nr>($args)` for a run-time `nr` in 1..=4 (4 for larger): the
+/// row counts of each SIMD path's `gemm` tiles.
+macro_rules! by_rows {
+    ($f:ident, $nr:expr, $args:tt) => {
+        match $nr {
+            1 => $f::<1> $args,
+            2 => $f::<2> $args,
+            3 => $f::<3> $args,
+            _ => $f::<4> $args,
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use by_rows;
+
 /// Run `$body` (which calls `#[inline(always)]` code on the named
 /// parameters) compiled for the widest vectors `$isa` has, returning from
 /// the enclosing function: an AVX-512F build or an AVX2 one (with FMA),
@@ -225,6 +300,8 @@ impl Isa {
     }
 
     /// Whether the float kernels of this class use 512-bit vectors.
+    /// (Only the x86 kernels ask.)
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     #[inline]
     pub(crate) fn wide(self) -> bool {
         matches!(self, Isa::Avx512 | Isa::Amx)

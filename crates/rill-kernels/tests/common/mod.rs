@@ -57,10 +57,7 @@ pub fn matrix(dtype: DType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> 
             .flat_map(|_| half::bf16::from_f32(rng.f32()).to_bits().to_le_bytes())
             .collect(),
         _ => {
-            let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures")
-                .join(format!("{}.bin", dtype.name()));
-            let raw = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            let raw = fixture(dtype, "bin");
             let bb = dtype.block_bytes();
             let blocks = raw.len() / bb;
             let mut out = Vec::with_capacity(n / dtype.block_len() * bb);
@@ -71,4 +68,42 @@ pub fn matrix(dtype: DType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> 
             out
         }
     }
+}
+
+/// The committed fixture `tests/fixtures/<TYPE>.<ext>` (`bin`: encoded
+/// blocks; `f32`: gguf-py's decoding of them).
+pub fn fixture(dtype: DType, ext: &str) -> Vec<u8> {
+    let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(format!("{}.{ext}", dtype.name()));
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// `x` with the activations of near-`f32::MAX` weights (the BF16 fixture has
+/// `±3.39e38`) scaled down: with such a term, whether an f32 partial sum
+/// overflows depends on the summation order, and no order is the right one.
+pub fn tame(w: &[f32], x: &[f32]) -> Vec<f32> {
+    w.iter()
+        .zip(x)
+        .map(|(&a, &b)| if a.abs() > 1e36 { b * 1e-3 } else { b })
+        .collect()
+}
+
+/// `Σ w·x` in f64 and `Σ |w·x|`, the magnitude the accuracy bounds scale
+/// with (cancellation can make the sum itself arbitrarily small while the
+/// f32 rounding error scales with the terms).
+pub fn dot_f64(w: &[f32], x: &[f32]) -> (f64, f64) {
+    let exact = w.iter().zip(x).map(|(&a, &b)| a as f64 * b as f64).sum();
+    let mag = w
+        .iter()
+        .zip(x)
+        .map(|(&a, &b)| (a as f64 * b as f64).abs())
+        .sum();
+    (exact, mag)
+}
+
+/// The bound on an f32 dot's error against [`dot_f64`]: `1e-5 · Σ|w·x|`,
+/// plus the smallest normal f32 (for all-zero terms).
+pub fn dot_tolerance(mag: f64) -> f64 {
+    1e-5 * mag + f64::from(f32::MIN_POSITIVE)
 }

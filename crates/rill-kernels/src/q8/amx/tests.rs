@@ -10,13 +10,7 @@ fn tiles_give_the_reference_bits() {
         eprintln!("no AMX-INT8 here: kernel not tested");
         return;
     }
-    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut next = crate::test_util::xorshift(0x9E37_79B9_7F4A_7C15);
     // One task's buffers, reused (and grown) across every shape below.
     let mut scratch = Scratch::default();
     for (dtype, cols) in [

@@ -100,6 +100,43 @@ pub(super) unsafe fn pair_sums2(a: __m256i, b: __m256i) -> __m256i {
     )
 }
 
+/// The scales and mins of Q4_K/Q5_K block `blk` of rows 0..R (0 past
+/// `R`) as bytes `[sc0..sc7, m0..m7]`, per 128-bit chunk: `[rows 0-1, rows
+/// 2-3]` (shared with `kmin_y1`).
+#[inline(always)]
+pub(super) unsafe fn k4_scales_y<const R: usize>(blk: impl Fn(usize) -> *const u8) -> [__m256i; 2] {
+    let ld = |r: usize| {
+        if r < R {
+            _mm_loadu_si128(blk(r).add(4) as *const __m128i)
+        } else {
+            _mm_setzero_si128()
+        }
+    };
+    arr!(2, |h| {
+        let raw = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(ld(2 * h)), ld(2 * h + 1));
+        k4_unpack!(
+            raw,
+            bc256,
+            _mm256_shuffle_epi8,
+            _mm256_and_si256,
+            _mm256_or_si256,
+            _mm256_srli_epi16
+        )
+    })
+}
+
+/// Row `r`'s 8 sub-block scales of [`k4_scales_y`] as i16, in both halves
+/// (shared with `kmin_y1`).
+#[inline(always)]
+pub(super) unsafe fn k4_row_scales_y(sm: &[__m256i; 2], r: usize) -> __m256i {
+    let sc = _mm256_unpacklo_epi8(sm[r / 2], _mm256_setzero_si256());
+    if r.is_multiple_of(2) {
+        _mm256_permute4x64_epi64::<0x44>(sc)
+    } else {
+        _mm256_permute4x64_epi64::<0xEE>(sc)
+    }
+}
+
 /// Q4_K / Q5_K on AVX2: one vector per pair of 32-value sub-blocks.
 #[inline(always)]
 pub(super) unsafe fn kmin_y<const R: usize, const T: usize, const Q5: bool>(
@@ -115,25 +152,7 @@ pub(super) unsafe fn kmin_y<const R: usize, const T: usize, const Q5: bool>(
     for b in 0..nb {
         let blk = |r: usize| w.add(r * rb + b * bb);
         prefetch::<R>(w, rb, b * bb, bb);
-        let ld = |r: usize| {
-            if r < R {
-                _mm_loadu_si128(blk(r).add(4) as *const __m128i)
-            } else {
-                _mm_setzero_si128()
-            }
-        };
-        let sm: [__m256i; 2] = arr!(2, |h| {
-            let raw =
-                _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(ld(2 * h)), ld(2 * h + 1));
-            k4_unpack!(
-                raw,
-                bc256,
-                _mm256_shuffle_epi8,
-                _mm256_and_si256,
-                _mm256_or_si256,
-                _mm256_srli_epi16
-            )
-        });
+        let sm = k4_scales_y::<R>(blk);
         let m: [__m256i; 2] = arr!(2, |h| {
             let mn = _mm256_unpackhi_epi8(sm[h], z);
             tsum4_y(arr!(4, |t| if t < T {
@@ -144,12 +163,7 @@ pub(super) unsafe fn kmin_y<const R: usize, const T: usize, const Q5: bool>(
         });
         let mut acc = [[z; T]; R];
         for r in 0..R {
-            let sc = _mm256_unpacklo_epi8(sm[r / 2], z);
-            let sc = if r % 2 == 0 {
-                _mm256_permute4x64_epi64::<0x44>(sc)
-            } else {
-                _mm256_permute4x64_epi64::<0xEE>(sc)
-            };
+            let sc = k4_row_scales_y(&sm, r);
             let q = blk(r).add(qs_at);
             let qh = _mm256_loadu_si256(blk(r).add(16) as *const __m256i);
             // Sub-blocks j = 2k (low nibbles) and 2k + 1 (high) share one
@@ -223,18 +237,7 @@ pub(super) unsafe fn q6k_y_body<const R: usize, const T: usize>(
                 _mm256_permute4x64_epi64::<0xEE>(sc16),
             ];
             let scn = _mm256_sub_epi16(z, _mm256_slli_epi16::<5>(sc16));
-            let wv = |u: usize| {
-                let (h, s) = (u / 4, u % 4);
-                let ql = _mm256_loadu_si256(base.add(64 * h + 32 * (s % 2)) as *const __m256i);
-                let lo = if s < 2 {
-                    ql
-                } else {
-                    _mm256_srli_epi16::<4>(ql)
-                };
-                let qh = _mm256_loadu_si256(base.add(128 + 32 * h) as *const __m256i);
-                let hi = _mm256_and_si256(shift16_y(qh, 4 - 2 * s as i32), hib);
-                _mm256_or_si256(_mm256_and_si256(lo, nib), hi)
-            };
+            let wv = |u: usize| q6k_quants_y!(base, u, nib, hib);
             // Vectors u = 2k, 2k + 1 in one `vpmaddwd` (`pair_sums2`): the
             // low halves hold sub-blocks 4k, 4k + 2, the high 4k + 1, 4k + 3.
             for k in 0..4 {

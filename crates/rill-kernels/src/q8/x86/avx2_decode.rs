@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{bc256, fold2, shift16_y, tsum4_y};
+use super::avx2::{bc256, fold2, k4_row_scales_y, k4_scales_y, shift16_y, tsum4_y};
 use super::{prefetch, sums32, Toks};
 
 /// Lane masks of the first `nj` blocks of a group, per 128-bit half.
@@ -123,31 +123,14 @@ pub(super) unsafe fn kmin_y1<const Q5: bool>(
             let b = b0 + j;
             let blk = |r: usize| w.add(r * rb + b * bb);
             prefetch::<4>(w, rb, b * bb, bb);
-            let ld = |r: usize| _mm_loadu_si128(blk(r).add(4) as *const __m128i);
-            let sm: [__m256i; 2] = arr!(2, |h| {
-                let raw =
-                    _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(ld(2 * h)), ld(2 * h + 1));
-                k4_unpack!(
-                    raw,
-                    bc256,
-                    _mm256_shuffle_epi8,
-                    _mm256_and_si256,
-                    _mm256_or_si256,
-                    _mm256_srli_epi16
-                )
-            });
+            let sm = k4_scales_y::<4>(blk);
             let s32 = bc256(sums32(x, 0, b));
             for h in 0..2 {
                 fm[h][j] = _mm256_madd_epi16(_mm256_unpackhi_epi8(sm[h], z), s32);
             }
             let mut acc = [z; 4];
             for r in 0..4 {
-                let sc = _mm256_unpacklo_epi8(sm[r / 2], z);
-                let sc = if r % 2 == 0 {
-                    _mm256_permute4x64_epi64::<0x44>(sc)
-                } else {
-                    _mm256_permute4x64_epi64::<0xEE>(sc)
-                };
+                let sc = k4_row_scales_y(&sm, r);
                 let q = blk(r).add(qs_at);
                 let qh = _mm256_loadu_si256(blk(r).add(16) as *const __m256i);
                 for jj in 0..8 {
@@ -224,16 +207,7 @@ pub(super) unsafe fn q6k_body_y1(w: *const u8, rb: usize, x: &Toks, nb: usize) -
                 let scn = _mm256_sub_epi16(z, _mm256_slli_epi16::<5>(sc16));
                 acc[r] = _mm256_madd_epi16(s16, scn);
                 for u in 0..8 {
-                    let (h, s) = (u / 4, u % 4);
-                    let ql = _mm256_loadu_si256(base.add(64 * h + 32 * (s % 2)) as *const __m256i);
-                    let lo = if s < 2 {
-                        ql
-                    } else {
-                        _mm256_srli_epi16::<4>(ql)
-                    };
-                    let qh = _mm256_loadu_si256(base.add(128 + 32 * h) as *const __m256i);
-                    let hi = _mm256_and_si256(shift16_y(qh, 4 - 2 * s as i32), hib);
-                    let wv = _mm256_or_si256(_mm256_and_si256(lo, nib), hi);
+                    let wv = q6k_quants_y!(base, u, nib, hib);
                     let pos = |j: usize| ((j / 8) * 4 + j % 4) as i32;
                     let (a, c) = (pos(2 * u), pos(2 * u + 1));
                     let idx = _mm256_setr_epi32(a, a, a, a, c, c, c, c);

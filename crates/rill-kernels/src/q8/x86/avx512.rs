@@ -112,6 +112,80 @@ unsafe fn tree_z(p: &[__m512; 8]) -> [f32; 16] {
     std::mem::transmute::<__m512, [f32; 16]>(s)
 }
 
+/// The scales and mins of Q4_K/Q5_K block `b` of rows 0..R, as i16:
+/// chunk `r` of `sc` / `mn` is row `r`'s 8 (shared with `kmin_z1`).
+#[inline(always)]
+pub(super) unsafe fn k4_scales_z<const R: usize>(
+    blk: impl Fn(usize) -> *const u8,
+) -> (__m512i, __m512i) {
+    let z = _mm512_setzero_si512();
+    let mut raw = z;
+    for r in 0..R {
+        raw = ins128(raw, _mm_loadu_si128(blk(r).add(4) as *const __m128i), r);
+    }
+    let sm = k4_unpack!(
+        raw,
+        bc512,
+        _mm512_shuffle_epi8,
+        _mm512_and_si512,
+        _mm512_or_si512,
+        _mm512_srli_epi16
+    );
+    (_mm512_unpacklo_epi8(sm, z), _mm512_unpackhi_epi8(sm, z))
+}
+
+/// The integer sums `Σ sc·(w·x)` of Q4_K/Q5_K block `b` (quants at
+/// `blk(r) + qs_at`, scales `sc` of [`k4_scales_z`]) per (row, token) pair,
+/// spread over the lanes of `acc[r][t]` (shared with `kmin_z1`). Chunk by
+/// chunk, all rows: the live vectors are the accumulators, one chunk of
+/// each token and one row's weights.
+#[inline(always)]
+pub(super) unsafe fn kmin_dots_z<
+    const R: usize,
+    const T: usize,
+    const Q5: bool,
+    const VNNI: bool,
+>(
+    blk: impl Fn(usize) -> *const u8,
+    qs_at: usize,
+    sc: __m512i,
+    x: &Toks,
+    b: usize,
+) -> [[__m512i; T]; R] {
+    let z = _mm512_setzero_si512();
+    let nib = _mm512_set1_epi8(0x0F);
+    // Shift the upper 256 bits (the high nibbles' copy) right by 4.
+    let shift = _mm512_mask_blend_epi64(0xF0, z, _mm512_set1_epi16(4));
+    let mut acc = [[z; T]; R];
+    for c in 0..4 {
+        let xv: [__m512i; T] = arr!(T, |t| _mm512_loadu_si512(
+            x.qs[t].add(256 * b + 64 * c) as *const _
+        ));
+        for r in 0..R {
+            let q = blk(r).add(qs_at + 32 * c);
+            let v = _mm512_broadcast_i64x4(_mm256_loadu_si256(q as *const __m256i));
+            let mut wv = _mm512_and_si512(_mm512_srlv_epi16(v, shift), nib);
+            if Q5 {
+                let qh =
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256(blk(r).add(16) as *const __m256i));
+                let bits = _mm512_mask_blend_epi64(
+                    0xF0,
+                    _mm512_set1_epi8(1 << (2 * c)),
+                    _mm512_set1_epi8(1 << (2 * c + 1)),
+                );
+                let k = _mm512_test_epi8_mask(qh, bits);
+                wv = _mm512_mask_add_epi8(wv, k, wv, _mm512_set1_epi8(16));
+            }
+            let idx = _mm512_loadu_si512(K4_IDX[r][c].as_ptr() as *const _);
+            let sv = _mm512_permutexvar_epi16(idx, sc);
+            for t in 0..T {
+                acc[r][t] = dot16::<VNNI>(acc[r][t], _mm512_maddubs_epi16(wv, xv[t]), sv);
+            }
+        }
+    }
+    acc
+}
+
 /// Q4_K (`Q5` false) and Q5_K. Per 64-value chunk `c` the weights are
 /// `[sub-block 2c | 2c+1]`: run `c` of `qs`, low nibbles then high ones
 /// (Q5_K: plus bit `2c` / `2c+1` of `qh` as 16).
@@ -124,77 +198,85 @@ pub(super) unsafe fn kmin_z<const R: usize, const T: usize, const Q5: bool, cons
 ) -> [f32; 16] {
     let (bb, qs_at) = if Q5 { (176, 48) } else { (144, 16) };
     let z = _mm512_setzero_si512();
-    let nib = _mm512_set1_epi8(0x0F);
-    // Shift the upper 256 bits (the high nibbles' copy) right by 4.
-    let shift = _mm512_mask_blend_epi64(0xF0, z, _mm512_set1_epi16(4));
     let mut p = [_mm512_setzero_ps(); 8];
     for b in 0..nb {
         let blk = |r: usize| w.add(r * rb + b * bb);
         prefetch::<R>(w, rb, b * bb, bb);
-        let mut raw = z;
-        for r in 0..R {
-            raw = ins128(raw, _mm_loadu_si128(blk(r).add(4) as *const __m128i), r);
-        }
-        let sm = k4_unpack!(
-            raw,
-            bc512,
-            _mm512_shuffle_epi8,
-            _mm512_and_si512,
-            _mm512_or_si512,
-            _mm512_srli_epi16
-        );
-        let (sc, mn) = (_mm512_unpacklo_epi8(sm, z), _mm512_unpackhi_epi8(sm, z));
+        let (sc, mn) = k4_scales_z::<R>(blk);
         // m: chunk r of mins · S32 is row r's 4 partials.
         let m = tsum4(arr!(4, |t| if t < T {
             _mm512_madd_epi16(mn, bc512(sums32(x, t, b)))
         } else {
             z
         }));
-        // Chunk by chunk, all rows: the live vectors are the accumulators,
-        // one chunk of each token and one row's weights.
-        let mut acc = [[z; T]; R];
-        for c in 0..4 {
-            let xv: [__m512i; T] = arr!(T, |t| _mm512_loadu_si512(
-                x.qs[t].add(256 * b + 64 * c) as *const _
-            ));
-            for r in 0..R {
-                let q = blk(r).add(qs_at + 32 * c);
-                let v = _mm512_broadcast_i64x4(_mm256_loadu_si256(q as *const __m256i));
-                let mut wv = _mm512_and_si512(_mm512_srlv_epi16(v, shift), nib);
-                if Q5 {
-                    let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
-                        blk(r).add(16) as *const __m256i
-                    ));
-                    let bits = _mm512_mask_blend_epi64(
-                        0xF0,
-                        _mm512_set1_epi8(1 << (2 * c)),
-                        _mm512_set1_epi8(1 << (2 * c + 1)),
-                    );
-                    let k = _mm512_test_epi8_mask(qh, bits);
-                    wv = _mm512_mask_add_epi8(wv, k, wv, _mm512_set1_epi8(16));
-                }
-                let idx = _mm512_loadu_si512(K4_IDX[r][c].as_ptr() as *const _);
-                let sv = _mm512_permutexvar_epi16(idx, sc);
-                for t in 0..T {
-                    acc[r][t] = dot16::<VNNI>(acc[r][t], _mm512_maddubs_epi16(wv, xv[t]), sv);
-                }
-            }
-        }
-        let i = reduce_pairs(&acc);
+        let i = reduce_pairs(&kmin_dots_z::<R, T, Q5, VNNI>(blk, qs_at, sc, x, b));
         let h = halves::<R>(blk, true);
         let dx = _mm512_broadcast_f32x4(dx4::<T>(x, b));
         let (d, dmin) = (row_lanes_z(h, 0), row_lanes_z(h, 1));
-        let ti = _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(i));
-        let tm = _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(m));
-        p[b % 8] = _mm512_add_ps(p[b % 8], _mm512_sub_ps(ti, tm));
+        p[b % 8] = _mm512_add_ps(p[b % 8], kmin_term_z(d, dmin, dx, i, m));
     }
     tree_z(&p)
 }
 
-/// Q6_K. 64-value chunk `k` lies in half `h = k/2` at offset `64s`
-/// (`s = k%2`): low nibbles (s = 0) or high ones of `ql[64h..]`, and bits
-/// `4s..4s+1` (lower 32) / `4s+2..4s+3` (upper 32) of `qh[32h..]` as 16·hi.
-/// The −32 offset is `−32·Σ sc_j·S16_j`, one more `vpmaddwd` per pair.
+/// The reference's f32 term of a Q4_K/Q5_K block, lane by lane:
+/// `(d·dx)·f(i) − (dmin·dx)·f(m)`.
+#[inline(always)]
+pub(super) unsafe fn kmin_term_z(
+    d: __m512,
+    dmin: __m512,
+    dx: __m512,
+    i: __m512i,
+    m: __m512i,
+) -> __m512 {
+    let ti = _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(i));
+    let tm = _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(m));
+    _mm512_sub_ps(ti, tm)
+}
+
+/// Q6_K block `blk`'s 16 sub-block scales as i16 (`sc`) and times −32
+/// (`scn`, against the activation sums: the −32 offset of the quants),
+/// each in the low 256 bits (shared with `q6k_body_z1`).
+#[inline(always)]
+pub(super) unsafe fn q6k_scales_z(blk: *const u8) -> (__m512i, __m512i) {
+    let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(192) as *const __m128i));
+    let scn = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16::<5>(sc16));
+    (_mm512_zextsi256_si512(sc16), _mm512_zextsi256_si512(scn))
+}
+
+/// Q6_K block `blk`'s unsigned quants of 64-value chunk `k` and their
+/// scales (from `sc` of [`q6k_scales_z`]) in `vpmaddubsw` / `vpmaddwd`
+/// order (shared with `q6k_body_z1`). Chunk `k` lies in half `h = k/2` at
+/// offset `64s` (`s = k%2`): low nibbles (s = 0) or high ones of
+/// `ql[64h..]`, and bits `4s..4s+1` (lower 32) / `4s+2..4s+3` (upper 32)
+/// of `qh[32h..]` as 16·hi. No loops here: the callers' loops over rows
+/// and tokens stay as they are written, and so does their code.
+#[inline(always)]
+pub(super) unsafe fn q6k_chunk_z(blk: *const u8, k: usize, sc: __m512i) -> (__m512i, __m512i) {
+    let (h, s) = (k / 2, k % 2);
+    let (nib, hib) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
+    let half_of = |lo: i16, hi: i16| {
+        _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi16(lo), _mm512_set1_epi16(hi))
+    };
+    let ql = _mm512_loadu_si512(blk.add(64 * h) as *const _);
+    let lo = if s == 0 {
+        ql
+    } else {
+        _mm512_srli_epi16::<4>(ql)
+    };
+    let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(blk.add(128 + 32 * h) as *const __m256i));
+    let hi = if s == 0 {
+        _mm512_sllv_epi16(qh, half_of(4, 2))
+    } else {
+        _mm512_srlv_epi16(qh, half_of(0, 2))
+    };
+    // (lo & 0x0F) | (hi & 0x30)
+    let wv = _mm512_ternarylogic_epi32::<0xEA>(lo, nib, _mm512_and_si512(hi, hib));
+    let sv = _mm512_permutexvar_epi16(_mm512_loadu_si512(Q6_IDX[k].as_ptr() as *const _), sc);
+    (wv, sv)
+}
+
+/// Q6_K (chunk work in [`q6k_chunk_z`]). The −32 offset is
+/// `−32·Σ sc_j·S16_j`, one more `vpmaddwd` per pair.
 #[inline(always)]
 pub(super) unsafe fn q6k_z_body<const R: usize, const T: usize, const VNNI: bool>(
     w: *const u8,
@@ -203,10 +285,6 @@ pub(super) unsafe fn q6k_z_body<const R: usize, const T: usize, const VNNI: bool
     nb: usize,
 ) -> [f32; 16] {
     let z = _mm512_setzero_si512();
-    let (nib, hib) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
-    let half_of = |lo: i16, hi: i16| {
-        _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi16(lo), _mm512_set1_epi16(hi))
-    };
     let mut p = [_mm512_setzero_ps(); 8];
     for b in 0..nb {
         let blk = |r: usize| w.add(r * rb + b * 210);
@@ -214,12 +292,8 @@ pub(super) unsafe fn q6k_z_body<const R: usize, const T: usize, const VNNI: bool
         let mut acc = [[z; T]; R];
         let mut sc = [z; R];
         for r in 0..R {
-            let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk(r).add(192) as *const __m128i));
-            sc[r] = _mm512_zextsi256_si512(sc16);
-            let scn = _mm512_zextsi256_si512(_mm256_sub_epi16(
-                _mm256_setzero_si256(),
-                _mm256_slli_epi16::<5>(sc16),
-            ));
+            let scn;
+            (sc[r], scn) = q6k_scales_z(blk(r));
             for t in 0..T {
                 let s16 = _mm512_zextsi256_si512(_mm256_loadu_si256(
                     x.sums[t].add(16 * b) as *const __m256i
@@ -229,32 +303,11 @@ pub(super) unsafe fn q6k_z_body<const R: usize, const T: usize, const VNNI: bool
         }
         // Chunk by chunk, all rows (as Q4_K).
         for k in 0..4 {
-            let (h, s) = (k / 2, k % 2);
             let xv: [__m512i; T] = arr!(T, |t| _mm512_loadu_si512(
                 x.qs[t].add(256 * b + 64 * k) as *const _
             ));
             for r in 0..R {
-                let base = blk(r);
-                let ql = _mm512_loadu_si512(base.add(64 * h) as *const _);
-                let lo = if s == 0 {
-                    ql
-                } else {
-                    _mm512_srli_epi16::<4>(ql)
-                };
-                let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
-                    base.add(128 + 32 * h) as *const __m256i
-                ));
-                let hi = if s == 0 {
-                    _mm512_sllv_epi16(qh, half_of(4, 2))
-                } else {
-                    _mm512_srlv_epi16(qh, half_of(0, 2))
-                };
-                // (lo & 0x0F) | (hi & 0x30)
-                let wv = _mm512_ternarylogic_epi32::<0xEA>(lo, nib, _mm512_and_si512(hi, hib));
-                let sv = _mm512_permutexvar_epi16(
-                    _mm512_loadu_si512(Q6_IDX[k].as_ptr() as *const _),
-                    sc[r],
-                );
+                let (wv, sv) = q6k_chunk_z(blk(r), k, sc[r]);
                 for t in 0..T {
                     acc[r][t] = dot16::<VNNI>(acc[r][t], _mm512_maddubs_epi16(wv, xv[t]), sv);
                 }

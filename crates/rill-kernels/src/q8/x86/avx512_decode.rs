@@ -19,8 +19,10 @@
 
 use std::arch::x86_64::*;
 
-use super::avx512::{bc512, dot16, fold4, ins128, tsum4};
-use super::{prefetch, sums32, Toks, K4_IDX, Q6_IDX};
+use super::avx512::{
+    bc512, dot16, fold4, k4_scales_z, kmin_dots_z, kmin_term_z, q6k_chunk_z, q6k_scales_z, tsum4,
+};
+use super::{prefetch, sums32, Toks};
 
 /// The f16 scale pairs of 4 rows × `nj` ≤ 4 blocks from `g` (block 0 of
 /// the group in row 0): lane `4r + j` is the 32 bits at `r·rb + j·bb`
@@ -70,7 +72,7 @@ unsafe fn finish(p0: __m512, p1: __m512) -> [f32; 16] {
 }
 
 /// Q4_K (`Q5` false) and Q5_K, 4 rows × 1 token (see the module doc; the
-/// per-block integer work is `kmin_z`'s).
+/// per-block integer work is `kmin_z`'s: [`k4_scales_z`], [`kmin_dots_z`]).
 #[inline(always)]
 pub(super) unsafe fn kmin_z1<const Q5: bool, const VNNI: bool>(
     w: *const u8,
@@ -80,8 +82,6 @@ pub(super) unsafe fn kmin_z1<const Q5: bool, const VNNI: bool>(
 ) -> [f32; 16] {
     let (bb, qs_at) = if Q5 { (176, 48) } else { (144, 16) };
     let z = _mm512_setzero_si512();
-    let nib = _mm512_set1_epi8(0x0F);
-    let shift = _mm512_mask_blend_epi64(0xF0, z, _mm512_set1_epi16(4));
     let offs = scale_offsets(rb, bb);
     let mut p = [_mm512_setzero_ps(); 2];
     let mut b0 = 0;
@@ -97,61 +97,25 @@ pub(super) unsafe fn kmin_z1<const Q5: bool, const VNNI: bool>(
             let b = b0 + j;
             let blk = |r: usize| w.add(r * rb + b * bb);
             prefetch::<4>(w, rb, b * bb, bb);
-            let mut raw = z;
-            for r in 0..4 {
-                raw = ins128(raw, _mm_loadu_si128(blk(r).add(4) as *const __m128i), r);
-            }
-            let sm = k4_unpack!(
-                raw,
-                bc512,
-                _mm512_shuffle_epi8,
-                _mm512_and_si512,
-                _mm512_or_si512,
-                _mm512_srli_epi16
-            );
-            let (sc, mn) = (_mm512_unpacklo_epi8(sm, z), _mm512_unpackhi_epi8(sm, z));
+            let (sc, mn) = k4_scales_z::<4>(blk);
             fm[j] = _mm512_madd_epi16(mn, bc512(sums32(x, 0, b)));
-            let mut acc = [z; 4];
-            for c in 0..4 {
-                let xv = _mm512_loadu_si512(x.qs[0].add(256 * b + 64 * c) as *const _);
-                for r in 0..4 {
-                    let q = blk(r).add(qs_at + 32 * c);
-                    let v = _mm512_broadcast_i64x4(_mm256_loadu_si256(q as *const __m256i));
-                    let mut wv = _mm512_and_si512(_mm512_srlv_epi16(v, shift), nib);
-                    if Q5 {
-                        let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
-                            blk(r).add(16) as *const __m256i
-                        ));
-                        let bits = _mm512_mask_blend_epi64(
-                            0xF0,
-                            _mm512_set1_epi8(1 << (2 * c)),
-                            _mm512_set1_epi8(1 << (2 * c + 1)),
-                        );
-                        let k = _mm512_test_epi8_mask(qh, bits);
-                        wv = _mm512_mask_add_epi8(wv, k, wv, _mm512_set1_epi8(16));
-                    }
-                    let idx = _mm512_loadu_si512(K4_IDX[r][c].as_ptr() as *const _);
-                    let sv = _mm512_permutexvar_epi16(idx, sc);
-                    acc[r] = dot16::<VNNI>(acc[r], _mm512_maddubs_epi16(wv, xv), sv);
-                }
-            }
-            fi[j] = fold4(acc);
+            let acc = kmin_dots_z::<4, 1, Q5, VNNI>(blk, qs_at, sc, x, b);
+            fi[j] = fold4(arr!(4, |r| acc[r][0]));
         }
         // Lane 4r + j: block b0 + j of row r.
         let (i, m) = (tsum4(fi), tsum4(fm));
         let h = gather_scales(w.add(b0 * bb), offs, nj);
         let (d, dmin) = (f16_lanes::<false>(h), f16_lanes::<true>(h));
         let dx = dx_lanes(x, b0, nj);
-        let ti = _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(i));
-        let tm = _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(m));
         let g = (b0 / 4) % 2;
-        p[g] = _mm512_add_ps(p[g], _mm512_sub_ps(ti, tm));
+        p[g] = _mm512_add_ps(p[g], kmin_term_z(d, dmin, dx, i, m));
         b0 += 4;
     }
     finish(p[0], p[1])
 }
 
-/// Q6_K, 4 rows × 1 token (the per-block integer work is `q6k_z_body`'s).
+/// Q6_K, 4 rows × 1 token (the per-block integer work is
+/// `q6k_z_body`'s: [`q6k_scales_z`], [`q6k_chunk_z`]).
 #[inline(always)]
 pub(super) unsafe fn q6k_body_z1<const VNNI: bool>(
     w: *const u8,
@@ -160,10 +124,6 @@ pub(super) unsafe fn q6k_body_z1<const VNNI: bool>(
     nb: usize,
 ) -> [f32; 16] {
     let z = _mm512_setzero_si512();
-    let (nib, hib) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
-    let half_of = |lo: i16, hi: i16| {
-        _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi16(lo), _mm512_set1_epi16(hi))
-    };
     let offs = scale_offsets(rb, 210);
     let mut p = [_mm512_setzero_ps(); 2];
     let mut b0 = 0;
@@ -182,38 +142,14 @@ pub(super) unsafe fn q6k_body_z1<const VNNI: bool>(
             let mut acc = [z; 4];
             let mut sc = [z; 4];
             for r in 0..4 {
-                let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk(r).add(192) as *const __m128i));
-                sc[r] = _mm512_zextsi256_si512(sc16);
-                let scn = _mm512_zextsi256_si512(_mm256_sub_epi16(
-                    _mm256_setzero_si256(),
-                    _mm256_slli_epi16::<5>(sc16),
-                ));
+                let scn;
+                (sc[r], scn) = q6k_scales_z(blk(r));
                 acc[r] = dot16::<VNNI>(z, s16, scn);
             }
             for k in 0..4 {
-                let (h, s) = (k / 2, k % 2);
                 let xv = _mm512_loadu_si512(x.qs[0].add(256 * b + 64 * k) as *const _);
                 for r in 0..4 {
-                    let base = blk(r);
-                    let ql = _mm512_loadu_si512(base.add(64 * h) as *const _);
-                    let lo = if s == 0 {
-                        ql
-                    } else {
-                        _mm512_srli_epi16::<4>(ql)
-                    };
-                    let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
-                        base.add(128 + 32 * h) as *const __m256i
-                    ));
-                    let hi = if s == 0 {
-                        _mm512_sllv_epi16(qh, half_of(4, 2))
-                    } else {
-                        _mm512_srlv_epi16(qh, half_of(0, 2))
-                    };
-                    let wv = _mm512_ternarylogic_epi32::<0xEA>(lo, nib, _mm512_and_si512(hi, hib));
-                    let sv = _mm512_permutexvar_epi16(
-                        _mm512_loadu_si512(Q6_IDX[k].as_ptr() as *const _),
-                        sc[r],
-                    );
+                    let (wv, sv) = q6k_chunk_z(blk(r), k, sc[r]);
                     acc[r] = dot16::<VNNI>(acc[r], _mm512_maddubs_epi16(wv, xv), sv);
                 }
             }

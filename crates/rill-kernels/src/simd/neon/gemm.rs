@@ -33,15 +33,6 @@ pub(crate) const MR_1: usize = 8;
 /// and 1 weight (one half of a chunk at a time) = 28 of the 32 registers.
 pub(crate) const NR: usize = 3;
 
-/// `s + Σ w[c]·x[c]` over `from..cols`, element by element in order.
-#[inline(always)]
-unsafe fn tail(w: *const f32, x: *const f32, from: usize, cols: usize, mut s: f32) -> f32 {
-    for c in from..cols {
-        s += *w.add(c) * *x.add(c);
-    }
-    s
-}
-
 #[inline]
 #[target_feature(enable = "neon")]
 unsafe fn tile4<const R: usize, const T: usize>(
@@ -72,12 +63,9 @@ unsafe fn tile4<const R: usize, const T: usize>(
         }
         c += 8;
     }
-    for r in 0..R {
-        for t in 0..T {
-            let s = hsum(acc[r][t][0], acc[r][t][1]);
-            out[r * T + t] = tail(w.add(r * cols), x.add(t * cols), full, cols, s);
-        }
-    }
+    crate::simd::gemm_finish!(R, T, (w, x, cols, full, out), |r, t| {
+        hsum(acc[r][t][0], acc[r][t][1])
+    });
 }
 
 #[target_feature(enable = "neon")]
@@ -114,22 +102,8 @@ pub(crate) unsafe fn tile(
     let (w, x) = (w.as_ptr(), x.as_ptr());
     if nt == 1 {
         debug_assert!((1..=MR_1).contains(&nr));
-        return match nr {
-            1 => tile4::<1, 1>(w, x, cols, out),
-            2 => tile4::<2, 1>(w, x, cols, out),
-            3 => tile4::<3, 1>(w, x, cols, out),
-            4 => tile4::<4, 1>(w, x, cols, out),
-            5 => tile4::<5, 1>(w, x, cols, out),
-            6 => tile4::<6, 1>(w, x, cols, out),
-            7 => tile4::<7, 1>(w, x, cols, out),
-            _ => tile4::<8, 1>(w, x, cols, out),
-        };
+        return crate::simd::one_token_tile!(tile4, nr, (w, x, cols, out));
     }
     debug_assert!((1..=MR).contains(&nr) && (2..=NR).contains(&nt));
-    match nr {
-        1 => rows::<1>(w, x, nt, cols, out),
-        2 => rows::<2>(w, x, nt, cols, out),
-        3 => rows::<3>(w, x, nt, cols, out),
-        _ => rows::<4>(w, x, nt, cols, out),
-    }
+    crate::simd::by_rows!(rows, nr, (w, x, nt, cols, out))
 }

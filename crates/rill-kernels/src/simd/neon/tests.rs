@@ -4,13 +4,12 @@
 //! n = 300) but only for the encodings in its list; this covers all of them
 //! (Q5_0, Q5_1, Q2_K and Q3_K too) without the threading around it.
 
-use std::path::PathBuf;
-
 use rill_dtype::DType;
 
 use super::{canon_tile, dequantize, gemm, CANON_ROWS, CANON_TOKENS};
 use crate::quant::dequantize_with;
 use crate::simd::Isa;
+use crate::test_common::{matrix, Rng};
 
 /// Every encoding [`canon_tile`] takes, with a column count (several
 /// blocks, so accumulators carry across blocks).
@@ -29,41 +28,6 @@ const CASES: [(DType, usize); 13] = [
     (DType::IQ4XS, 512),
     (DType::MXFP4, 96),
 ];
-
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [-1, 1).
-    fn f32(&mut self) -> f32 {
-        ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-}
-
-/// `rows` encoded rows of `cols` values: blocks of the committed fixture
-/// drawn at random (so blocks meet neighbours they were not encoded with).
-fn matrix(dtype: DType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(format!("{}.bin", dtype.name()));
-    let raw = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    let bb = dtype.block_bytes();
-    let blocks = raw.len() / bb;
-    (0..rows * cols / dtype.block_len())
-        .flat_map(|_| {
-            let b = (rng.next() % blocks as u64) as usize;
-            raw[b * bb..(b + 1) * bb].to_vec()
-        })
-        .collect()
-}
 
 #[test]
 fn canon_tile_gives_the_blocked_paths_bits() {

@@ -18,7 +18,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{h2f, hsum4, ld8s, ld8u};
+use super::{h2f, hsum4, ld8s, ld8u, ld8u4};
 use crate::quant::iq4::IQ4_NL_VALUES;
 use crate::quant::k_quants::q3_k_scales;
 use crate::quant::mxfp4::{e8m0_to_f32_half, E2M1_DOUBLED};
@@ -45,34 +45,10 @@ pub(super) trait Emit {
     }
 }
 
-/// Stores the decoded block at `p` (`dequantize`).
-pub(super) struct Store {
-    pub(super) p: *mut f32,
-}
-
-impl Emit for Store {
-    const EXACT: bool = true;
-    #[inline(always)]
-    unsafe fn put(&mut self, off: usize, v: __m256, _slot: usize) {
-        _mm256_storeu_ps(self.p.add(off), v);
-    }
-}
-
-/// The fused dot of one row with `x` (this block's part at `x`): four
-/// accumulators, fused scale-and-min, factored block scales — fast, not in
-/// the canonical order.
-pub(super) struct Dot {
-    pub(super) x: *const f32,
-    pub(super) acc: Acc,
-}
-
-impl Emit for Dot {
-    const EXACT: bool = false;
-    #[inline(always)]
-    unsafe fn put(&mut self, off: usize, v: __m256, slot: usize) {
-        let a = &mut self.acc[slot & 3];
-        *a = _mm256_fmadd_ps(v, _mm256_loadu_ps(self.x.add(off)), *a);
-    }
+// `Store`, `Dot` (with its own `scaled32`: factored block scale) and
+// `scale_min`, on 8-lane vectors.
+plain_emitters! {"avx2,fma,f16c", __m256, _mm256_storeu_ps, _mm256_loadu_ps, _mm256_fmadd_ps,
+    (_mm256_sub_ps, _mm256_mul_ps, _mm256_fmsub_ps);
     #[inline(always)]
     unsafe fn scaled32(&mut self, off: usize, d: f32, q: [__m256; 4], slot: usize) {
         let p = self.x.add(off);
@@ -85,45 +61,14 @@ impl Emit for Dot {
     }
 }
 
-/// One row against `T` tokens in the canonical AVX2 order of `crate::gemm`:
-/// the exact decoded values, one accumulator per token, `acc = fma(w, x,
-/// acc)` over the row's chunks of 8 in order. `x` is this block's part of
-/// token 0; token `t` is `t · stride` values further.
-pub(super) struct Canon<const T: usize> {
-    pub(super) x: *const f32,
-    pub(super) stride: usize,
-    pub(super) acc: [__m256; T],
-}
-
-impl<const T: usize> super::RowAcc<T> for Canon<T> {
-    #[inline(always)]
-    unsafe fn start(x: *const f32, stride: usize) -> Self {
-        Canon {
-            x,
-            stride,
-            acc: [_mm256_setzero_ps(); T],
-        }
-    }
-    #[inline(always)]
-    fn at_block(&mut self, x: *const f32) {
-        self.x = x;
-    }
-    #[inline(always)]
-    unsafe fn sums(&self) -> [f32; T] {
-        self.acc.map(|a| super::hsum(a))
-    }
-}
-
-impl<const T: usize> Emit for Canon<T> {
-    const EXACT: bool = true;
-    #[inline(always)]
-    unsafe fn put(&mut self, off: usize, v: __m256, _slot: usize) {
-        for t in 0..T {
-            let xv = _mm256_loadu_ps(self.x.add(t * self.stride + off));
-            self.acc[t] = _mm256_fmadd_ps(v, xv, self.acc[t]);
-        }
-    }
-}
+// `Canon`: the canonical AVX2 order, on chunks of 8.
+canon_acc!(
+    __m256,
+    _mm256_setzero_ps,
+    _mm256_loadu_ps,
+    _mm256_fmadd_ps,
+    super::hsum
+);
 
 /// [`Canon`] in the AVX-512 path's canonical order (16-lane accumulators),
 /// for encodings without an AVX-512 decoder: each 16-lane accumulator is
@@ -167,18 +112,6 @@ impl<const T: usize> Emit for Canon16<T> {
             let xv = _mm256_loadu_ps(self.x.add(t * self.stride + off));
             self.acc[t][half] = _mm256_fmadd_ps(v, xv, self.acc[t][half]);
         }
-    }
-}
-
-/// `dl * q - ml`: exactly as the scalar decoder (mul, then sub) for exact
-/// emitters; fused (one rounding) in the dot.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scale_min<E: Emit>(dl: __m256, q: __m256, ml: __m256) -> __m256 {
-    if E::EXACT {
-        _mm256_sub_ps(_mm256_mul_ps(dl, q), ml)
-    } else {
-        _mm256_fmsub_ps(dl, q, ml)
     }
 }
 
@@ -257,6 +190,17 @@ unsafe fn fifth_bits(qh: u32) -> (__m128i, __m128i) {
     (fifth_bits16(qh & 0xFFFF), fifth_bits16(qh >> 16))
 }
 
+/// The 32 five-bit quants of a Q5_0 / Q5_1 block (nibbles at `qs`, fifth
+/// bits from the little-endian u32 at `qh`), elements 0..16 and 16..32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quants5(qh: *const u8, qs: *const u8) -> (__m128i, __m128i) {
+    let qh = u32::from_le_bytes(*(qh as *const [u8; 4]));
+    let (lo, hi) = nibbles16(qs);
+    let (blo, bhi) = fifth_bits(qh);
+    (_mm_or_si128(lo, blo), _mm_or_si128(hi, bhi))
+}
+
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_0<E: Emit>(b: *const u8, e: &mut E, slot: usize) {
@@ -276,22 +220,17 @@ unsafe fn q4_1<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5_0<E: Emit>(b: *const u8, e: &mut E, slot: usize) {
-    let qh = u32::from_le_bytes(*(b.add(2) as *const [u8; 4]));
-    let (lo, hi) = nibbles16(b.add(6));
-    let (blo, bhi) = fifth_bits(qh);
+    let (lo, hi) = quants5(b.add(2), b.add(6));
     let k16 = _mm_set1_epi8(16);
-    let lo = _mm_sub_epi8(_mm_or_si128(lo, blo), k16);
-    let hi = _mm_sub_epi8(_mm_or_si128(hi, bhi), k16);
+    let (lo, hi) = (_mm_sub_epi8(lo, k16), _mm_sub_epi8(hi, k16));
     e.scaled32(0, h2f(b), four(lo, hi), slot);
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5_1<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
-    let qh = u32::from_le_bytes(*(b.add(4) as *const [u8; 4]));
-    let (lo, hi) = nibbles16(b.add(8));
-    let (blo, bhi) = fifth_bits(qh);
-    let q = four(_mm_or_si128(lo, blo), _mm_or_si128(hi, bhi));
+    let (lo, hi) = quants5(b.add(4), b.add(8));
+    let q = four(lo, hi);
     emit_affine32(e, h2f(b), h2f(b.add(2)), q);
 }
 
@@ -364,12 +303,7 @@ unsafe fn q2_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
     let three = _mm256_set1_epi32(3);
     for h in 0..2 {
         let qs = b.add(16 + 32 * h);
-        let raw = [
-            ld8u(qs),
-            ld8u(qs.add(8)),
-            ld8u(qs.add(16)),
-            ld8u(qs.add(24)),
-        ];
+        let raw = ld8u4(qs);
         for j in 0..4 {
             let base = 128 * h + 32 * j;
             for (k, r) in raw.iter().enumerate() {
@@ -391,7 +325,7 @@ unsafe fn q3_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
     for (o, &s) in dl.iter_mut().zip(&scales) {
         *o = d * s as f32;
     }
-    let hm = [ld8u(b), ld8u(b.add(8)), ld8u(b.add(16)), ld8u(b.add(24))];
+    let hm = ld8u4(b);
     let (one, three, four) = (
         _mm256_set1_epi32(1),
         _mm256_set1_epi32(3),
@@ -399,12 +333,7 @@ unsafe fn q3_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
     );
     for h in 0..2 {
         let qs = b.add(32 + 32 * h);
-        let raw = [
-            ld8u(qs),
-            ld8u(qs.add(8)),
-            ld8u(qs.add(16)),
-            ld8u(qs.add(24)),
-        ];
+        let raw = ld8u4(qs);
         for j in 0..4 {
             let base = 128 * h + 32 * j;
             for k in 0..4 {
@@ -457,12 +386,22 @@ pub(super) unsafe fn k4_scales(b: *const u8) -> ([f32; 8], [f32; 8]) {
     (dl, ml)
 }
 
+/// Q4_K (`Q5` false) and Q5_K, which adds bit `g` of `qh` as bit 4 of
+/// sub-block `g`'s quants.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
+unsafe fn kmin<E: Emit, const Q5: bool>(b: *const u8, e: &mut E, _slot: usize) {
     let (dl, ml) = k4_scales(b);
-    let qs = b.add(16);
-    let m15 = _mm256_set1_epi32(15);
+    let qs = b.add(if Q5 { 48 } else { 16 });
+    let hraw = if Q5 {
+        ld8u4(b.add(16))
+    } else {
+        [_mm256_setzero_si256(); 4]
+    };
+    let (m15, one) = (_mm256_set1_epi32(15), _mm256_set1_epi32(1));
+    // Bit `g` of `hraw[k]` as bit 4 (Q5_K).
+    let high =
+        |k: usize, g: usize| _mm256_slli_epi32(_mm256_and_si256(srl(hraw[k], g as i32), one), 4);
     for c in 0..4 {
         let (g0, g1) = (2 * c, 2 * c + 1);
         let (dl0, ml0) = (_mm256_set1_ps(dl[g0]), _mm256_set1_ps(ml[g0]));
@@ -470,43 +409,22 @@ unsafe fn q4_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
         let v = [0, 1, 2, 3].map(|k| ld8u(qs.add(32 * c + 8 * k)));
         // Low nibbles are elements 64c..64c+32, high ones the next 32.
         for k in 0..4 {
-            let lo = cvt(_mm256_and_si256(v[k], m15));
-            e.put(64 * c + 8 * k, scale_min::<E>(dl0, lo, ml0), k);
+            let mut lo = _mm256_and_si256(v[k], m15);
+            if Q5 {
+                lo = _mm256_or_si256(lo, high(k, g0));
+            }
+            e.put(64 * c + 8 * k, scale_min::<E>(dl0, cvt(lo), ml0), k);
         }
         for k in 0..4 {
-            let hi = cvt(_mm256_srli_epi32(v[k], 4));
-            e.put(64 * c + 32 + 8 * k, scale_min::<E>(dl1, hi, ml1), k ^ 2);
-        }
-    }
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
-    let (dl, ml) = k4_scales(b);
-    let qh = b.add(16);
-    let qs = b.add(48);
-    let hraw = [
-        ld8u(qh),
-        ld8u(qh.add(8)),
-        ld8u(qh.add(16)),
-        ld8u(qh.add(24)),
-    ];
-    let (m15, one) = (_mm256_set1_epi32(15), _mm256_set1_epi32(1));
-    for c in 0..4 {
-        let (g0, g1) = (2 * c, 2 * c + 1);
-        let (dl0, ml0) = (_mm256_set1_ps(dl[g0]), _mm256_set1_ps(ml[g0]));
-        let (dl1, ml1) = (_mm256_set1_ps(dl[g1]), _mm256_set1_ps(ml[g1]));
-        let v = [0, 1, 2, 3].map(|k| ld8u(qs.add(32 * c + 8 * k)));
-        for k in 0..4 {
-            let h0 = _mm256_slli_epi32(_mm256_and_si256(srl(hraw[k], g0 as i32), one), 4);
-            let lo = cvt(_mm256_or_si256(_mm256_and_si256(v[k], m15), h0));
-            e.put(64 * c + 8 * k, scale_min::<E>(dl0, lo, ml0), k);
-        }
-        for k in 0..4 {
-            let h1 = _mm256_slli_epi32(_mm256_and_si256(srl(hraw[k], g1 as i32), one), 4);
-            let hi = cvt(_mm256_or_si256(_mm256_srli_epi32(v[k], 4), h1));
-            e.put(64 * c + 32 + 8 * k, scale_min::<E>(dl1, hi, ml1), k ^ 2);
+            let mut hi = _mm256_srli_epi32(v[k], 4);
+            if Q5 {
+                hi = _mm256_or_si256(hi, high(k, g1));
+            }
+            e.put(
+                64 * c + 32 + 8 * k,
+                scale_min::<E>(dl1, cvt(hi), ml1),
+                k ^ 2,
+            );
         }
     }
 }
@@ -566,80 +484,18 @@ unsafe fn q6_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
     }
 }
 
-/// `dot_NAME(row, x)`, `deq_NAME(src, dst)` and `canon_NAME::<R, T>` over
-/// whole blocks of one encoding.
-macro_rules! row_kernels {
-    ($($block:ident: $dot:ident, $deq:ident, $canon:ident, $canon16:ident, $bb:expr, $bl:expr;)*) => {$(
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub(super) unsafe fn $dot(row: &[u8], x: &[f32]) -> f32 {
-            let n = x.len() / $bl;
-            debug_assert_eq!(row.len(), n * $bb);
-            let rp = row.as_ptr();
-            let mut e = Dot { x: x.as_ptr(), acc: [_mm256_setzero_ps(); 4] };
-            // Four blocks per step so that each gets a constant accumulator
-            // slot (a computed one would keep the accumulators in memory).
-            let mut i = 0;
-            while i + 4 <= n {
-                for k in 0..4 {
-                    e.x = x.as_ptr().add((i + k) * $bl);
-                    $block(rp.add((i + k) * $bb), &mut e, k);
-                }
-                i += 4;
-            }
-            while i < n {
-                e.x = x.as_ptr().add(i * $bl);
-                $block(rp.add(i * $bb), &mut e, 0);
-                i += 1;
-            }
-            hsum4(&e.acc)
-        }
-
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub(super) unsafe fn $deq(src: &[u8], dst: &mut [f32]) {
-            let n = dst.len() / $bl;
-            debug_assert_eq!(src.len(), n * $bb);
-            let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
-            for i in 0..n {
-                $block(sp.add(i * $bb), &mut Store { p: dp.add(i * $bl) }, 0);
-            }
-        }
-
-        /// `R` rows × `T` tokens decoded in registers, in the canonical
-        /// AVX2 order (see `super::canon_rows`).
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub(super) unsafe fn $canon<const R: usize, const T: usize>(
-            w: *const u8,
-            x: *const f32,
-            cols: usize,
-        ) -> [[f32; T]; R] {
-            super::canon_rows::<Canon<T>, R, T>(w, x, cols, ($bb, $bl), |b, e| $block(b, e, 0))
-        }
-
-        /// As the one above, in the AVX-512 path's order ([`Canon16`]).
-        #[allow(dead_code)]
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub(super) unsafe fn $canon16<const R: usize, const T: usize>(
-            w: *const u8,
-            x: *const f32,
-            cols: usize,
-        ) -> [[f32; T]; R] {
-            super::canon_rows::<Canon16<T>, R, T>(w, x, cols, ($bb, $bl), |b, e| $block(b, e, 0))
-        }
-    )*};
-}
-
-row_kernels! {
-    q4_0: dot_q4_0, deq_q4_0, canon_q4_0, canon16_q4_0, 18, 32;
-    q4_1: dot_q4_1, deq_q4_1, canon_q4_1, canon16_q4_1, 20, 32;
-    q5_0: dot_q5_0, deq_q5_0, canon_q5_0, canon16_q5_0, 22, 32;
-    q5_1: dot_q5_1, deq_q5_1, canon_q5_1, canon16_q5_1, 24, 32;
-    q8_0: dot_q8_0, deq_q8_0, canon_q8_0, canon16_q8_0, 34, 32;
-    q2_k: dot_q2_k, deq_q2_k, canon_q2_k, canon16_q2_k, 84, QK_K;
-    q3_k: dot_q3_k, deq_q3_k, canon_q3_k, canon16_q3_k, 110, QK_K;
-    q4_k: dot_q4_k, deq_q4_k, canon_q4_k, canon16_q4_k, 144, QK_K;
-    q5_k: dot_q5_k, deq_q5_k, canon_q5_k, canon16_q5_k, 176, QK_K;
-    q6_k: dot_q6_k, deq_q6_k, canon_q6_k, canon16_q6_k, 210, QK_K;
-    iq4_nl: dot_iq4_nl, deq_iq4_nl, canon_iq4_nl, canon16_iq4_nl, 18, 32;
-    iq4_xs: dot_iq4_xs, deq_iq4_xs, canon_iq4_xs, canon16_iq4_xs, 136, QK_K;
-    mxfp4: dot_mxfp4, deq_mxfp4, canon_mxfp4, canon16_mxfp4, 17, 32;
+row_kernels! {"avx2,fma,f16c", _mm256_setzero_ps(), hsum4;
+    q4_0: dot_q4_0, deq_q4_0, canon_q4_0: Canon, canon16_q4_0: Canon16; 18, 32;
+    q4_1: dot_q4_1, deq_q4_1, canon_q4_1: Canon, canon16_q4_1: Canon16; 20, 32;
+    q5_0: dot_q5_0, deq_q5_0, canon_q5_0: Canon, canon16_q5_0: Canon16; 22, 32;
+    q5_1: dot_q5_1, deq_q5_1, canon_q5_1: Canon, canon16_q5_1: Canon16; 24, 32;
+    q8_0: dot_q8_0, deq_q8_0, canon_q8_0: Canon, canon16_q8_0: Canon16; 34, 32;
+    q2_k: dot_q2_k, deq_q2_k, canon_q2_k: Canon, canon16_q2_k: Canon16; 84, QK_K;
+    q3_k: dot_q3_k, deq_q3_k, canon_q3_k: Canon, canon16_q3_k: Canon16; 110, QK_K;
+    kmin::<_, false>: dot_q4_k, deq_q4_k, canon_q4_k: Canon, canon16_q4_k: Canon16; 144, QK_K;
+    kmin::<_, true>: dot_q5_k, deq_q5_k, canon_q5_k: Canon, canon16_q5_k: Canon16; 176, QK_K;
+    q6_k: dot_q6_k, deq_q6_k, canon_q6_k: Canon, canon16_q6_k: Canon16; 210, QK_K;
+    iq4_nl: dot_iq4_nl, deq_iq4_nl, canon_iq4_nl: Canon, canon16_iq4_nl: Canon16; 18, 32;
+    iq4_xs: dot_iq4_xs, deq_iq4_xs, canon_iq4_xs: Canon, canon16_iq4_xs: Canon16; 136, QK_K;
+    mxfp4: dot_mxfp4, deq_mxfp4, canon_mxfp4: Canon, canon16_mxfp4: Canon16; 17, 32;
 }

@@ -52,33 +52,10 @@ trait Emit {
     }
 }
 
-/// Stores the decoded block at `p` (`dequantize`).
-struct Store {
-    p: *mut f32,
-}
-
-impl Emit for Store {
-    const EXACT: bool = true;
-    #[inline(always)]
-    unsafe fn put(&mut self, off: usize, v: __m512, _slot: usize) {
-        _mm512_storeu_ps(self.p.add(off), v);
-    }
-}
-
-/// The fused dot of one row with `x` (block part at `x`): four accumulators,
-/// fused scales, factored block scales — fast, not in the canonical order.
-struct Dot {
-    x: *const f32,
-    acc: Acc,
-}
-
-impl Emit for Dot {
-    const EXACT: bool = false;
-    #[inline(always)]
-    unsafe fn put(&mut self, off: usize, v: __m512, slot: usize) {
-        let a = &mut self.acc[slot & 3];
-        *a = _mm512_fmadd_ps(v, _mm512_loadu_ps(self.x.add(off)), *a);
-    }
+// `Store`, `Dot` (with its own `put_scaled32`) and `scale_min`, on
+// 16-lane vectors.
+plain_emitters! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c", __m512, _mm512_storeu_ps, _mm512_loadu_ps, _mm512_fmadd_ps,
+    (_mm512_sub_ps, _mm512_mul_ps, _mm512_fmsub_ps);
     #[inline(always)]
     unsafe fn put_scaled32(&mut self, off: usize, d: __m512, q0: __m512, q1: __m512, slot: usize) {
         let s = _mm512_mul_ps(q0, _mm512_loadu_ps(self.x.add(off)));
@@ -88,45 +65,14 @@ impl Emit for Dot {
     }
 }
 
-/// One row against `T` tokens in the canonical order of `crate::gemm`: the
-/// exact decoded values, one accumulator per token, `acc = fma(w, x, acc)`
-/// over the row's chunks of 16 in order. `x` is this block's part of token
-/// 0; token `t` is `t · stride` values further.
-struct Canon<const T: usize> {
-    x: *const f32,
-    stride: usize,
-    acc: [__m512; T],
-}
-
-impl<const T: usize> super::RowAcc<T> for Canon<T> {
-    #[inline(always)]
-    unsafe fn start(x: *const f32, stride: usize) -> Self {
-        Canon {
-            x,
-            stride,
-            acc: [_mm512_setzero_ps(); T],
-        }
-    }
-    #[inline(always)]
-    fn at_block(&mut self, x: *const f32) {
-        self.x = x;
-    }
-    #[inline(always)]
-    unsafe fn sums(&self) -> [f32; T] {
-        self.acc.map(|a| super::gemm::hsum512(a))
-    }
-}
-
-impl<const T: usize> Emit for Canon<T> {
-    const EXACT: bool = true;
-    #[inline(always)]
-    unsafe fn put(&mut self, off: usize, v: __m512, _slot: usize) {
-        for t in 0..T {
-            let xv = _mm512_loadu_ps(self.x.add(t * self.stride + off));
-            self.acc[t] = _mm512_fmadd_ps(v, xv, self.acc[t]);
-        }
-    }
-}
+// `Canon`: the canonical AVX-512 order, on chunks of 16.
+canon_acc!(
+    __m512,
+    _mm512_setzero_ps,
+    _mm512_loadu_ps,
+    _mm512_fmadd_ps,
+    super::gemm::hsum512
+);
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
@@ -137,18 +83,6 @@ unsafe fn iota(from: f32) -> __m512 {
         ),
         _mm512_set1_ps(from),
     )
-}
-
-/// `dl * q - ml` for the 16 quants in `q`: mul then sub (exact) for exact
-/// emitters, fused in the dot.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn scale_min<E: Emit>(dl: __m512, q: __m512, ml: __m512) -> __m512 {
-    if E::EXACT {
-        _mm512_sub_ps(_mm512_mul_ps(dl, q), ml)
-    } else {
-        _mm512_fmsub_ps(dl, q, ml)
-    }
 }
 
 /// `*p` in all 16 lanes, loaded with a memory-operand `vbroadcastss` (load
@@ -388,74 +322,28 @@ unsafe fn q6_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
     }
 }
 
-/// `dot_NAME(row, x)`, `deq_NAME(src, dst)` and `canon_NAME::<R, T>` over
-/// whole blocks.
-macro_rules! row_kernels {
-    ($($block:ident: $dot:ident, $deq:ident, $canon:ident, $bb:expr, $bl:expr;)*) => {$(
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-        unsafe fn $dot(row: &[u8], x: &[f32]) -> f32 {
-            let n = x.len() / $bl;
-            debug_assert_eq!(row.len(), n * $bb);
-            let rp = row.as_ptr();
-            let mut e = Dot { x: x.as_ptr(), acc: [_mm512_setzero_ps(); 4] };
-            // Four blocks per step so that each gets a constant accumulator
-            // slot (a computed one would keep the accumulators in memory).
-            let mut i = 0;
-            while i + 4 <= n {
-                for k in 0..4 {
-                    e.x = x.as_ptr().add((i + k) * $bl);
-                    $block(rp.add((i + k) * $bb), &mut e, k);
-                }
-                i += 4;
-            }
-            while i < n {
-                e.x = x.as_ptr().add(i * $bl);
-                $block(rp.add(i * $bb), &mut e, 0);
-                i += 1;
-            }
-            let acc = e.acc;
-            let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
-            hsum(_mm256_add_ps(
-                _mm512_castps512_ps256(s),
-                _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)),
-            ))
-        }
-
-        // (Q8_0's is not dispatched: measured slower than AVX2's.)
-        #[allow(dead_code)]
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-        unsafe fn $deq(src: &[u8], dst: &mut [f32]) {
-            let n = dst.len() / $bl;
-            debug_assert_eq!(src.len(), n * $bb);
-            let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
-            for i in 0..n {
-                $block(sp.add(i * $bb), &mut Store { p: dp.add(i * $bl) }, 0);
-            }
-        }
-
-        /// `R` rows × `T` tokens decoded in registers, in the canonical
-        /// AVX-512 order (see `super::canon_rows`).
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-        pub(super) unsafe fn $canon<const R: usize, const T: usize>(
-            w: *const u8,
-            x: *const f32,
-            cols: usize,
-        ) -> [[f32; T]; R] {
-            super::canon_rows::<Canon<T>, R, T>(w, x, cols, ($bb, $bl), |b, e| $block(b, e, 0))
-        }
-    )*};
+/// Sum of four accumulators' lanes: their sum, upper 256 bits onto the
+/// lower, then [`hsum`].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn hsum4_z(acc: &[__m512; 4]) -> f32 {
+    let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+    hsum(_mm256_add_ps(
+        _mm512_castps512_ps256(s),
+        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)),
+    ))
 }
 
-row_kernels! {
-    q4_0: dot_q4_0, deq_q4_0, canon_q4_0, 18, 32;
-    q4_1: dot_q4_1, deq_q4_1, canon_q4_1, 20, 32;
-    q8_0: dot_q8_0, deq_q8_0, canon_q8_0, 34, 32;
-    q4_k: dot_q4_k, deq_q4_k, canon_q4_k, 144, QK_K;
-    q5_k: dot_q5_k, deq_q5_k, canon_q5_k, 176, QK_K;
-    q6_k: dot_q6_k, deq_q6_k, canon_q6_k, 210, QK_K;
-    iq4_nl: dot_iq4_nl, deq_iq4_nl, canon_iq4_nl, 18, 32;
-    iq4_xs: dot_iq4_xs, deq_iq4_xs, canon_iq4_xs, 136, QK_K;
-    mxfp4: dot_mxfp4, deq_mxfp4, canon_mxfp4, 17, 32;
+row_kernels! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c", _mm512_setzero_ps(), hsum4_z;
+    q4_0: dot_q4_0, deq_q4_0, canon_q4_0: Canon; 18, 32;
+    q4_1: dot_q4_1, deq_q4_1, canon_q4_1: Canon; 20, 32;
+    q8_0: dot_q8_0, deq_q8_0, canon_q8_0: Canon; 34, 32;
+    q4_k: dot_q4_k, deq_q4_k, canon_q4_k: Canon; 144, QK_K;
+    q5_k: dot_q5_k, deq_q5_k, canon_q5_k: Canon; 176, QK_K;
+    q6_k: dot_q6_k, deq_q6_k, canon_q6_k: Canon; 210, QK_K;
+    iq4_nl: dot_iq4_nl, deq_iq4_nl, canon_iq4_nl: Canon; 18, 32;
+    iq4_xs: dot_iq4_xs, deq_iq4_xs, canon_iq4_xs: Canon; 136, QK_K;
+    mxfp4: dot_mxfp4, deq_mxfp4, canon_mxfp4: Canon; 17, 32;
 }
 
 /// # Safety

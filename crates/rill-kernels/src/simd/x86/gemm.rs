@@ -33,15 +33,6 @@ pub(crate) const NR_512: usize = 6;
 /// Tokens per AVX2 tile: 4 × 3 accumulators + 3 x + 1 weight = 16 ymm.
 pub(crate) const NR_256: usize = 3;
 
-/// `s + Σ w[c]·x[c]` over `from..cols`, element by element in order.
-#[inline(always)]
-unsafe fn tail(w: *const f32, x: *const f32, from: usize, cols: usize, mut s: f32) -> f32 {
-    for c in from..cols {
-        s += *w.add(c) * *x.add(c);
-    }
-    s
-}
-
 /// The 16 lanes summed: upper 8 onto lower 8, then [`hsum`].
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
@@ -75,12 +66,7 @@ unsafe fn tile512<const R: usize, const T: usize>(
         }
         c += 16;
     }
-    for r in 0..R {
-        for t in 0..T {
-            let s = hsum512(acc[r][t]);
-            out[r * T + t] = tail(w.add(r * cols), x.add(t * cols), full, cols, s);
-        }
-    }
+    crate::simd::gemm_finish!(R, T, (w, x, cols, full, out), |r, t| hsum512(acc[r][t]));
 }
 
 #[inline]
@@ -107,12 +93,7 @@ unsafe fn tile256<const R: usize, const T: usize>(
         }
         c += 8;
     }
-    for r in 0..R {
-        for t in 0..T {
-            let s = hsum(acc[r][t]);
-            out[r * T + t] = tail(w.add(r * cols), x.add(t * cols), full, cols, s);
-        }
-    }
+    crate::simd::gemm_finish!(R, T, (w, x, cols, full, out), |r, t| hsum(acc[r][t]));
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
@@ -169,41 +150,18 @@ pub(crate) unsafe fn tile(
     let (w, x) = (w.as_ptr(), x.as_ptr());
     if nt == 1 {
         debug_assert!((1..=MR_1).contains(&nr));
-        return match (avx512, nr) {
-            (true, 1) => tile512::<1, 1>(w, x, cols, out),
-            (true, 2) => tile512::<2, 1>(w, x, cols, out),
-            (true, 3) => tile512::<3, 1>(w, x, cols, out),
-            (true, 4) => tile512::<4, 1>(w, x, cols, out),
-            (true, 5) => tile512::<5, 1>(w, x, cols, out),
-            (true, 6) => tile512::<6, 1>(w, x, cols, out),
-            (true, 7) => tile512::<7, 1>(w, x, cols, out),
-            (true, _) => tile512::<8, 1>(w, x, cols, out),
-            (false, 1) => tile256::<1, 1>(w, x, cols, out),
-            (false, 2) => tile256::<2, 1>(w, x, cols, out),
-            (false, 3) => tile256::<3, 1>(w, x, cols, out),
-            (false, 4) => tile256::<4, 1>(w, x, cols, out),
-            (false, 5) => tile256::<5, 1>(w, x, cols, out),
-            (false, 6) => tile256::<6, 1>(w, x, cols, out),
-            (false, 7) => tile256::<7, 1>(w, x, cols, out),
-            (false, _) => tile256::<8, 1>(w, x, cols, out),
+        return if avx512 {
+            crate::simd::one_token_tile!(tile512, nr, (w, x, cols, out))
+        } else {
+            crate::simd::one_token_tile!(tile256, nr, (w, x, cols, out))
         };
     }
     debug_assert!((1..=MR).contains(&nr));
     if avx512 {
         debug_assert!((2..=NR_512).contains(&nt));
-        match nr {
-            1 => rows512::<1>(w, x, nt, cols, out),
-            2 => rows512::<2>(w, x, nt, cols, out),
-            3 => rows512::<3>(w, x, nt, cols, out),
-            _ => rows512::<4>(w, x, nt, cols, out),
-        }
+        crate::simd::by_rows!(rows512, nr, (w, x, nt, cols, out))
     } else {
         debug_assert!((2..=NR_256).contains(&nt));
-        match nr {
-            1 => rows256::<1>(w, x, nt, cols, out),
-            2 => rows256::<2>(w, x, nt, cols, out),
-            3 => rows256::<3>(w, x, nt, cols, out),
-            _ => rows256::<4>(w, x, nt, cols, out),
-        }
+        crate::simd::by_rows!(rows256, nr, (w, x, nt, cols, out))
     }
 }

@@ -14,6 +14,165 @@
 use std::arch::x86_64::*;
 
 use rill_dtype::DType;
+/// `dot_NAME(row, x)`, `deq_NAME(src, dst)` and, per `canon_NAME: Acc`,
+/// `canon_NAME::<R, T>` (the canonical order of the row accumulator `Acc`)
+/// over whole blocks of one encoding, with the target features `$feat`, in
+/// the module that invokes it (its `Dot`, `Store`, accumulators and block
+/// decoders; `$zero` is its zero accumulator, `$sum4` its fold of the
+/// four): the AVX2 and AVX-512 paths run these loops on their own vectors.
+macro_rules! row_kernels {
+    ($feat:literal, $zero:expr, $sum4:ident;
+     $($block:path: $dot:ident, $deq:ident, $($canon:ident: $acc:ident),+; $bb:expr, $bl:expr;)*) => {$(
+        #[target_feature(enable = $feat)]
+        pub(super) unsafe fn $dot(row: &[u8], x: &[f32]) -> f32 {
+            let n = x.len() / $bl;
+            debug_assert_eq!(row.len(), n * $bb);
+            let rp = row.as_ptr();
+            let mut e = Dot { x: x.as_ptr(), acc: [$zero; 4] };
+            // Four blocks per step so that each gets a constant accumulator
+            // slot (a computed one would keep the accumulators in memory).
+            let mut i = 0;
+            while i + 4 <= n {
+                for k in 0..4 {
+                    e.x = x.as_ptr().add((i + k) * $bl);
+                    $block(rp.add((i + k) * $bb), &mut e, k);
+                }
+                i += 4;
+            }
+            while i < n {
+                e.x = x.as_ptr().add(i * $bl);
+                $block(rp.add(i * $bb), &mut e, 0);
+                i += 1;
+            }
+            $sum4(&e.acc)
+        }
+
+        // (AVX-512: Q8_0's is not dispatched, measured slower than AVX2's.)
+        #[allow(dead_code)]
+        #[target_feature(enable = $feat)]
+        pub(super) unsafe fn $deq(src: &[u8], dst: &mut [f32]) {
+            let n = dst.len() / $bl;
+            debug_assert_eq!(src.len(), n * $bb);
+            let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
+            for i in 0..n {
+                $block(sp.add(i * $bb), &mut Store { p: dp.add(i * $bl) }, 0);
+            }
+        }
+
+        $(
+        /// `R` rows × `T` tokens decoded in registers, in the canonical
+        /// order `$acc` keeps (see `super::canon_rows`; the AVX2 path's
+        /// `Canon16` ones serve only encodings AVX-512 has no decoder for).
+        #[allow(dead_code)]
+        #[target_feature(enable = $feat)]
+        pub(super) unsafe fn $canon<const R: usize, const T: usize>(
+            w: *const u8,
+            x: *const f32,
+            cols: usize,
+        ) -> [[f32; T]; R] {
+            super::canon_rows::<$acc<T>, R, T>(w, x, cols, ($bb, $bl), |b, e| $block(b, e, 0))
+        }
+        )+
+    )*};
+}
+
+/// The path's plain emitters, on its vector `$v` (`$store`, `$load`,
+/// `$fma` its intrinsics): `Store` writes the decoded block at `p`
+/// (`dequantize`); `Dot` is the fused dot of one row with `x` (this block's
+/// part at `x`): four accumulators, fused scale-and-min, factored block
+/// scales — fast, not in the canonical order. `$dot_extra` are the path's
+/// own further `Emit` methods of `Dot`. Also `scale_min`: `dl * q - ml`
+/// exactly as the scalar decoder (mul, then sub) for exact emitters, fused
+/// (one rounding, `$fmsub`) in the dot. `Emit` and `Acc` are the invoking
+/// module's.
+macro_rules! plain_emitters {
+    ($feat:literal, $v:ty, $store:ident, $load:ident, $fma:ident, ($sub:ident, $mul:ident, $fmsub:ident);
+     $($dot_extra:tt)*) => {
+        pub(super) struct Store {
+            pub(super) p: *mut f32,
+        }
+
+        impl Emit for Store {
+            const EXACT: bool = true;
+            #[inline(always)]
+            unsafe fn put(&mut self, off: usize, v: $v, _slot: usize) {
+                $store(self.p.add(off), v);
+            }
+        }
+
+        pub(super) struct Dot {
+            pub(super) x: *const f32,
+            pub(super) acc: Acc,
+        }
+
+        impl Emit for Dot {
+            const EXACT: bool = false;
+            #[inline(always)]
+            unsafe fn put(&mut self, off: usize, v: $v, slot: usize) {
+                let a = &mut self.acc[slot & 3];
+                *a = $fma(v, $load(self.x.add(off)), *a);
+            }
+            $($dot_extra)*
+        }
+
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn scale_min<E: Emit>(dl: $v, q: $v, ml: $v) -> $v {
+            if E::EXACT {
+                $sub($mul(dl, q), ml)
+            } else {
+                $fmsub(dl, q, ml)
+            }
+        }
+    };
+}
+
+/// The path's canonical row accumulator `Canon<T>`: one row against `T`
+/// tokens in the canonical order of `crate::gemm`: the exact decoded
+/// values, one accumulator per token, `acc = fma(w, x, acc)` over the
+/// row's chunks of one vector in order. `x` is this block's part of token
+/// 0; token `t` is `t · stride` values further. The AVX2 and AVX-512 paths
+/// differ only in the vector `$v` (its `$zero`, `$load`, `$fma`) and the
+/// horizontal sum `$sum`; `Emit` is the invoking module's.
+macro_rules! canon_acc {
+    ($v:ty, $zero:ident, $load:ident, $fma:ident, $sum:path) => {
+        pub(super) struct Canon<const T: usize> {
+            pub(super) x: *const f32,
+            pub(super) stride: usize,
+            pub(super) acc: [$v; T],
+        }
+
+        impl<const T: usize> super::RowAcc<T> for Canon<T> {
+            #[inline(always)]
+            unsafe fn start(x: *const f32, stride: usize) -> Self {
+                Canon {
+                    x,
+                    stride,
+                    acc: [$zero(); T],
+                }
+            }
+            #[inline(always)]
+            fn at_block(&mut self, x: *const f32) {
+                self.x = x;
+            }
+            #[inline(always)]
+            unsafe fn sums(&self) -> [f32; T] {
+                self.acc.map(|a| $sum(a))
+            }
+        }
+
+        impl<const T: usize> Emit for Canon<T> {
+            const EXACT: bool = true;
+            #[inline(always)]
+            unsafe fn put(&mut self, off: usize, v: $v, _slot: usize) {
+                for t in 0..T {
+                    let xv = $load(self.x.add(t * self.stride + off));
+                    self.acc[t] = $fma(v, xv, self.acc[t]);
+                }
+            }
+        }
+    };
+}
 
 mod avx2_blocks;
 mod avx512;
@@ -53,6 +212,14 @@ pub(super) unsafe fn h2f(p: *const u8) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn ld8u(p: *const u8) -> __m256i {
     _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i))
+}
+
+/// The 32 bytes at `p` as four vectors of [`ld8u`] (bytes `8k..8k + 8` in
+/// vector `k`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn ld8u4(p: *const u8) -> [__m256i; 4] {
+    [ld8u(p), ld8u(p.add(8)), ld8u(p.add(16)), ld8u(p.add(24))]
 }
 
 /// 8 signed bytes at `p` sign-extended to 8 × i32.
@@ -236,44 +403,35 @@ pub(crate) unsafe fn canon_tile(
             super::canon_shapes!($m::$f, wp, xp, cols, nr, nt, row_bytes, out)
         };
     }
+    // One table for both paths: `$k`'s kernels, but for the four encodings
+    // named after it (Q5_0, Q5_1, Q2_K, Q3_K), taken from `avx2_blocks`.
+    macro_rules! by_dtype {
+        ($k:ident, {$q50:ident, $q51:ident, $q2k:ident, $q3k:ident}) => {
+            match dtype {
+                Q4_0 => shapes!($k::canon_q4_0),
+                Q4_1 => shapes!($k::canon_q4_1),
+                Q5_0 => shapes!(avx2_blocks::$q50),
+                Q5_1 => shapes!(avx2_blocks::$q51),
+                Q8_0 => shapes!($k::canon_q8_0),
+                Q2K => shapes!(avx2_blocks::$q2k),
+                Q3K => shapes!(avx2_blocks::$q3k),
+                Q4K => shapes!($k::canon_q4_k),
+                Q5K => shapes!($k::canon_q5_k),
+                Q6K => shapes!($k::canon_q6_k),
+                IQ4NL => shapes!($k::canon_iq4_nl),
+                IQ4XS => shapes!($k::canon_iq4_xs),
+                MXFP4 => shapes!($k::canon_mxfp4),
+                _ => false,
+            }
+        };
+    }
     use DType::*;
     if avx512 {
         // Encodings with only an AVX2 decoder keep the 16-lane order in
         // pairs of 8-lane halves (Q5_0, Q5_1, Q2_K, Q3_K); the float ones
         // use the blocked path.
-        use self::avx512 as k;
-        return match dtype {
-            Q4_0 => shapes!(k::canon_q4_0),
-            Q4_1 => shapes!(k::canon_q4_1),
-            Q5_0 => shapes!(avx2_blocks::canon16_q5_0),
-            Q5_1 => shapes!(avx2_blocks::canon16_q5_1),
-            Q2K => shapes!(avx2_blocks::canon16_q2_k),
-            Q3K => shapes!(avx2_blocks::canon16_q3_k),
-            Q8_0 => shapes!(k::canon_q8_0),
-            Q4K => shapes!(k::canon_q4_k),
-            Q5K => shapes!(k::canon_q5_k),
-            Q6K => shapes!(k::canon_q6_k),
-            IQ4NL => shapes!(k::canon_iq4_nl),
-            IQ4XS => shapes!(k::canon_iq4_xs),
-            MXFP4 => shapes!(k::canon_mxfp4),
-            _ => false,
-        };
-    }
-    use avx2_blocks as k;
-    match dtype {
-        Q4_0 => shapes!(k::canon_q4_0),
-        Q4_1 => shapes!(k::canon_q4_1),
-        Q5_0 => shapes!(k::canon_q5_0),
-        Q5_1 => shapes!(k::canon_q5_1),
-        Q8_0 => shapes!(k::canon_q8_0),
-        Q2K => shapes!(k::canon_q2_k),
-        Q3K => shapes!(k::canon_q3_k),
-        Q4K => shapes!(k::canon_q4_k),
-        Q5K => shapes!(k::canon_q5_k),
-        Q6K => shapes!(k::canon_q6_k),
-        IQ4NL => shapes!(k::canon_iq4_nl),
-        IQ4XS => shapes!(k::canon_iq4_xs),
-        MXFP4 => shapes!(k::canon_mxfp4),
-        _ => false,
+        by_dtype!(avx512, {canon16_q5_0, canon16_q5_1, canon16_q2_k, canon16_q3_k})
+    } else {
+        by_dtype!(avx2_blocks, {canon_q5_0, canon_q5_1, canon_q2_k, canon_q3_k})
     }
 }
