@@ -6,8 +6,7 @@
 mod common;
 
 use common::*;
-use rill_engine::{Engine, EngineConfig, Request, SpecConfig};
-use rill_kernels::Precision;
+use rill_engine::{Engine, Request, SpecConfig};
 use rill_model::Model;
 use rill_sampler::SamplerConfig;
 use rill_tokenizer::Tokenizer;
@@ -30,19 +29,7 @@ fn drafting(k: usize) -> SpecConfig {
 }
 
 fn start(model: &(Arc<Model>, Arc<Tokenizer>), spec: SpecConfig, parallel: usize) -> Engine {
-    Engine::start(
-        model.0.clone(),
-        model.1.clone(),
-        EngineConfig {
-            max_parallel: parallel,
-            threads: 2,
-            precision: Precision::Exact,
-            prefill_chunk: 16,
-            cache_bytes: 0,
-            spec,
-            ..EngineConfig::default()
-        },
-    )
+    exact_engine(model, spec, parallel)
 }
 
 fn prompt(seed: u32, n: usize) -> Vec<u32> {

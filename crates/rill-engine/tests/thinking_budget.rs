@@ -7,26 +7,13 @@
 mod common;
 
 use common::*;
-use rill_engine::{Engine, EngineConfig, Request, SpecConfig, ThinkingBudget};
-use rill_kernels::Precision;
+use rill_engine::{Engine, Request, SpecConfig, ThinkingBudget};
 use rill_model::Model;
 use rill_tokenizer::Tokenizer;
 use std::sync::Arc;
 
 fn start(model: &(Arc<Model>, Arc<Tokenizer>), spec: SpecConfig) -> Engine {
-    Engine::start(
-        model.0.clone(),
-        model.1.clone(),
-        EngineConfig {
-            max_parallel: 2,
-            threads: 2,
-            precision: Precision::Exact,
-            prefill_chunk: 16,
-            cache_bytes: 0,
-            spec,
-            ..EngineConfig::default()
-        },
-    )
+    exact_engine(model, spec, 2)
 }
 
 fn run(e: &Engine, req: &Request) -> Vec<u32> {

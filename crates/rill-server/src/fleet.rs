@@ -193,19 +193,19 @@ impl FleetMetrics {
             "Legacy name of vllm:kv_cache_usage_perc.",
             usage,
         );
-        // The series read straight from the engine's counters: name, type, help.
+        // The counters read straight from the engine's: name, help.
         #[rustfmt::skip]
-        let counters: [(&str, &str, &str, &AtomicU64); 7] = [
-            ("vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prompt cache.", &e.prompt_tokens_total),
-            ("vllm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prompt cache.", &e.prompt_tokens_cached_total),
-            ("vllm:prompt_tokens_total", "counter", "Prompt tokens received.", &e.prompt_tokens_total),
-            ("vllm:generation_tokens_total", "counter", "Tokens generated.", &e.generated_tokens_total),
-            ("vllm:spec_decode_num_drafts_total", "counter", "Verify steps that checked a draft of the MTP head.", &e.spec_drafts_total),
-            ("vllm:spec_decode_num_draft_tokens_total", "counter", "Tokens drafted by the MTP head.", &e.spec_draft_tokens_total),
-            ("vllm:spec_decode_num_accepted_tokens_total", "counter", "Drafted tokens the target accepted.", &e.spec_accepted_tokens_total),
+        let counters: [(&str, &str, &AtomicU64); 7] = [
+            ("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prompt cache.", &e.prompt_tokens_total),
+            ("vllm:prefix_cache_hits_total", "Prompt tokens found in the prompt cache.", &e.prompt_tokens_cached_total),
+            ("vllm:prompt_tokens_total", "Prompt tokens received.", &e.prompt_tokens_total),
+            ("vllm:generation_tokens_total", "Tokens generated.", &e.generated_tokens_total),
+            ("vllm:spec_decode_num_drafts_total", "Verify steps that checked a draft of the MTP head.", &e.spec_drafts_total),
+            ("vllm:spec_decode_num_draft_tokens_total", "Tokens drafted by the MTP head.", &e.spec_draft_tokens_total),
+            ("vllm:spec_decode_num_accepted_tokens_total", "Drafted tokens the target accepted.", &e.spec_accepted_tokens_total),
         ];
-        for (name, kind, help, v) in counters {
-            one(name, kind, help, v.load(Relaxed) as f64);
+        for (name, help, v) in counters {
+            one(name, "counter", help, v.load(Relaxed) as f64);
         }
         let _ = writeln!(
             s,

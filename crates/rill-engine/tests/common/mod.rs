@@ -1,7 +1,8 @@
 //! Helpers shared by the engine's test binaries.
 #![allow(dead_code)]
 
-use rill_engine::{Done, Event, Handle, Request};
+use rill_engine::{Done, Engine, EngineConfig, Event, Handle, Request, SpecConfig};
+use rill_kernels::Precision;
 use rill_load::{LoadOptions, ModelSource};
 use rill_model::Model;
 use rill_sampler::SamplerConfig;
@@ -48,4 +49,26 @@ pub fn collect(mut h: Handle) -> (Vec<u32>, Done) {
             Event::Error(e) => panic!("request failed: {e}"),
         }
     }
+}
+
+/// An engine in the exact precision on 2 threads, small prefill chunks and
+/// no prompt cache, speculating as `spec` says.
+pub fn exact_engine(
+    model: &(Arc<Model>, Arc<Tokenizer>),
+    spec: SpecConfig,
+    parallel: usize,
+) -> Engine {
+    Engine::start(
+        model.0.clone(),
+        model.1.clone(),
+        EngineConfig {
+            max_parallel: parallel,
+            threads: 2,
+            precision: Precision::Exact,
+            prefill_chunk: 16,
+            cache_bytes: 0,
+            spec,
+            ..EngineConfig::default()
+        },
+    )
 }

@@ -15,12 +15,12 @@ pub struct TopLogprob {
     pub bytes: Vec<u8>,
 }
 
-/// One generated token of a chat completion.
+/// One generated token of a chat completion: the token as its
+/// alternatives are given, and those.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ChatTokenLogprob {
-    pub token: String,
-    pub logprob: f32,
-    pub bytes: Vec<u8>,
+    #[serde(flatten)]
+    pub chosen: TopLogprob,
     pub top_logprobs: Vec<TopLogprob>,
 }
 
@@ -47,24 +47,21 @@ fn finite(lp: f32) -> f32 {
     }
 }
 
-pub fn chat_token(tok: &Tokenizer, t: &TokenInfo) -> Option<ChatTokenLogprob> {
-    let lp = t.logprob?;
-    let (token, bytes) = piece(tok, t.id);
-    Some(ChatTokenLogprob {
+/// A token and its log-probability, as JSON carries them.
+fn alternative(tok: &Tokenizer, id: u32, lp: f32) -> TopLogprob {
+    let (token, bytes) = piece(tok, id);
+    TopLogprob {
         token,
         logprob: finite(lp),
         bytes,
-        top_logprobs: t
-            .top
-            .iter()
-            .map(|&(id, lp)| {
-                let (token, bytes) = piece(tok, id);
-                TopLogprob {
-                    token,
-                    logprob: finite(lp),
-                    bytes,
-                }
-            })
+    }
+}
+
+pub fn chat_token(tok: &Tokenizer, t: &TokenInfo) -> Option<ChatTokenLogprob> {
+    Some(ChatTokenLogprob {
+        chosen: alternative(tok, t.id, t.logprob?),
+        top_logprobs: (t.top.iter())
+            .map(|&(id, lp)| alternative(tok, id, lp))
             .collect(),
     })
 }

@@ -41,8 +41,7 @@ pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body = body?;
-    let req: ChatCompletionRequest = parse_json(&body)?;
+    let req: ChatCompletionRequest = parse_json(&body?)?;
     let n = choices::count(req.sampling.n)?;
     let prepared = prepare(&state, req).await?;
     let logprobs = prepared.request.logprobs.is_some();

@@ -21,8 +21,7 @@ pub async fn completions(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body = body?;
-    let req: CompletionRequest = parse_json(&body)?;
+    let req: CompletionRequest = parse_json(&body?)?;
     state.check_model(req.model.as_deref())?;
     if req.best_of.is_some_and(|b| b != 1) {
         return Err(ApiError::bad_param(

@@ -73,6 +73,14 @@ impl Default for Opts {
 }
 
 impl Opts {
+    /// The defaults with one sequence slot.
+    pub fn one_slot() -> Opts {
+        Opts {
+            parallel: 1,
+            ..Opts::default()
+        }
+    }
+
     /// The defaults, behind an API key.
     pub fn keyed(key: &str) -> Opts {
         Opts {
@@ -276,4 +284,18 @@ pub fn assert_error(status: u16, body: &Value, want_status: u16, param: Option<&
     if let Some(p) = param {
         assert_eq!(e["param"], p, "{body}");
     }
+}
+
+/// An OpenAI error body whose message says `text`.
+pub fn assert_error_says(status: u16, body: &Value, want_status: u16, text: &str) {
+    assert_error(status, body, want_status, None);
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains(text), "{body}");
+}
+
+/// A reply that is an OpenAI error with this status and `code`.
+pub async fn assert_error_code(r: reqwest::Response, want_status: u16, code: &str) {
+    let (status, body) = json_reply(r).await;
+    assert_error(status, &body, want_status, None);
+    assert_eq!(body["error"]["code"], code, "{body}");
 }

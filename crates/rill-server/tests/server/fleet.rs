@@ -20,11 +20,7 @@ async fn open_stream(s: &TestServer) -> reqwest::Response {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vllm_series_follow_the_engine() {
-    let s = start(Opts {
-        parallel: 1,
-        ..Opts::default()
-    })
-    .await;
+    let s = start(Opts::one_slot()).await;
     assert_eq!(s.metric(&series("vllm:num_requests_running")).await, 0.0);
     assert_eq!(s.metric(&series("vllm:kv_cache_usage_perc")).await, 0.0);
     let body = json!({"messages": [{"role": "user", "content": "count"}],

@@ -203,11 +203,7 @@ async fn props_slots_and_models() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slots_fail_when_all_are_busy() {
-    let s = start(Opts {
-        parallel: 1,
-        ..Opts::default()
-    })
-    .await;
+    let s = start(Opts::one_slot()).await;
     // One long stream holds the only slot.
     let r = s
         .open(
