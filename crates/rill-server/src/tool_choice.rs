@@ -288,32 +288,44 @@ pub fn call_grammar(
 /// says string (the XML form writes strings bare, so `42` reads back as a
 /// number): turned back into the string the model wrote.
 pub fn coerce_to_schema(tools: &[Json], name: &str, arguments: &str) -> Option<String> {
-    let tool = tools.iter().find(|t| self::name(t) == name)?;
-    let props = parameters(tool).get("properties")?.as_object()?.clone();
     let mut args: serde_json::Map<String, Json> = serde_json::from_str(arguments).ok()?;
     let mut changed = false;
     for (k, v) in args.iter_mut() {
-        let wants_string = props
-            .get(k)
-            .and_then(|s| s.get("type"))
-            .and_then(Json::as_str)
-            == Some("string");
-        if wants_string && !v.is_string() {
-            *v = Json::String(v.to_string());
-            changed = true;
-        }
+        changed |= coerce_argument(tools, name, k, v);
     }
     changed.then(|| Json::Object(args).to_string())
 }
 
+/// [`coerce_to_schema`] for one argument `key` of a call of `name`; true
+/// when `value` changed.
+pub fn coerce_argument(tools: &[Json], name: &str, key: &str, value: &mut Json) -> bool {
+    let Some(tool) = tools.iter().find(|t| self::name(t) == name) else {
+        return false;
+    };
+    let wants_string = parameters(tool)
+        .get("properties")
+        .and_then(|p| p.get(key))
+        .and_then(|s| s.get("type"))
+        .and_then(Json::as_str)
+        == Some("string");
+    if wants_string && !value.is_string() {
+        *value = Json::String(value.to_string());
+        return true;
+    }
+    false
+}
+
 /// A reply split into parts ([`ChatOutput`]), with the request's tool
-/// policy on its calls: arguments coerced to the tools' schemas, and at
-/// most one call when parallel calls are off.
+/// policy on its calls: arguments coerced to the tools' schemas (streamed
+/// ones too, one by one), and at most one call when parallel calls are off.
 pub struct ReplyOutput {
     inner: ChatOutput,
     tools: Vec<Json>,
     parallel: bool,
     calls: usize,
+    /// The call whose start went out and whose end has not: its name, or
+    /// `None` when the policy drops it.
+    streaming: Option<Option<String>>,
 }
 
 impl ReplyOutput {
@@ -323,6 +335,7 @@ impl ReplyOutput {
             tools: tools.map(<[Json]>::to_vec).unwrap_or_default(),
             parallel,
             calls: 0,
+            streaming: None,
         }
     }
 
@@ -336,15 +349,38 @@ impl ReplyOutput {
         self.police(parts)
     }
 
+    /// Whether one more call may go out (counting it when it may).
+    fn admit(&mut self) -> bool {
+        let ok = self.parallel || self.calls == 0;
+        self.calls += usize::from(ok);
+        ok
+    }
+
     fn police(&mut self, parts: Vec<Part>) -> Vec<Part> {
         let mut out = Vec::with_capacity(parts.len());
         for p in parts {
             match p {
+                Part::CallStart(name) => {
+                    let kept = self.admit();
+                    self.streaming = Some(kept.then(|| name.clone()));
+                    if kept {
+                        out.push(Part::CallStart(name));
+                    }
+                }
+                Part::CallArgument(k, mut v) => {
+                    if let Some(Some(name)) = &self.streaming {
+                        coerce_argument(&self.tools, name, &k, &mut v);
+                        out.push(Part::CallArgument(k, v));
+                    }
+                }
                 Part::Call(mut c) => {
-                    if !self.parallel && self.calls > 0 {
+                    let keep = match self.streaming.take() {
+                        Some(kept) => kept.is_some(),
+                        None => self.admit(),
+                    };
+                    if !keep {
                         continue;
                     }
-                    self.calls += 1;
                     if let Some(a) = coerce_to_schema(&self.tools, &c.name, &c.arguments) {
                         c.arguments = a;
                     }

@@ -10,17 +10,25 @@
 
 mod thinking;
 mod tool_calls;
+mod xml_call;
 
 pub use thinking::{Piece, ThinkSplitter, TrimStream};
 pub use tool_calls::{
     parse_hermes, parse_tool_call, parse_xml, partial_suffix, Segment, ToolCall, ToolCallStream,
 };
+pub use xml_call::{argument_piece, close as close_arguments};
 
 /// A classified piece of a reply.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Part {
     Reasoning(String),
     Content(String),
+    /// A tool call begins (the XML form streams): its function's name.
+    CallStart(String),
+    /// One complete argument of the call begun: its name and value.
+    CallArgument(String, serde_json::Value),
+    /// A whole call: after its start and arguments when it streamed, alone
+    /// otherwise. Its `arguments` are what the streamed pieces join to.
     Call(ToolCall),
 }
 
@@ -80,9 +88,14 @@ impl ChatOutput {
         for s in segs {
             match s {
                 Segment::Text(t) => push(out, Part::Content(self.content.feed(&t))),
-                Segment::Call(c) => {
+                Segment::CallStart(name) => {
                     // Whitespace between text and a call (or between calls)
                     // belongs to neither.
+                    self.content.reset();
+                    out.push(Part::CallStart(name));
+                }
+                Segment::CallArgument(k, v) => out.push(Part::CallArgument(k, v)),
+                Segment::Call(c) => {
                     self.content.reset();
                     out.push(Part::Call(c));
                 }
@@ -94,7 +107,7 @@ impl ChatOutput {
 fn push(out: &mut Vec<Part>, p: Part) {
     let empty = match &p {
         Part::Reasoning(s) | Part::Content(s) => s.is_empty(),
-        Part::Call(_) => false,
+        Part::CallStart(_) | Part::CallArgument(..) | Part::Call(_) => false,
     };
     if !empty {
         out.push(p);
@@ -116,6 +129,7 @@ impl Gathered {
                 Part::Reasoning(s) => self.reasoning.push_str(&s),
                 Part::Content(s) => self.content.push_str(&s),
                 Part::Call(c) => self.calls.push(c),
+                Part::CallStart(_) | Part::CallArgument(..) => {}
             }
         }
     }

@@ -18,6 +18,7 @@
 //! [`ToolCallStream`] separates calls from the surrounding text as it
 //! streams, holding back anything that may be the start of a call.
 
+use super::xml_call::{opening, Opening, XmlCall};
 use serde_json::{Map, Value as Json};
 
 const OPEN: &str = "<tool_call>";
@@ -44,65 +45,21 @@ pub fn parse_tool_call(body: &str) -> Option<ToolCall> {
 
 /// `<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n…</function>`
 pub fn parse_xml(body: &str) -> Option<ToolCall> {
-    let rest = body.trim_start().strip_prefix("<function=")?;
-    let end = rest.find('>')?;
-    let name = rest[..end].trim();
-    if name.is_empty() || name.contains('\n') {
+    let Opening::Function(name, at) = opening(body) else {
+        return None;
+    };
+    let mut call = XmlCall::new(name);
+    let rest = &body[at..];
+    let taken = call.read(rest, true, true, |_, _| {})?;
+    // After the parameters: `</function>` (or nothing, if the model left it out).
+    let tail = rest[taken..].trim();
+    if !(tail.is_empty() || tail == "</function>") {
         return None;
     }
-    let mut rest = &rest[end + 1..];
-    // Parameters run to `</function>` (or the end, if the model left it out).
-    if let Some(close) = rest.find("</function>") {
-        rest = &rest[..close];
-    }
-    let mut args = Map::new();
-    loop {
-        let Some(at) = rest.find("<parameter=") else {
-            if !rest.trim().is_empty() {
-                return None;
-            }
-            break;
-        };
-        if !rest[..at].trim().is_empty() {
-            return None;
-        }
-        let after = &rest[at + "<parameter=".len()..];
-        let end = after.find('>')?;
-        let key = after[..end].trim();
-        if key.is_empty() || key.contains('\n') {
-            return None;
-        }
-        let value_and_rest = &after[end + 1..];
-        let (raw, next) = match value_and_rest.find("</parameter>") {
-            Some(close) => (
-                &value_and_rest[..close],
-                &value_and_rest[close + "</parameter>".len()..],
-            ),
-            None => {
-                // Unclosed: the value runs to the next parameter or the end.
-                match value_and_rest.find("<parameter=") {
-                    Some(n) => (&value_and_rest[..n], &value_and_rest[n..]),
-                    None => (value_and_rest, ""),
-                }
-            }
-        };
-        args.insert(key.to_string(), parameter_value(raw));
-        rest = next;
-    }
     Some(ToolCall {
-        name: name.to_string(),
-        arguments: Json::Object(args).to_string(),
+        name: call.name.clone(),
+        arguments: call.arguments(),
     })
-}
-
-/// A parameter's value: the template writes `\nVALUE\n`; JSON if it parses.
-fn parameter_value(raw: &str) -> Json {
-    let v = raw.strip_prefix('\n').unwrap_or(raw);
-    let v = v.strip_suffix('\n').unwrap_or(v);
-    match serde_json::from_str::<Json>(v.trim()) {
-        Ok(j) if !v.trim().is_empty() => j,
-        _ => Json::String(v.to_string()),
-    }
 }
 
 /// `{"name": NAME, "arguments": {…}}` (`arguments` may also be a JSON string,
@@ -135,17 +92,29 @@ pub fn parse_hermes(body: &str) -> Option<ToolCall> {
 }
 
 /// A piece of answer text, classified.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Segment {
     Text(String),
+    /// A call in the XML form begins: its function's name is known; its
+    /// arguments follow one by one, then the whole [`Segment::Call`].
+    CallStart(String),
+    /// One argument of the call begun, complete.
+    CallArgument(String, Json),
+    /// A whole call (after its start and arguments when it streamed).
     Call(ToolCall),
 }
 
-/// Splits streamed answer text into plain text and tool calls.
+/// Splits streamed answer text into plain text and tool calls; a call in
+/// the XML form streams (its start once the name is known, then each
+/// argument as it completes), the others come whole at their end.
 #[derive(Debug, Default, Clone)]
 pub struct ToolCallStream {
     held: String,
     in_call: bool,
+    /// The XML call being streamed.
+    xml: Option<XmlCall>,
+    /// The call's body is not the XML form: read it whole at its end.
+    whole: bool,
 }
 
 impl ToolCallStream {
@@ -158,15 +127,8 @@ impl ToolCallStream {
         let mut out = Vec::new();
         loop {
             if self.in_call {
-                let Some(at) = self.held.find(CLOSE) else {
+                if !self.advance_call(false, &mut out) {
                     return out;
-                };
-                let body: String = self.held[..at].to_string();
-                self.held.drain(..at + CLOSE.len());
-                self.in_call = false;
-                match parse_tool_call(&body) {
-                    Some(call) => out.push(Segment::Call(call)),
-                    None => push_text(&mut out, format!("{OPEN}{body}{CLOSE}")),
                 }
             } else if let Some(at) = self.held.find(OPEN) {
                 let before: String = self.held[..at].to_string();
@@ -184,19 +146,65 @@ impl ToolCallStream {
         }
     }
 
+    /// Reads the open call as far as the text goes (all of it when `end`):
+    /// true when the call ended.
+    fn advance_call(&mut self, end: bool, out: &mut Vec<Segment>) -> bool {
+        if self.xml.is_none() && !self.whole {
+            match opening(&self.held) {
+                Opening::Function(name, at) => {
+                    self.held.drain(..at);
+                    out.push(Segment::CallStart(name.clone()));
+                    self.xml = Some(XmlCall::new(name));
+                }
+                Opening::Undecided if !end && !self.held.contains(CLOSE) => return false,
+                _ => self.whole = true,
+            }
+        }
+        let close = self.held.find(CLOSE);
+        let ends = end || close.is_some();
+        if let Some(call) = &mut self.xml {
+            let region = &self.held[..close.unwrap_or(self.held.len())];
+            let taken = call
+                .read(region, ends, false, |k, v| {
+                    out.push(Segment::CallArgument(k.to_string(), v.clone()))
+                })
+                .unwrap_or(0);
+            if !ends {
+                self.held.drain(..taken);
+                return false;
+            }
+            out.push(Segment::Call(ToolCall {
+                name: call.name.clone(),
+                arguments: call.arguments(),
+            }));
+        } else if ends {
+            let at = close.unwrap_or(self.held.len());
+            let body = &self.held[..at];
+            match parse_tool_call(body) {
+                Some(call) => out.push(Segment::Call(call)),
+                None if close.is_some() => push_text(out, format!("{OPEN}{body}{CLOSE}")),
+                None => push_text(out, format!("{OPEN}{body}")),
+            }
+        } else {
+            return false;
+        }
+        let at = close.map_or(self.held.len(), |c| c + CLOSE.len());
+        self.held.drain(..at);
+        self.in_call = false;
+        self.xml = None;
+        self.whole = false;
+        true
+    }
+
     /// The end of the output: an unterminated call is parsed if it can be,
     /// otherwise returned as text.
     pub fn finish(&mut self) -> Vec<Segment> {
-        let rest = std::mem::take(&mut self.held);
         let mut out = Vec::new();
-        if std::mem::take(&mut self.in_call) {
-            match parse_tool_call(&rest) {
-                Some(call) => out.push(Segment::Call(call)),
-                None => push_text(&mut out, format!("{OPEN}{rest}")),
-            }
-        } else {
-            push_text(&mut out, rest);
+        if self.in_call {
+            self.advance_call(true, &mut out);
         }
+        let rest = std::mem::take(&mut self.held);
+        push_text(&mut out, rest);
         out
     }
 }
@@ -297,6 +305,8 @@ mod tests {
             out,
             vec![
                 Segment::Text("Let me check.\n\n".into()),
+                Segment::CallStart("f".into()),
+                Segment::CallArgument("x".into(), serde_json::json!(1)),
                 Segment::Call(ToolCall {
                     name: "f".into(),
                     arguments: "{\"x\":1}".into()
@@ -329,14 +339,86 @@ mod tests {
         // Generation stopped before </tool_call>: still a call if complete.
         assert_eq!(
             run(&["<tool_call>\n<function=f>\n</function>\n"]),
-            vec![Segment::Call(ToolCall {
-                name: "f".into(),
-                arguments: "{}".into()
-            })]
+            vec![
+                Segment::CallStart("f".into()),
+                Segment::Call(ToolCall {
+                    name: "f".into(),
+                    arguments: "{}".into()
+                })
+            ]
         );
         assert_eq!(
             run(&["<tool_call>\n{\"name\": "]),
             vec![Segment::Text("<tool_call>\n{\"name\": ".into())]
         );
+    }
+
+    #[test]
+    fn an_xml_call_streams_its_name_then_each_argument() {
+        let mut s = ToolCallStream::new();
+        assert_eq!(s.feed("<tool_call>\n<funct"), vec![]);
+        assert_eq!(
+            s.feed("ion=get_weather>\n<parameter=city>\nPar"),
+            vec![Segment::CallStart("get_weather".into())]
+        );
+        assert_eq!(s.feed("is\n</param"), vec![]);
+        assert_eq!(
+            s.feed("eter>\n<parameter=days>\n3\n</parameter>\n"),
+            vec![
+                Segment::CallArgument("city".into(), serde_json::json!("Paris")),
+                Segment::CallArgument("days".into(), serde_json::json!(3)),
+            ]
+        );
+        let end = s.feed("</function>\n</tool_call>after");
+        assert_eq!(
+            end,
+            vec![
+                Segment::Call(ToolCall {
+                    name: "get_weather".into(),
+                    arguments: "{\"city\":\"Paris\",\"days\":3}".into()
+                }),
+                Segment::Text("after".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn streamed_pieces_join_to_the_arguments_in_every_split() {
+        use crate::reply::{argument_piece, close_arguments};
+        let text = "<tool_call>\n<function=f>\n<parameter=a>\nx y\n</parameter>\n<parameter=b>\n{\"k\": [1, 2]}\n</parameter>\n<parameter=a>\nagain\n</parameter>\n<parameter=c>\n\"q\"\n</function>\n</tool_call>";
+        for n in [1, 2, 5, 13, text.len()] {
+            let pieces = super::super::tests::in_pieces(text, n);
+            let mut s = ToolCallStream::new();
+            let mut segs = Vec::new();
+            for p in &pieces {
+                segs.extend(s.feed(p));
+            }
+            segs.extend(s.finish());
+            let mut joined = String::new();
+            let mut sent = 0;
+            let mut whole = None;
+            for seg in segs {
+                match seg {
+                    Segment::CallStart(name) => assert_eq!(name, "f"),
+                    Segment::CallArgument(k, v) => {
+                        joined.push_str(&argument_piece(sent == 0, &k, &v));
+                        sent += 1;
+                    }
+                    Segment::Call(c) => {
+                        joined.push_str(close_arguments(sent == 0));
+                        whole = Some(c);
+                    }
+                    Segment::Text(t) => panic!("text {t:?}"),
+                }
+            }
+            let whole = whole.expect("one call");
+            // A repeated parameter keeps its first value.
+            assert_eq!(joined, whole.arguments, "pieces of {n}");
+            assert_eq!(
+                args(&whole),
+                serde_json::json!({"a": "x y", "b": {"k": [1, 2]}, "c": "q"})
+            );
+            assert_eq!(parse_tool_call(&text[11..text.len() - 12]), Some(whole));
+        }
     }
 }

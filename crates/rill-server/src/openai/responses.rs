@@ -105,12 +105,52 @@ pub struct ToolCallOut {
     pub function: FunctionCall,
 }
 
-/// A tool call inside a streamed delta (with its position in the list).
+/// A tool call inside a streamed delta: its position in the list, and
+/// what this chunk adds (OpenAI's shape): the id, type and name with the
+/// first piece, then pieces of the arguments, which join to the whole.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ToolCallDelta {
     pub index: usize,
-    #[serde(flatten)]
-    pub call: ToolCallOut,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    pub function: FunctionDelta,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FunctionDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub arguments: String,
+}
+
+impl ToolCallDelta {
+    /// The first piece of call `index`: its id, type, name and `arguments`.
+    pub fn opening(index: usize, call: ToolCallOut) -> ToolCallDelta {
+        ToolCallDelta {
+            index,
+            id: Some(call.id),
+            kind: Some(call.kind),
+            function: FunctionDelta {
+                name: Some(call.function.name),
+                arguments: call.function.arguments,
+            },
+        }
+    }
+
+    /// A further piece of call `index`'s arguments.
+    pub fn arguments(index: usize, piece: String) -> ToolCallDelta {
+        ToolCallDelta {
+            index,
+            id: None,
+            kind: None,
+            function: FunctionDelta {
+                name: None,
+                arguments: piece,
+            },
+        }
+    }
 }
 
 /// The thinking, under both names clients read: `reasoning_content`

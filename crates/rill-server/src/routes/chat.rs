@@ -19,7 +19,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json as JsonBody;
 use rill_chat::reply::ToolCall;
-use rill_chat::reply::{Gathered, Part, ThinkSplitter};
+use rill_chat::reply::{argument_piece, close_arguments, Gathered, Part, ThinkSplitter};
 use rill_chat::ChatTemplate;
 use rill_chat::{ChatPrompt, ChatRequest, Content, Message};
 use rill_engine::{ConstraintRequest, Done, Event, Request, ThinkingBudget, TokenInfo};
@@ -60,6 +60,7 @@ pub async fn chat_completions(
         logprobs,
         pending_logprobs: Vec::new(),
         n_calls: 0,
+        args_sent: None,
         // With several choices the usage chunk comes once, after all.
         include_usage: include_usage && n == 1,
     };
@@ -512,7 +513,17 @@ struct ChatStream {
     /// Log-probabilities not yet attached to a chunk.
     pending_logprobs: Vec<crate::openai::logprobs::ChatTokenLogprob>,
     n_calls: usize,
+    /// Arguments sent of the call streaming now (`None`: no call open).
+    args_sent: Option<usize>,
     include_usage: bool,
+}
+
+/// A delta carrying one tool-call piece.
+fn calls_delta(call: ToolCallDelta) -> Delta {
+    Delta {
+        tool_calls: vec![call],
+        ..Delta::default()
+    }
 }
 
 impl ChatStream {
@@ -563,17 +574,37 @@ impl ChatStream {
                     content: Some(s),
                     ..Delta::default()
                 },
-                Part::Call(c) => {
+                // A streamed call: its name first (no arguments yet), then
+                // each argument as it completes, then the object's close.
+                Part::CallStart(name) => {
                     let index = self.n_calls;
                     self.n_calls += 1;
-                    Delta {
-                        tool_calls: vec![ToolCallDelta {
-                            index,
-                            call: tool_call_out(c),
-                        }],
-                        ..Delta::default()
-                    }
+                    self.args_sent = Some(0);
+                    let call = tool_call_out(ToolCall {
+                        name,
+                        arguments: String::new(),
+                    });
+                    calls_delta(ToolCallDelta::opening(index, call))
                 }
+                Part::CallArgument(k, v) => {
+                    let Some(sent) = self.args_sent.as_mut() else {
+                        continue;
+                    };
+                    let piece = argument_piece(*sent == 0, &k, &v);
+                    *sent += 1;
+                    calls_delta(ToolCallDelta::arguments(self.n_calls - 1, piece))
+                }
+                Part::Call(c) => match self.args_sent.take() {
+                    Some(sent) => {
+                        let piece = close_arguments(sent == 0).to_string();
+                        calls_delta(ToolCallDelta::arguments(self.n_calls - 1, piece))
+                    }
+                    None => {
+                        let index = self.n_calls;
+                        self.n_calls += 1;
+                        calls_delta(ToolCallDelta::opening(index, tool_call_out(c)))
+                    }
+                },
             };
             out.push(self.chunk(delta, None));
         }
@@ -637,6 +668,7 @@ mod tests {
             logprobs: false,
             pending_logprobs: Vec::new(),
             n_calls: 0,
+            args_sent: None,
             include_usage: true,
         }
     }
@@ -684,20 +716,39 @@ mod tests {
             .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array())
             .flatten()
             .collect();
-        assert_eq!(calls.len(), 2);
-        for (i, (c, name, args)) in [
-            (calls[0], "get_weather", "{\"city\":\"Paris\"}"),
-            (calls[1], "get_time", "{\"tz\":\"CET\"}"),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            assert_eq!(c["index"], i);
-            assert_eq!(c["type"], "function");
-            assert!(c["id"].as_str().unwrap().starts_with("call_"));
-            assert_eq!(c["function"]["name"], name);
-            assert_eq!(c["function"]["arguments"], args);
+        // As a client joins them: per index, the first piece names the
+        // call, the arguments are the pieces joined.
+        let mut joined: Vec<(Value, String, usize)> = Vec::new();
+        for c in calls {
+            let i = c["index"].as_u64().unwrap() as usize;
+            if i == joined.len() {
+                joined.push((c.clone(), String::new(), 0));
+            } else {
+                assert!(c.get("id").is_none() && c["function"].get("name").is_none());
+            }
+            joined[i]
+                .1
+                .push_str(c["function"]["arguments"].as_str().unwrap());
+            joined[i].2 += 1;
         }
+        assert_eq!(joined.len(), 2);
+        for (i, ((first, args, _), name, want)) in joined
+            .iter()
+            .zip([
+                ("get_weather", "{\"city\":\"Paris\"}"),
+                ("get_time", "{\"tz\":\"CET\"}"),
+            ])
+            .map(|(j, (n, a))| (j, n, a))
+            .enumerate()
+        {
+            assert_eq!(first["index"], i);
+            assert_eq!(first["type"], "function");
+            assert!(first["id"].as_str().unwrap().starts_with("call_"));
+            assert_eq!(first["function"]["name"], name);
+            assert_eq!(args, want);
+        }
+        // The XML call streamed (name, argument, close); the JSON one came whole.
+        assert_eq!((joined[0].2, joined[1].2), (3, 1));
         // No markup leaks into content.
         assert!(!field(&chunks, "content").contains('<'));
         let fin = &chunks[chunks.len() - 2];

@@ -17,8 +17,8 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json as JsonBody;
 use futures_util::StreamExt;
-use rill_chat::reply::Part;
 use rill_chat::reply::ToolCall;
+use rill_chat::reply::{argument_piece, close_arguments, Part};
 use rill_engine::{Done, Event, FinishReason, TokenInfo};
 use rill_tokenizer::Tokenizer;
 use serde_json::{json, Value as Json};
@@ -44,11 +44,7 @@ pub async fn messages(
         output,
         stops: req.stop_sequences.clone().unwrap_or_default(),
         input_tokens,
-        ids: Vec::new(),
-        blocks: Vec::new(),
-        open: None,
-        index: 0,
-        n_calls: 0,
+        built: Built::default(),
     };
     if prepared.stream {
         let events = sse::payloads(handle, reply, state.clone()).filter_map(|p| async move {
@@ -72,7 +68,7 @@ pub async fn messages(
     let done = loop {
         match handle.events.recv().await {
             Some(Event::Text { text, tokens }) => {
-                reply.ids.extend(tokens.iter().map(|t| t.id));
+                reply.built.ids.extend(tokens.iter().map(|t| t.id));
                 let parts = reply.output.feed(&text);
                 reply.gather(parts);
             }
@@ -92,7 +88,7 @@ pub async fn messages(
         "type": "message",
         "role": "assistant",
         "model": reply.model,
-        "content": reply.blocks,
+        "content": reply.built.blocks,
         "stop_reason": stop_reason,
         "stop_sequence": stop_sequence,
         "usage": usage(&done),
@@ -129,6 +125,7 @@ fn usage(d: &Done) -> Json {
 enum Block {
     Thinking,
     Text,
+    ToolUse,
 }
 
 /// A reply being built: whole (`blocks`) or as stream events.
@@ -139,6 +136,12 @@ struct Reply {
     output: crate::tool_choice::ReplyOutput,
     stops: Vec<String>,
     input_tokens: usize,
+    built: Built,
+}
+
+/// What a reply has produced so far.
+#[derive(Default)]
+struct Built {
     /// Every generated token (to tell which stop sequence ended the reply).
     ids: Vec<u32>,
     blocks: Vec<Json>,
@@ -146,6 +149,8 @@ struct Reply {
     open: Option<Block>,
     index: usize,
     n_calls: usize,
+    /// Arguments sent of the tool call streaming now (`None`: none open).
+    args_sent: Option<usize>,
 }
 
 fn tool_use(call: ToolCall) -> Json {
@@ -165,26 +170,28 @@ impl Reply {
     fn gather(&mut self, parts: Vec<Part>) {
         for p in parts {
             match p {
-                Part::Reasoning(s) => match self.blocks.last_mut() {
+                Part::Reasoning(s) => match self.built.blocks.last_mut() {
                     Some(b) if b["type"] == "thinking" => {
                         let t = format!("{}{s}", b["thinking"].as_str().unwrap_or(""));
                         b["thinking"] = json!(t);
                     }
                     _ => self
+                        .built
                         .blocks
                         .push(json!({"type": "thinking", "thinking": s, "signature": ""})),
                 },
-                Part::Content(s) => match self.blocks.last_mut() {
+                Part::Content(s) => match self.built.blocks.last_mut() {
                     Some(b) if b["type"] == "text" => {
                         let t = format!("{}{s}", b["text"].as_str().unwrap_or(""));
                         b["text"] = json!(t);
                     }
-                    _ => self.blocks.push(json!({"type": "text", "text": s})),
+                    _ => self.built.blocks.push(json!({"type": "text", "text": s})),
                 },
                 Part::Call(c) => {
-                    self.n_calls += 1;
-                    self.blocks.push(tool_use(c));
+                    self.built.n_calls += 1;
+                    self.built.blocks.push(tool_use(c));
                 }
+                Part::CallStart(_) | Part::CallArgument(..) => {}
             }
         }
     }
@@ -193,9 +200,9 @@ impl Reply {
     fn stop_reason(&self, done: &Done) -> (&'static str, Option<String>) {
         match done.finish {
             FinishReason::Length => ("max_tokens", None),
-            _ if self.n_calls > 0 => ("tool_use", None),
+            _ if self.built.n_calls > 0 => ("tool_use", None),
             _ if !self.stops.is_empty() => {
-                let text = self.tok.decode(&self.ids).unwrap_or_default();
+                let text = self.tok.decode(&self.built.ids).unwrap_or_default();
                 match matched_stop(&text, &self.stops) {
                     Some(s) => ("stop_sequence", Some(s.to_string())),
                     None => ("end_turn", None),
@@ -206,36 +213,59 @@ impl Reply {
     }
 
     fn close(&mut self, out: &mut Vec<String>) {
-        if self.open.take().is_some() {
+        if self.built.open.take().is_some() {
             out.push(event(
                 "content_block_stop",
-                json!({"type": "content_block_stop", "index": self.index}),
+                json!({"type": "content_block_stop", "index": self.built.index}),
             ));
-            self.index += 1;
+            self.built.index += 1;
         }
     }
 
     fn delta(&mut self, kind: Block, text: String, out: &mut Vec<String>) {
-        if self.open != Some(kind) {
+        let (block, delta) = match kind {
+            Block::Thinking => (
+                json!({"type": "thinking", "thinking": "", "signature": ""}),
+                json!({"type": "thinking_delta", "thinking": text}),
+            ),
+            Block::Text => (
+                json!({"type": "text", "text": ""}),
+                json!({"type": "text_delta", "text": text}),
+            ),
+            // A tool call's input streams through `input_delta`.
+            Block::ToolUse => return,
+        };
+        if self.built.open != Some(kind) {
             self.close(out);
-            let block = match kind {
-                Block::Thinking => json!({"type": "thinking", "thinking": "", "signature": ""}),
-                Block::Text => json!({"type": "text", "text": ""}),
-            };
             out.push(event(
                 "content_block_start",
-                json!({"type": "content_block_start", "index": self.index, "content_block": block}),
+                json!({"type": "content_block_start", "index": self.built.index, "content_block": block}),
             ));
-            self.open = Some(kind);
+            self.built.open = Some(kind);
         }
-        let delta = match kind {
-            Block::Thinking => json!({"type": "thinking_delta", "thinking": text}),
-            Block::Text => json!({"type": "text_delta", "text": text}),
-        };
         out.push(event(
             "content_block_delta",
-            json!({"type": "content_block_delta", "index": self.index, "delta": delta}),
+            json!({"type": "content_block_delta", "index": self.built.index, "delta": delta}),
         ));
+    }
+
+    /// Opens a `tool_use` block (its `input` starts empty and streams).
+    fn open_tool_use(&mut self, block: Json, out: &mut Vec<String>) {
+        out.push(event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": self.built.index, "content_block": block}),
+        ));
+        self.built.open = Some(Block::ToolUse);
+        self.built.args_sent = Some(0);
+    }
+
+    /// A piece of the open `tool_use` block's `input` JSON.
+    fn input_delta(&self, piece: String) -> String {
+        event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": self.built.index,
+                   "delta": {"type": "input_json_delta", "partial_json": piece}}),
+        )
     }
 
     fn events(&mut self, parts: Vec<Part>) -> Vec<String> {
@@ -244,26 +274,38 @@ impl Reply {
             match p {
                 Part::Reasoning(s) => self.delta(Block::Thinking, s, &mut out),
                 Part::Content(s) => self.delta(Block::Text, s, &mut out),
-                Part::Call(c) => {
+                // A streamed call: its block opens with the name, each
+                // argument goes out as a piece of `input`'s JSON.
+                Part::CallStart(name) => {
                     self.close(&mut out);
-                    self.n_calls += 1;
+                    self.built.n_calls += 1;
+                    let block = tool_use(ToolCall {
+                        name,
+                        arguments: "{}".into(),
+                    });
+                    self.open_tool_use(block, &mut out);
+                }
+                Part::CallArgument(k, v) => {
+                    if let Some(sent) = self.built.args_sent.as_mut() {
+                        let piece = argument_piece(*sent == 0, &k, &v);
+                        *sent += 1;
+                        out.push(self.input_delta(piece));
+                    }
+                }
+                Part::Call(c) => {
+                    if let Some(sent) = self.built.args_sent.take() {
+                        out.push(self.input_delta(close_arguments(sent == 0).into()));
+                        self.close(&mut out);
+                        continue;
+                    }
+                    self.close(&mut out);
+                    self.built.n_calls += 1;
                     let mut block = tool_use(c);
                     let input = std::mem::replace(&mut block["input"], json!({}));
-                    let i = self.index;
-                    out.push(event(
-                        "content_block_start",
-                        json!({"type": "content_block_start", "index": i, "content_block": block}),
-                    ));
-                    out.push(event(
-                        "content_block_delta",
-                        json!({"type": "content_block_delta", "index": i,
-                               "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
-                    ));
-                    out.push(event(
-                        "content_block_stop",
-                        json!({"type": "content_block_stop", "index": i}),
-                    ));
-                    self.index += 1;
+                    self.open_tool_use(block, &mut out);
+                    out.push(self.input_delta(input.to_string()));
+                    self.built.args_sent = None;
+                    self.close(&mut out);
                 }
             }
         }
@@ -284,7 +326,7 @@ impl ChunkBuilder for Reply {
     }
 
     fn text(&mut self, text: String, tokens: Vec<TokenInfo>) -> Vec<String> {
-        self.ids.extend(tokens.iter().map(|t| t.id));
+        self.built.ids.extend(tokens.iter().map(|t| t.id));
         let parts = self.output.feed(&text);
         self.events(parts)
     }
@@ -319,22 +361,19 @@ mod tests {
     fn reply(tools: bool) -> Reply {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../fixtures/models/qwen35moe.f32.gguf");
+        let output = crate::tool_choice::ReplyOutput::new(
+            "<|im_start|>assistant\n<think>\n",
+            tools.then_some(&[][..]),
+            true,
+        );
         Reply {
             id: "msg_test".into(),
             model: "m".into(),
             tok: Arc::new(Tokenizer::from_gguf_path(&path).unwrap()),
-            output: crate::tool_choice::ReplyOutput::new(
-                "<|im_start|>assistant\n<think>\n",
-                tools.then_some(&[][..]),
-                true,
-            ),
+            output,
             stops: Vec::new(),
             input_tokens: 7,
-            ids: Vec::new(),
-            blocks: Vec::new(),
-            open: None,
-            index: 0,
-            n_calls: 0,
+            built: Built::default(),
         }
     }
 
@@ -397,6 +436,12 @@ mod tests {
             delta("input_json_delta", "partial_json"),
             "{\"city\":\"Paris\"}"
         );
+        // The input streamed: the argument as it completed, then the close.
+        let pieces = ev
+            .iter()
+            .filter(|(_, d)| d["delta"]["type"] == "input_json_delta")
+            .count();
+        assert_eq!(pieces, 2);
         let tool = &starts[2]["content_block"];
         assert_eq!(tool["name"], "get_weather");
         assert_eq!(tool["input"], json!({}));
@@ -418,20 +463,23 @@ mod tests {
         }
         let parts = r.output.finish();
         r.gather(parts);
-        assert_eq!(r.blocks.len(), 3, "{:?}", r.blocks);
+        assert_eq!(r.built.blocks.len(), 3, "{:?}", r.built.blocks);
         assert_eq!(
-            r.blocks[0],
+            r.built.blocks[0],
             json!({"type": "thinking", "thinking": "I need the weather.", "signature": ""})
         );
-        assert_eq!(r.blocks[1], json!({"type": "text", "text": "Checking."}));
-        assert_eq!(r.blocks[2]["type"], "tool_use");
-        assert_eq!(r.blocks[2]["input"], json!({"city": "Paris"}));
+        assert_eq!(
+            r.built.blocks[1],
+            json!({"type": "text", "text": "Checking."})
+        );
+        assert_eq!(r.built.blocks[2]["type"], "tool_use");
+        assert_eq!(r.built.blocks[2]["input"], json!({"city": "Paris"}));
         assert_eq!(r.stop_reason(&done()), ("tool_use", None));
         // Without tools the markup is text, and a plain stop is end_turn.
         let mut r = reply(false);
         let parts = r.output.feed("x</think>\n\n<tool_call>{}</tool_call>");
         r.gather(parts);
-        assert_eq!(r.blocks[1]["type"], "text");
+        assert_eq!(r.built.blocks[1]["type"], "text");
         assert_eq!(r.stop_reason(&done()), ("end_turn", None));
     }
 }

@@ -21,6 +21,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json as JsonBody;
 use futures_util::StreamExt;
+use rill_chat::reply::{argument_piece, close_arguments};
 use rill_chat::reply::{Part, ToolCall};
 use rill_engine::{Done, Event, FinishReason, TokenInfo};
 use serde_json::{json, Map, Value as Json};
@@ -243,6 +244,7 @@ pub async fn responses(
         input_tokens,
         items: Vec::new(),
         open: None,
+        call: None,
         seq: 0,
     };
     if prepared.stream {
@@ -292,6 +294,9 @@ struct Reply {
     items: Vec<Json>,
     /// The item a stream is writing into.
     open: Option<Open>,
+    /// The function call streaming now: its output index and the
+    /// arguments sent so far (`None`: none open).
+    call: Option<(usize, String)>,
     seq: u64,
 }
 
@@ -330,6 +335,7 @@ impl Reply {
                         "content": [{"type": "output_text", "text": s, "annotations": []}]})),
                 },
                 Part::Call(c) => self.items.push(function_call(c)),
+                Part::CallStart(_) | Part::CallArgument(..) => {}
             }
         }
     }
@@ -401,27 +407,73 @@ impl Reply {
         out.push(e);
     }
 
+    /// Adds a function-call item for `name` with no arguments yet (in
+    /// progress) and announces it; its output index.
+    fn open_call(&mut self, name: String, out: &mut Vec<String>) -> usize {
+        let mut item = function_call(ToolCall {
+            name,
+            arguments: String::new(),
+        });
+        item["status"] = json!("in_progress");
+        let index = self.items.len();
+        self.items.push(item.clone());
+        let e = self.event(
+            "response.output_item.added",
+            json!({"output_index": index, "item": item}),
+        );
+        out.push(e);
+        index
+    }
+
+    /// A piece of call `index`'s arguments.
+    fn arguments_delta(&mut self, index: usize, piece: &str) -> String {
+        let id = self.items[index]["id"].clone();
+        self.event(
+            "response.function_call_arguments.delta",
+            json!({"item_id": id, "output_index": index, "delta": piece}),
+        )
+    }
+
     fn stream(&mut self, parts: Vec<Part>) -> Vec<String> {
         let mut out = Vec::new();
         for p in parts {
             let (kind, text) = match p {
                 Part::Reasoning(s) => (Open::Reasoning, s),
                 Part::Content(s) => (Open::Message, s),
-                Part::Call(c) => {
+                // A streamed call: the item with its name and no arguments,
+                // then each argument as a delta, then the whole item.
+                Part::CallStart(name) => {
                     self.close(&mut out);
-                    let item = function_call(c);
-                    let index = self.items.len();
-                    self.items.push(item.clone());
-                    let mut added = item.clone();
-                    added["arguments"] = json!("");
-                    added["status"] = json!("in_progress");
-                    let e = self.event(
-                        "response.output_item.added",
-                        json!({"output_index": index, "item": added}),
-                    );
-                    out.push(e);
-                    let e = self.event("response.function_call_arguments.delta", json!({"item_id": item["id"], "output_index": index, "delta": item["arguments"]}));
-                    out.push(e);
+                    let index = self.open_call(name, &mut out);
+                    self.call = Some((index, String::new()));
+                    continue;
+                }
+                Part::CallArgument(k, v) => {
+                    if let Some((index, sent)) = self.call.take() {
+                        let piece = argument_piece(sent.is_empty(), &k, &v);
+                        out.push(self.arguments_delta(index, &piece));
+                        self.call = Some((index, sent + &piece));
+                    }
+                    continue;
+                }
+                Part::Call(c) => {
+                    let index = match self.call.take() {
+                        Some((index, sent)) => {
+                            let piece = close_arguments(sent.is_empty());
+                            out.push(self.arguments_delta(index, piece));
+                            index
+                        }
+                        None => {
+                            self.close(&mut out);
+                            let index = self.open_call(c.name.clone(), &mut out);
+                            out.push(self.arguments_delta(index, &c.arguments));
+                            index
+                        }
+                    };
+                    let item = &mut self.items[index];
+                    item["arguments"] = json!(c.arguments);
+                    item["status"] = json!("completed");
+                    let item = item.clone();
                     let e = self.event("response.function_call_arguments.done", json!({"item_id": item["id"], "output_index": index, "arguments": item["arguments"]}));
                     out.push(e);
                     let e = self.event(

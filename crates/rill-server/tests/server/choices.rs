@@ -79,13 +79,11 @@ async fn forced_calls_follow_the_tool_schema() {
         )
         .await;
     let chunks = chunks(&lines);
-    let calls: Vec<&Value> = chunks
-        .iter()
-        .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array())
-        .flatten()
-        .collect();
+    let (calls, pieces) = joined_tool_calls(&chunks);
     assert_eq!(calls.len(), 1, "{chunks:?}");
-    check_args(calls[0]);
+    check_args(&calls[0]);
+    // The call streamed: its name first, then its arguments one by one.
+    assert!(pieces > 2, "{pieces} pieces");
     let fin = chunks
         .iter()
         .find_map(|c| c["choices"][0]["finish_reason"].as_str())

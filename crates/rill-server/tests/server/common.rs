@@ -299,3 +299,34 @@ pub async fn assert_error_code(r: reqwest::Response, want_status: u16, code: &st
     assert_error(status, &body, want_status, None);
     assert_eq!(body["error"]["code"], code, "{body}");
 }
+
+/// The tool calls of a chat stream, joined as a client joins them: per
+/// `index`, the first piece gives the id, type and name, and the
+/// arguments are the pieces in order. Also how many pieces there were.
+pub fn joined_tool_calls(chunks: &[Value]) -> (Vec<Value>, usize) {
+    let mut calls: Vec<Value> = Vec::new();
+    let mut pieces = 0;
+    let deltas = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array())
+        .flatten();
+    for d in deltas {
+        pieces += 1;
+        let i = d["index"].as_u64().unwrap() as usize;
+        if i == calls.len() {
+            assert!(
+                d["id"].is_string() && d["function"]["name"].is_string(),
+                "{d}"
+            );
+            calls.push(d.clone());
+        } else {
+            let args = format!(
+                "{}{}",
+                calls[i]["function"]["arguments"].as_str().unwrap(),
+                d["function"]["arguments"].as_str().unwrap()
+            );
+            calls[i]["function"]["arguments"] = Value::String(args);
+        }
+    }
+    (calls, pieces)
+}
