@@ -386,22 +386,15 @@ pub(super) unsafe fn k4_scales(b: *const u8) -> ([f32; 8], [f32; 8]) {
     (dl, ml)
 }
 
-/// Q4_K (`Q5` false) and Q5_K, which adds bit `g` of `qh` as bit 4 of
-/// sub-block `g`'s quants.
+/// Q4_K. Not one const-generic function with Q5_K: that shared body cost
+/// ~4% of a Q4_K_M prefill (pp512, AVX-512 class on Zen 4), although its
+/// instruction counts were the same.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn kmin<E: Emit, const Q5: bool>(b: *const u8, e: &mut E, _slot: usize) {
+unsafe fn q4_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
     let (dl, ml) = k4_scales(b);
-    let qs = b.add(if Q5 { 48 } else { 16 });
-    let hraw = if Q5 {
-        ld8u4(b.add(16))
-    } else {
-        [_mm256_setzero_si256(); 4]
-    };
-    let (m15, one) = (_mm256_set1_epi32(15), _mm256_set1_epi32(1));
-    // Bit `g` of `hraw[k]` as bit 4 (Q5_K).
-    let high =
-        |k: usize, g: usize| _mm256_slli_epi32(_mm256_and_si256(srl(hraw[k], g as i32), one), 4);
+    let qs = b.add(16);
+    let m15 = _mm256_set1_epi32(15);
     for c in 0..4 {
         let (g0, g1) = (2 * c, 2 * c + 1);
         let (dl0, ml0) = (_mm256_set1_ps(dl[g0]), _mm256_set1_ps(ml[g0]));
@@ -409,22 +402,39 @@ unsafe fn kmin<E: Emit, const Q5: bool>(b: *const u8, e: &mut E, _slot: usize) {
         let v = [0, 1, 2, 3].map(|k| ld8u(qs.add(32 * c + 8 * k)));
         // Low nibbles are elements 64c..64c+32, high ones the next 32.
         for k in 0..4 {
-            let mut lo = _mm256_and_si256(v[k], m15);
-            if Q5 {
-                lo = _mm256_or_si256(lo, high(k, g0));
-            }
-            e.put(64 * c + 8 * k, scale_min::<E>(dl0, cvt(lo), ml0), k);
+            let lo = cvt(_mm256_and_si256(v[k], m15));
+            e.put(64 * c + 8 * k, scale_min::<E>(dl0, lo, ml0), k);
         }
         for k in 0..4 {
-            let mut hi = _mm256_srli_epi32(v[k], 4);
-            if Q5 {
-                hi = _mm256_or_si256(hi, high(k, g1));
-            }
-            e.put(
-                64 * c + 32 + 8 * k,
-                scale_min::<E>(dl1, cvt(hi), ml1),
-                k ^ 2,
-            );
+            let hi = cvt(_mm256_srli_epi32(v[k], 4));
+            e.put(64 * c + 32 + 8 * k, scale_min::<E>(dl1, hi, ml1), k ^ 2);
+        }
+    }
+}
+
+/// Q5_K: Q4_K's layout plus bit `g` of `qh` as bit 4 of sub-block `g`'s
+/// quants.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
+    let (dl, ml) = k4_scales(b);
+    let qs = b.add(48);
+    let hraw = ld8u4(b.add(16));
+    let (m15, one) = (_mm256_set1_epi32(15), _mm256_set1_epi32(1));
+    for c in 0..4 {
+        let (g0, g1) = (2 * c, 2 * c + 1);
+        let (dl0, ml0) = (_mm256_set1_ps(dl[g0]), _mm256_set1_ps(ml[g0]));
+        let (dl1, ml1) = (_mm256_set1_ps(dl[g1]), _mm256_set1_ps(ml[g1]));
+        let v = [0, 1, 2, 3].map(|k| ld8u(qs.add(32 * c + 8 * k)));
+        for k in 0..4 {
+            let h0 = _mm256_slli_epi32(_mm256_and_si256(srl(hraw[k], g0 as i32), one), 4);
+            let lo = cvt(_mm256_or_si256(_mm256_and_si256(v[k], m15), h0));
+            e.put(64 * c + 8 * k, scale_min::<E>(dl0, lo, ml0), k);
+        }
+        for k in 0..4 {
+            let h1 = _mm256_slli_epi32(_mm256_and_si256(srl(hraw[k], g1 as i32), one), 4);
+            let hi = cvt(_mm256_or_si256(_mm256_srli_epi32(v[k], 4), h1));
+            e.put(64 * c + 32 + 8 * k, scale_min::<E>(dl1, hi, ml1), k ^ 2);
         }
     }
 }
@@ -492,8 +502,8 @@ row_kernels! {"avx2,fma,f16c", _mm256_setzero_ps(), hsum4;
     q8_0: dot_q8_0, deq_q8_0, canon_q8_0: Canon, canon16_q8_0: Canon16; 34, 32;
     q2_k: dot_q2_k, deq_q2_k, canon_q2_k: Canon, canon16_q2_k: Canon16; 84, QK_K;
     q3_k: dot_q3_k, deq_q3_k, canon_q3_k: Canon, canon16_q3_k: Canon16; 110, QK_K;
-    kmin::<_, false>: dot_q4_k, deq_q4_k, canon_q4_k: Canon, canon16_q4_k: Canon16; 144, QK_K;
-    kmin::<_, true>: dot_q5_k, deq_q5_k, canon_q5_k: Canon, canon16_q5_k: Canon16; 176, QK_K;
+    q4_k: dot_q4_k, deq_q4_k, canon_q4_k: Canon, canon16_q4_k: Canon16; 144, QK_K;
+    q5_k: dot_q5_k, deq_q5_k, canon_q5_k: Canon, canon16_q5_k: Canon16; 176, QK_K;
     q6_k: dot_q6_k, deq_q6_k, canon_q6_k: Canon, canon16_q6_k: Canon16; 210, QK_K;
     iq4_nl: dot_iq4_nl, deq_iq4_nl, canon_iq4_nl: Canon, canon16_iq4_nl: Canon16; 18, 32;
     iq4_xs: dot_iq4_xs, deq_iq4_xs, canon_iq4_xs: Canon, canon16_iq4_xs: Canon16; 136, QK_K;
