@@ -249,14 +249,13 @@ impl Reply {
         ));
     }
 
-    /// Opens a `tool_use` block (its `input` starts empty and streams).
+    /// Opens a `tool_use` block (its `input` starts empty; pieces follow).
     fn open_tool_use(&mut self, block: Json, out: &mut Vec<String>) {
         out.push(event(
             "content_block_start",
             json!({"type": "content_block_start", "index": self.built.index, "content_block": block}),
         ));
         self.built.open = Some(Block::ToolUse);
-        self.built.args_sent = Some(0);
     }
 
     /// A piece of the open `tool_use` block's `input` JSON.
@@ -284,6 +283,7 @@ impl Reply {
                         arguments: "{}".into(),
                     });
                     self.open_tool_use(block, &mut out);
+                    self.built.args_sent = Some(0);
                 }
                 Part::CallArgument(k, v) => {
                     if let Some(sent) = self.built.args_sent.as_mut() {
@@ -304,7 +304,6 @@ impl Reply {
                     let input = std::mem::replace(&mut block["input"], json!({}));
                     self.open_tool_use(block, &mut out);
                     out.push(self.input_delta(input.to_string()));
-                    self.built.args_sent = None;
                     self.close(&mut out);
                 }
             }

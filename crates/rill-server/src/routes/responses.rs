@@ -294,9 +294,9 @@ struct Reply {
     items: Vec<Json>,
     /// The item a stream is writing into.
     open: Option<Open>,
-    /// The function call streaming now: its output index and the
-    /// arguments sent so far (`None`: none open).
-    call: Option<(usize, String)>,
+    /// The function call streaming now: its output index and how many of
+    /// its arguments went out (`None`: none open).
+    call: Option<(usize, usize)>,
     seq: u64,
 }
 
@@ -445,21 +445,21 @@ impl Reply {
                 Part::CallStart(name) => {
                     self.close(&mut out);
                     let index = self.open_call(name, &mut out);
-                    self.call = Some((index, String::new()));
+                    self.call = Some((index, 0));
                     continue;
                 }
                 Part::CallArgument(k, v) => {
                     if let Some((index, sent)) = self.call.take() {
-                        let piece = argument_piece(sent.is_empty(), &k, &v);
+                        let piece = argument_piece(sent == 0, &k, &v);
                         out.push(self.arguments_delta(index, &piece));
-                        self.call = Some((index, sent + &piece));
+                        self.call = Some((index, sent + 1));
                     }
                     continue;
                 }
                 Part::Call(c) => {
                     let index = match self.call.take() {
                         Some((index, sent)) => {
-                            let piece = close_arguments(sent.is_empty());
+                            let piece = close_arguments(sent == 0);
                             out.push(self.arguments_delta(index, piece));
                             index
                         }
