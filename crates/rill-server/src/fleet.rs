@@ -113,6 +113,37 @@ struct Inner {
     success: BTreeMap<&'static str, u64>,
 }
 
+/// How busy the engine is now: what `/metrics`' gauges and the load
+/// endpoints that routers poll (`/get_load`, `/load`) report.
+#[derive(Debug, Clone, Copy)]
+pub struct Load {
+    /// Requests being generated.
+    pub running: u64,
+    /// Requests waiting for a sequence slot.
+    pub waiting: u64,
+    /// Sequence state and prompt cache over the memory budget, 0–1.
+    pub usage: f64,
+}
+
+impl Load {
+    pub fn of(state: &AppState) -> Load {
+        let e = state.engine.metrics();
+        let running = e.requests_running.load(Relaxed);
+        let slots = state.engine.config().max_parallel.max(1) as f64;
+        // With a memory budget: what its reservations and the prompt cache
+        // use of it. Without: each running sequence holds one of the
+        // --parallel slots of sequence state.
+        let usage = e
+            .memory_usage_of_budget()
+            .unwrap_or((running as f64 / slots).min(1.0));
+        Load {
+            running,
+            waiting: e.queue_depth.load(Relaxed),
+            usage,
+        }
+    }
+}
+
 pub struct FleetMetrics {
     inner: Mutex<Inner>,
 }
@@ -161,37 +192,30 @@ impl FleetMetrics {
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{label}}} {v}"
             );
         };
-        let running = e.requests_running.load(Relaxed) as f64;
-        let slots = cfg.max_parallel.max(1) as f64;
+        let load = Load::of(state);
         one(
             "vllm:num_requests_running",
             "gauge",
             "Number of requests being generated.",
-            running,
+            load.running as f64,
         );
         one(
             "vllm:num_requests_waiting",
             "gauge",
             "Number of requests waiting for a sequence slot.",
-            e.queue_depth.load(Relaxed) as f64,
+            load.waiting as f64,
         );
-        // With a memory budget: what its reservations and the prompt cache
-        // use of it. Without: each running sequence holds one of the
-        // --parallel slots of sequence state.
-        let usage = e
-            .memory_usage_of_budget()
-            .unwrap_or((running / slots).min(1.0));
         one(
             "vllm:kv_cache_usage_perc",
             "gauge",
             "Sequence state (KV + GDN) and prompt cache in use over the memory budget (0-1).",
-            usage,
+            load.usage,
         );
         one(
             "vllm:gpu_cache_usage_perc",
             "gauge",
             "Legacy name of vllm:kv_cache_usage_perc.",
-            usage,
+            load.usage,
         );
         // The counters read straight from the engine's: name, help.
         #[rustfmt::skip]

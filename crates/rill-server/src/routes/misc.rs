@@ -1,4 +1,5 @@
-//! `GET /v1/models`, `GET /health`, `GET /metrics`, and unknown routes.
+//! `GET /v1/models`, `GET /health`, `GET /metrics`, the load that routers
+//! poll (`GET /get_load`, `GET /load`), and unknown routes.
 
 use crate::errors::ApiError;
 use crate::openai::responses::{ModelCard, ModelList};
@@ -65,6 +66,25 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         text,
     )
         .into_response()
+}
+
+/// The load that vLLM's router (`vllm-router --policy power_of_two`, of
+/// SGLang's router lineage) polls from each worker: `load` is the requests
+/// running plus waiting; the other fields say which is which.
+pub async fn get_load(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
+    let load = crate::fleet::Load::of(&state);
+    Json(json!({
+        "load": load.running + load.waiting,
+        "num_reqs": load.running,
+        "num_waiting_reqs": load.waiting,
+        "kv_cache_usage_perc": load.usage,
+    }))
+}
+
+/// vLLM's `GET /load`: the requests in flight (running plus waiting).
+pub async fn server_load(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
+    let load = crate::fleet::Load::of(&state);
+    Json(json!({"server_load": load.running + load.waiting}))
 }
 
 pub async fn not_found(uri: Uri) -> ApiError {

@@ -58,6 +58,8 @@ pub fn router(state: Arc<AppState>) -> Router {
     }
     app.route("/health", get(misc::health))
         .route("/metrics", get(misc::metrics))
+        .route("/get_load", get(misc::get_load))
+        .route("/load", get(misc::server_load))
         .fallback(misc::not_found)
         .method_not_allowed_fallback(misc::method_not_allowed)
         .layer(DefaultBodyLimit::max(state.config.body_limit))

@@ -17,6 +17,12 @@ exactly when it lands on its first turn's replica.
 - `--policy cache_aware` (the router's default: its own prefix tree of the
   prompts it routed): >= 95% must hit, no X-Session-ID needed.
 
+And the router's load-aware policy, `--policy power_of_two`, which polls
+each worker's `GET /get_load`: with two long streams held open on one
+replica, the router reads its load from rill (its own `/get_loads` shows
+it, with no configuration on either side) and sends every new request to
+the idle replica.
+
 Prints one JSON line per policy with the counts. Run through run.sh.
 """
 
@@ -38,14 +44,15 @@ SESSIONS = 20
 
 
 def start_replica():
+    # A long context, so that the load test's streams outlast it.
     return rill_serve.start_rill(os.environ["RILL_BIN"], MODEL, "--parallel", "2",
-                                 "--ctx-size", "1024", "-t", "1", "--alias", "fixture")
+                                 "--ctx-size", "32768", "-t", "1", "--alias", "fixture")
 
 
-def start_router(workers, policy):
+def start_router(workers, policy, *extra):
     cmd = [os.environ.get("VLLM_ROUTER", "vllm-router"), "--host", "127.0.0.1", "--port", "{port}",
            "--policy", policy, "--worker-urls", *workers, "--log-level", "warning",
-           "--disable-retries", "--health-check-interval-secs", "60"]
+           "--disable-retries", "--health-check-interval-secs", "60", *extra]
     return rill_serve.start(cmd, "vllm-router")
 
 
@@ -122,6 +129,62 @@ def run(policy, replicas):
         stop(router)
 
 
+def hold(base):
+    """A long streamed completion sent straight to one replica, left open: it
+    runs there until closed."""
+    body = json.dumps({"model": "fixture", "prompt": "hold", "max_tokens": 30000,
+                       "ignore_eos": True, "stream": True}).encode()
+    req = urllib.request.Request(base + "/v1/completions", data=body, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    r = urllib.request.urlopen(req, timeout=600)
+    r.readline()  # the stream has started
+    return r
+
+
+def router_loads(router):
+    with urllib.request.urlopen(router + "/get_loads", timeout=10) as r:
+        return {w["worker"]: w["load"] for w in json.loads(r.read())["workers"]}
+
+
+def load_aware(replicas):
+    """power_of_two: two streams held on replica 0 (both its slots), then ten
+    requests through the router; each must go to replica 1."""
+    t0 = time.time()
+    # The router polls the workers' load every --worker-startup-check-interval seconds.
+    router, base = start_router([b for _, b in replicas], "power_of_two",
+                                "--worker-startup-check-interval", "1")
+    busy, idle = replicas[0][1], replicas[1][1]
+    held = []
+    try:
+        held = [hold(busy), hold(busy)]
+        deadline = time.time() + 30
+        while True:
+            loads = router_loads(base)
+            if loads.get(busy, -1) >= 2 and loads.get(idle, -1) == 0:
+                break
+            assert time.time() < deadline, f"the router never read the replicas' load: {loads}"
+            time.sleep(0.2)
+        # `/get_loads` asks the workers there and then; the policy's own copy
+        # comes from the router's poll: give it two polls.
+        time.sleep(3)
+        counters = [metric(b, "vllm:prompt_tokens_total") for _, b in replicas]
+        on_idle = 0
+        for k in range(10):
+            chat(base, f"load-{k}", first_turn("power_of_two", k))
+            at, counters = served_by(replicas, counters)
+            on_idle += at == 1
+        running = metric(busy, "vllm:num_requests_running")
+        result = {"policy": "power_of_two", "seconds": round(time.time() - t0, 1),
+                  "loads_read_by_router": loads, "requests": 10, "on_idle_replica": on_idle,
+                  "busy_replica_running": running}
+        print(json.dumps(result), flush=True)
+        return result
+    finally:
+        for r in held:
+            r.close()
+        stop(router)
+
+
 def main():
     replicas = [start_replica(), start_replica()]
     # Separate sessions per policy; the caches of the first run stay, but
@@ -130,6 +193,7 @@ def main():
         sticky = run("consistent_hash", replicas)
         rr = run("round_robin", replicas)
         aware = run("cache_aware", replicas)
+        loaded = load_aware(replicas)
     finally:
         for p, _ in replicas:
             stop(p)
@@ -151,6 +215,10 @@ def main():
         fail(f"cache_aware: {aware['hit_by_metrics']}/{SESSIONS} second turns hit the cache")
     if not (0.2 * SESSIONS <= rr["hit_by_metrics"] <= 0.8 * SESSIONS):
         fail(f"round_robin: {rr['hit_by_metrics']}/{SESSIONS} hits, expected about half")
+    # The held streams kept replica 0 busy to the end, so the load never evened out.
+    if loaded["busy_replica_running"] != 2 or loaded["on_idle_replica"] != loaded["requests"]:
+        fail(f"power_of_two: {loaded['on_idle_replica']}/{loaded['requests']} requests went to the idle "
+             f"replica (the busy one ran {loaded['busy_replica_running']})")
     sys.exit(0 if ok else 1)
 
 

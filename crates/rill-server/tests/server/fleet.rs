@@ -97,12 +97,22 @@ async fn vllm_series_follow_the_engine() {
     let b = open_stream(&s).await;
     s.wait_metric(&series("vllm:num_requests_waiting"), 1.0)
         .await;
+    // The load a router polls says the same.
+    let load: serde_json::Value = serde_json::from_str(&s.get_text("/get_load").await).unwrap();
+    assert_eq!(
+        load,
+        json!({"load": 2, "num_reqs": 1, "num_waiting_reqs": 1, "kv_cache_usage_perc": 1.0})
+    );
+    let load: serde_json::Value = serde_json::from_str(&s.get_text("/load").await).unwrap();
+    assert_eq!(load, json!({"server_load": 2}));
     drop(a);
     drop(b);
     s.wait_metric(&series("vllm:num_requests_running"), 0.0)
         .await;
     s.wait_metric(&series("vllm:num_requests_waiting"), 0.0)
         .await;
+    let load: serde_json::Value = serde_json::from_str(&s.get_text("/get_load").await).unwrap();
+    assert_eq!(load["load"], 0);
     // Cancelled requests are not successes.
     assert_eq!(
         s.metric("vllm:request_success_total{model_name=\"fixture\",finished_reason=\"length\"}")
