@@ -77,3 +77,85 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::parser::ValueSource;
+    use clap::{ArgAction, CommandFactory};
+
+    /// `--cache-type-k` → `RILL_CACHE_TYPE_K`.
+    fn variable_of(long: &str) -> String {
+        format!("RILL_{}", long.to_uppercase().replace('-', "_"))
+    }
+
+    fn serve() -> clap::Command {
+        Cli::command()
+            .find_subcommand("serve")
+            .expect("a serve subcommand")
+            .clone()
+    }
+
+    /// Containers configure `rill serve` from the environment only: every
+    /// flag has its variable, named after the flag.
+    #[test]
+    fn every_serve_flag_has_its_rill_variable() {
+        let mut seen = 0;
+        for arg in serve().get_arguments() {
+            if matches!(arg.get_action(), ArgAction::Help | ArgAction::Version) {
+                continue;
+            }
+            let long = arg
+                .get_long()
+                .unwrap_or_else(|| panic!("{} has no long name", arg.get_id()));
+            let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+            assert_eq!(env, Some(variable_of(long)), "--{long}");
+            seen += 1;
+        }
+        assert!(seen > 30, "only {seen} serve flags");
+    }
+
+    /// A value that `--FLAG`'s parser takes.
+    fn sample_value(arg: &clap::Arg) -> String {
+        match arg.get_id().as_str() {
+            "kernels" => return "scalar".into(),
+            "precision" => return "q8".into(),
+            "rope_scaling" => return "yarn".into(),
+            "cache_type_k" | "cache_type_v" => return "q8_0".into(),
+            "chat_template_kwargs" => return "{}".into(),
+            _ => {}
+        }
+        if matches!(arg.get_action(), ArgAction::SetTrue) {
+            return "true".into();
+        }
+        if let Some(v) = arg.get_possible_values().first() {
+            return v.get_name().to_string();
+        }
+        match arg.get_default_values().first() {
+            Some(v) if !v.is_empty() => v.to_string_lossy().into_owned(),
+            _ => "1".into(),
+        }
+    }
+
+    /// And each variable is read: set alone, it gives its flag's value.
+    /// (The only test here that touches the process environment.)
+    #[test]
+    fn every_serve_variable_sets_its_flag() {
+        let command = serve();
+        for arg in command.get_arguments() {
+            let Some(env) = arg.get_env() else { continue };
+            let value = sample_value(arg);
+            std::env::set_var(env, &value);
+            let parsed = Cli::command().try_get_matches_from(["rill", "serve"]);
+            std::env::remove_var(env);
+            let matches = parsed.unwrap_or_else(|e| panic!("{env:?}={value}: {e}"));
+            let serve = matches.subcommand_matches("serve").expect("serve");
+            assert_eq!(
+                serve.value_source(arg.get_id().as_str()),
+                Some(ValueSource::EnvVariable),
+                "{env:?}={value} did not set --{}",
+                arg.get_long().unwrap_or_default()
+            );
+        }
+    }
+}

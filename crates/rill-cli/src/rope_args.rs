@@ -7,30 +7,30 @@ use rill_model::{RopeOverride, RopeScalingType};
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct RopeArgs {
     /// RoPE scaling: none, linear or yarn (default: what the file says).
-    #[arg(long, value_parser = parse_scaling_type)]
+    #[arg(long, value_parser = parse_scaling_type, env = "RILL_ROPE_SCALING")]
     pub rope_scaling: Option<RopeScalingType>,
     /// How many times the context is stretched (llama.cpp's `--rope-scale`;
     /// alone, on a file without scaling: linear).
-    #[arg(long, value_parser = parse_positive, allow_hyphen_values = true)]
+    #[arg(long, value_parser = parse_positive, allow_hyphen_values = true, env = "RILL_ROPE_SCALE")]
     pub rope_scale: Option<f32>,
     /// YaRN: the model's original (unscaled) context; default the file's.
-    #[arg(long, value_parser = parse_orig_ctx)]
+    #[arg(long, value_parser = parse_orig_ctx, env = "RILL_YARN_ORIG_CTX")]
     pub yarn_orig_ctx: Option<usize>,
     /// YaRN: how much of the extrapolation ramp is used (default 1; 0 =
     /// linear interpolation).
-    #[arg(long, value_parser = parse_non_negative, allow_hyphen_values = true)]
+    #[arg(long, value_parser = parse_non_negative, allow_hyphen_values = true, env = "RILL_YARN_EXT_FACTOR")]
     pub yarn_ext_factor: Option<f32>,
     /// YaRN: what cos and sin are multiplied by (transformers'
     /// `attention_factor`; default 0.1·ln(factor) + 1).
-    #[arg(long, value_parser = parse_non_negative, allow_hyphen_values = true)]
+    #[arg(long, value_parser = parse_non_negative, allow_hyphen_values = true, env = "RILL_YARN_ATTN_FACTOR")]
     pub yarn_attn_factor: Option<f32>,
     /// YaRN: pairs turning more often than this over the original context
     /// keep their frequency (default 32).
-    #[arg(long, value_parser = parse_positive, allow_hyphen_values = true)]
+    #[arg(long, value_parser = parse_positive, allow_hyphen_values = true, env = "RILL_YARN_BETA_FAST")]
     pub yarn_beta_fast: Option<f32>,
     /// YaRN: pairs turning less often than this are fully interpolated
     /// (default 1).
-    #[arg(long, value_parser = parse_positive, allow_hyphen_values = true)]
+    #[arg(long, value_parser = parse_positive, allow_hyphen_values = true, env = "RILL_YARN_BETA_SLOW")]
     pub yarn_beta_slow: Option<f32>,
 }
 
