@@ -29,7 +29,9 @@ pub mod stop;
 mod thinking;
 
 pub use metrics::Metrics;
-pub use request::{ConstraintRequest, Done, Event, FinishReason, Request, SubmitError, TokenInfo};
+pub use request::{
+    ConstraintRequest, Done, Event, Failure, FinishReason, Request, SubmitError, TokenInfo,
+};
 pub use rill_grammar::GrammarSpec;
 pub use scheduler::{Engine, EngineConfig, Handle};
 pub use speculation::SpecConfig;

@@ -147,7 +147,20 @@ pub enum Event {
         tokens: Vec<TokenInfo>,
     },
     Done(Done),
-    Error(String),
+    Error(Failure),
+}
+
+/// Why an accepted request failed while it ran.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Failure {
+    /// Its own constraint came to a state no text can continue (a schema
+    /// that recurses without end, bounds no value meets): the request's
+    /// fault, not the engine's.
+    #[error("structured output: {0}")]
+    Grammar(String),
+    /// The engine's.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 /// Why a request was not accepted.

@@ -18,7 +18,7 @@ use crate::budget::{mib, Fit, MemoryPlan};
 use crate::disk_cache::DiskCache;
 use crate::metrics::Metrics;
 use crate::prefix_cache::PrefixCache;
-use crate::request::{Done, Event, Request, SubmitError};
+use crate::request::{Done, Event, Failure, Request, SubmitError};
 use crate::sequence::{Sequence, Submitted, TokenContext};
 use crate::speculation::SpecConfig;
 use rill_grammar::{Constraint, GrammarError, GrammarSpec, Grammars};
@@ -366,7 +366,7 @@ struct Worker {
     /// Each running sequence's prompt rows in this step (None: decoding),
     /// and the step's finished sequences: kept between steps.
     spans: Vec<Option<std::ops::Range<usize>>>,
-    finished: Vec<(usize, Result<Done, String>)>,
+    finished: Vec<(usize, Result<Done, Failure>)>,
 }
 
 impl Worker {
@@ -455,7 +455,9 @@ impl Worker {
                     match SequenceState::with_kv(&self.model, ctx, kv) {
                         Ok(s) => (s, 0),
                         Err(e) => {
-                            let _ = sub.events.send(Event::Error(e.to_string()));
+                            let _ = sub
+                                .events
+                                .send(Event::Error(Failure::Internal(e.to_string())));
                             continue;
                         }
                     }
@@ -464,7 +466,9 @@ impl Worker {
             let sampler = match Sampler::new(sub.req.sampler.clone()) {
                 Ok(s) => s,
                 Err(e) => {
-                    let _ = sub.events.send(Event::Error(e.to_string()));
+                    let _ = sub
+                        .events
+                        .send(Event::Error(Failure::Internal(e.to_string())));
                     continue;
                 }
             };
@@ -621,7 +625,7 @@ impl Worker {
                 let _ = s
                     .sub
                     .events
-                    .send(Event::Error(format!("internal error: {e}")));
+                    .send(Event::Error(Failure::Internal(e.to_string())));
             }
             return;
         }

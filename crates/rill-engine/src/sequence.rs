@@ -9,7 +9,7 @@
 
 use crate::metrics::Metrics;
 use crate::output::TextOutput;
-use crate::request::{Done, Event, FinishReason, Request, TokenInfo};
+use crate::request::{Done, Event, Failure, FinishReason, Request, TokenInfo};
 use crate::speculation::{Speculation, MAX_DRAFT};
 use crate::thinking::Thinking;
 use rill_grammar::Constraint;
@@ -79,11 +79,11 @@ pub(crate) struct Sequence {
 /// How a step ended a sequence.
 enum End {
     Done(Done),
-    Failed(String),
+    Failed(Failure),
 }
 
 impl End {
-    fn into_result(self) -> Result<Done, String> {
+    fn into_result(self) -> Result<Done, Failure> {
         match self {
             End::Done(d) => Ok(d),
             End::Failed(why) => Err(why),
@@ -108,16 +108,16 @@ struct Constrained {
 fn masked<'a>(
     constraint: &'a mut Option<Constrained>,
     row: &'a [f32],
-) -> Result<&'a [f32], String> {
+) -> Result<&'a [f32], Failure> {
     match constraint {
-        Some(k) if k.broken => Err("the grammar's state was lost".into()),
+        Some(k) if k.broken => Err(Failure::Internal("the grammar's state was lost".into())),
         Some(k) if k.active => {
             k.masked.clear();
             k.masked.extend_from_slice(row);
             match k.grammar.mask(&mut k.masked) {
                 Ok(n) if n > 0 => Ok(&k.masked),
-                Ok(_) => Err("the grammar allows no next token".into()),
-                Err(e) => Err(e.0),
+                Ok(_) => Err(Failure::Grammar("the grammar allows no next token".into())),
+                Err(e) => Err(Failure::Grammar(e.0)),
             }
         }
         _ => Ok(row),
@@ -347,7 +347,7 @@ impl Sequence {
     /// Sample the next token from `row`, send its text, and say whether the
     /// sequence is done: `Ok` with its figures, or `Err` with why it failed
     /// (the worker then sends an error instead of `Done`).
-    pub fn take_token(&mut self, row: &[f32], cx: &TokenContext) -> Option<Result<Done, String>> {
+    pub fn take_token(&mut self, row: &[f32], cx: &TokenContext) -> Option<Result<Done, Failure>> {
         self.take(row, cx).map(End::into_result)
     }
 
@@ -360,7 +360,7 @@ impl Sequence {
         logits: &[f32],
         hidden: &[f32],
         cx: &TokenContext,
-    ) -> Option<Result<Done, String>> {
+    ) -> Option<Result<Done, Failure>> {
         let v = cx.n_vocab.max(1);
         let rows = logits.len() / v;
         let start = self.state.position() - rows;
@@ -370,7 +370,7 @@ impl Sequence {
             let forced = self.forced();
             let under = match masked(&mut self.constraint, row) {
                 Ok(r) => r,
-                Err(why) => return Some(self.fail(&why).into_result()),
+                Err(why) => return Some(self.fail(why).into_result()),
             };
             let id = match (forced, draft) {
                 (Some(f), _) => f,
@@ -387,7 +387,7 @@ impl Sequence {
         }
         let spec = self.spec.as_mut().expect("a verify step speculates");
         if let Err(e) = spec.settle(&mut self.state, start, kept, hidden, cx.metrics) {
-            return Some(Err(format!("internal error: speculation: {e}")));
+            return Some(Err(Failure::Internal(format!("speculation: {e}"))));
         }
         None
     }
@@ -402,7 +402,7 @@ impl Sequence {
         let id = match (self.forced(), masked(&mut self.constraint, row)) {
             (Some(f), _) => f,
             (None, Ok(masked)) => self.sampler.sample(masked, &self.history),
-            (None, Err(why)) => return Some(self.fail(&why)),
+            (None, Err(why)) => return Some(self.fail(why)),
         };
         let fed = self.state.position();
         self.commit(id, row, fed, cx)
@@ -431,7 +431,7 @@ impl Sequence {
         if let Some(k) = &mut self.constraint {
             if k.active {
                 if let Err(e) = k.grammar.commit(id) {
-                    return Some(self.fail(&e.0));
+                    return Some(self.fail(Failure::Grammar(e.0)));
                 }
             } else if k.after == Some(id) {
                 k.active = true;
@@ -457,7 +457,7 @@ impl Sequence {
         };
         let fed = match self.out.push(cx.tok, id) {
             Ok(f) => f,
-            Err(e) => return Some(End::Failed(e.to_string())),
+            Err(e) => return Some(End::Failed(Failure::Internal(e.to_string()))),
         };
         let _ = self.sub.events.send(Event::Text {
             text: fed.emit,
@@ -482,9 +482,9 @@ impl Sequence {
     }
 
     /// The grammar broke down: the held text goes out, then the error.
-    fn fail(&mut self, why: &str) -> End {
+    fn fail(&mut self, why: Failure) -> End {
         self.send_tail();
-        End::Failed(format!("structured output: {why}"))
+        End::Failed(why)
     }
 
     /// The final figures, for a sequence ending now.

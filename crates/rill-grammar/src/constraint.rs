@@ -53,7 +53,7 @@ impl Shared {
                 let m = self
                     .matcher
                     .compute_mask_or_eos()
-                    .map_err(|e| e.to_string());
+                    .map_err(|e| crate::describe(&e));
                 if self.masks.len() == KEPT_MASKS {
                     self.masks.pop_front();
                 }
@@ -87,19 +87,20 @@ impl std::fmt::Debug for Constraint {
 }
 
 impl Constraint {
-    pub(crate) fn new(matcher: Matcher, helper: Helper) -> Constraint {
+    /// A constraint at its start, whose mask `first` is (computed by the
+    /// compiler to check the grammar admits any output).
+    pub(crate) fn new(matcher: Matcher, helper: Helper, first: SimpleVob) -> Constraint {
+        let mut masks = VecDeque::with_capacity(KEPT_MASKS);
+        masks.push_back((0, Ok(first)));
         let shared = Shared {
             matcher,
             path: vec![0],
-            masks: VecDeque::with_capacity(KEPT_MASKS),
+            masks,
         };
-        let c = Constraint {
+        Constraint {
             shared: Arc::new(Mutex::new(shared)),
             helper,
-        };
-        // The first mask is computed while the prompt prefills.
-        c.prefetch();
-        c
+        }
     }
 
     /// Ask the helper thread for the current state's mask.
@@ -138,7 +139,7 @@ impl Constraint {
             shared
                 .matcher
                 .consume_token(id)
-                .map_err(|e| GrammarError(format!("grammar error: {e}")))?;
+                .map_err(|e| GrammarError(format!("grammar error: {}", crate::describe(&e))))?;
             let next = next_id(shared.state(), id);
             shared.path.push(next);
         }
@@ -162,7 +163,7 @@ impl Constraint {
         shared
             .matcher
             .rollback(n)
-            .map_err(|e| GrammarError(format!("grammar error: {e}")))?;
+            .map_err(|e| GrammarError(format!("grammar error: {}", crate::describe(&e))))?;
         let keep = shared.path.len() - n;
         shared.path.truncate(keep);
         Ok(())

@@ -103,6 +103,10 @@ impl Grammars {
             &llguidance::earley::SlicedBiasComputer::general_slices(),
         )
         .map_err(|e| GrammarError(format!("cannot build the token trie: {e}")))?;
+        // Its errors reach the client (and the log) as ours; it does not
+        // write to stderr itself.
+        let mut factory = factory;
+        factory.quiet();
         Ok(Grammars {
             factory,
             helper: helper::Helper::start(),
@@ -140,12 +144,37 @@ impl Grammars {
         let parser = self
             .factory
             .create_parser(grammar)
-            .map_err(|e| GrammarError(format!("invalid grammar: {e}")))?;
-        let matcher = Matcher::new(Ok(parser));
+            .map_err(|e| GrammarError(format!("invalid grammar: {}", describe(&e))))?;
+        let mut matcher = Matcher::new(Ok(parser));
         if let Some(e) = matcher.get_error() {
-            return Err(GrammarError(format!("invalid grammar: {e}")));
+            return Err(GrammarError(format!("invalid grammar: {}", describe(&e))));
         }
-        Ok(Constraint::new(matcher, self.helper.clone()))
+        // A grammar nothing can satisfy (`{"$ref": "#"}`, an empty `anyOf`)
+        // compiles, then fails at its first mask: find out now, while the
+        // request can still be refused, rather than once it is running.
+        let first = matcher
+            .compute_mask_or_eos()
+            .map_err(|e| GrammarError(format!("the grammar admits no output: {}", describe(&e))))?;
+        if first.is_zero() {
+            return Err(GrammarError(
+                "the grammar admits no output: no token can start it".into(),
+            ));
+        }
+        Ok(Constraint::new(matcher, self.helper.clone(), first))
+    }
+}
+
+/// llguidance's error, without the parser-state dump it appends: its
+/// first line, said in words where it is a bare stop reason.
+pub(crate) fn describe(e: &dyn std::fmt::Display) -> String {
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or_default().trim();
+    match first {
+        "NoExtensionBias" | "NoExtension" => {
+            "nothing can follow here (a schema or grammar no text satisfies)".into()
+        }
+        "" => "unknown grammar error".into(),
+        other => other.chars().take(400).collect(),
     }
 }
 

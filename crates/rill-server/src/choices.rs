@@ -164,9 +164,9 @@ pub fn response<B: ChunkBuilder>(
                     }
                     None
                 }
-                Some((i, Some(Event::Error(msg)))) => Some((i, msg)),
-                Some((i, None)) => Some((i, "the engine stopped".to_string())),
-                None => Some((0, "the engine stopped".to_string())),
+                Some((i, Some(Event::Error(f)))) => Some((i, ApiError::failed(f))),
+                Some((i, None)) => Some((i, ApiError::engine_stopped())),
+                None => Some((0, ApiError::engine_stopped())),
             };
             if let Some((i, msg)) = failed {
                 let e = p.builders[i].error(msg);

@@ -7,7 +7,7 @@
 use axum::extract::rejection::BytesRejection;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use rill_engine::SubmitError;
+use rill_engine::{Failure, SubmitError};
 use serde_json::json;
 
 /// A failed request.
@@ -101,6 +101,25 @@ impl ApiError {
 
     pub fn internal(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
+    }
+
+    /// An accepted request that failed while it ran: its own grammar's
+    /// dead end is a 400 (the client's constraint), anything else a 500.
+    pub fn failed(f: Failure) -> ApiError {
+        match f {
+            Failure::Grammar(_) => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                f.to_string(),
+            )
+            .with_code("grammar_failed"),
+            Failure::Internal(_) => ApiError::internal(f.to_string()),
+        }
+    }
+
+    /// The engine stopped before the request ended.
+    pub fn engine_stopped() -> ApiError {
+        ApiError::internal("the engine stopped")
     }
 
     pub fn unavailable(message: impl Into<String>) -> ApiError {

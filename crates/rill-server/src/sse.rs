@@ -7,6 +7,7 @@
 //! there too.
 
 use crate::state::AppState;
+use crate::ApiError;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream, StreamExt};
@@ -27,10 +28,8 @@ pub trait ChunkBuilder: Send + 'static {
     /// The last payloads (before `[DONE]`).
     fn done(&mut self, done: Done) -> Vec<String>;
     /// An error payload, sent as the last event of a failed stream.
-    fn error(&mut self, message: String) -> String {
-        crate::errors::ApiError::internal(message)
-            .body()
-            .to_string()
+    fn error(&mut self, e: ApiError) -> String {
+        e.body().to_string()
     }
 }
 
@@ -90,14 +89,14 @@ pub fn payloads<B: ChunkBuilder>(
                     p.handle = None;
                     p.guard.finished = true;
                 }
-                Some(Event::Error(msg)) => {
-                    let e = p.builder.error(msg);
+                Some(Event::Error(f)) => {
+                    let e = p.builder.error(ApiError::failed(f));
                     p.queue.push_back(e);
                     p.handle = None;
                     p.guard.finished = true;
                 }
                 None => {
-                    let e = p.builder.error("the engine stopped".into());
+                    let e = p.builder.error(ApiError::engine_stopped());
                     p.queue.push_back(e);
                     p.handle = None;
                     p.guard.finished = true;

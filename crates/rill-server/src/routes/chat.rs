@@ -474,7 +474,7 @@ async fn collect(
                 state.observe_done(&d);
                 break d;
             }
-            Some(Event::Error(e)) => return Err(ApiError::internal(e)),
+            Some(Event::Error(f)) => return Err(ApiError::failed(f)),
             None => return Err(ApiError::internal("the engine stopped")),
         }
     };

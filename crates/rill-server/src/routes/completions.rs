@@ -95,7 +95,7 @@ pub async fn completions(
                 state.observe_done(&d);
                 break d;
             }
-            Some(Event::Error(e)) => return Err(ApiError::internal(e)),
+            Some(Event::Error(f)) => return Err(ApiError::failed(f)),
             None => return Err(ApiError::internal("the engine stopped")),
         }
     };

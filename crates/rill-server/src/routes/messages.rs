@@ -76,7 +76,7 @@ pub async fn messages(
                 state.observe_done(&d);
                 break d;
             }
-            Some(Event::Error(e)) => return Err(crate::ApiError::internal(e).into()),
+            Some(Event::Error(f)) => return Err(crate::ApiError::failed(f).into()),
             None => return Err(crate::ApiError::internal("the engine stopped").into()),
         }
     };
@@ -345,11 +345,8 @@ impl ChunkBuilder for Reply {
         out
     }
 
-    fn error(&mut self, message: String) -> String {
-        event(
-            "error",
-            json!({"type": "error", "error": {"type": "api_error", "message": message}}),
-        )
+    fn error(&mut self, e: crate::ApiError) -> String {
+        event("error", crate::anthropic::AnthropicError(e).body())
     }
 }
 

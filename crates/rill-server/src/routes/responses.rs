@@ -269,7 +269,7 @@ pub async fn responses(
                 state.observe_done(&d);
                 break d;
             }
-            Some(Event::Error(e)) => return Err(ApiError::internal(e)),
+            Some(Event::Error(f)) => return Err(ApiError::failed(f)),
             None => return Err(ApiError::internal("the engine stopped")),
         }
     };
@@ -563,10 +563,11 @@ impl ChunkBuilder for Reply {
         out
     }
 
-    fn error(&mut self, message: String) -> String {
+    fn error(&mut self, e: ApiError) -> String {
+        let code = e.code.unwrap_or(e.kind);
         self.event(
             "error",
-            json!({"code": "server_error", "message": message, "param": null}),
+            json!({"code": code, "message": e.message, "param": e.param}),
         )
     }
 }

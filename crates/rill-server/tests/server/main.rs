@@ -8,6 +8,7 @@ mod common;
 mod defaults;
 mod errors;
 mod fleet;
+mod fuzz;
 mod lifecycle;
 mod memory;
 mod messages;
