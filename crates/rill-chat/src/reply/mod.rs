@@ -8,6 +8,7 @@
 //! Every front end reads replies through these: the server's chat API and
 //! `rill chat` alike.
 
+mod json_call;
 mod thinking;
 mod tool_calls;
 mod xml_call;
@@ -23,7 +24,8 @@ pub use xml_call::{argument_piece, close as close_arguments};
 pub enum Part {
     Reasoning(String),
     Content(String),
-    /// A tool call begins (the XML form streams): its function's name.
+    /// A tool call begins (the XML and Hermes JSON forms stream): its
+    /// function's name.
     CallStart(String),
     /// One complete argument of the call begun: its name and value.
     CallArgument(String, serde_json::Value),

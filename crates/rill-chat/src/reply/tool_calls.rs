@@ -18,6 +18,7 @@
 //! [`ToolCallStream`] separates calls from the surrounding text as it
 //! streams, holding back anything that may be the start of a call.
 
+use super::json_call;
 use super::xml_call::{opening, Opening, XmlCall};
 use serde_json::{Map, Value as Json};
 
@@ -95,8 +96,8 @@ pub fn parse_hermes(body: &str) -> Option<ToolCall> {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Segment {
     Text(String),
-    /// A call in the XML form begins: its function's name is known; its
-    /// arguments follow one by one, then the whole [`Segment::Call`].
+    /// A call begins: its function's name is known; its arguments follow
+    /// one by one, then the whole [`Segment::Call`].
     CallStart(String),
     /// One argument of the call begun, complete.
     CallArgument(String, Json),
@@ -105,14 +106,18 @@ pub enum Segment {
 }
 
 /// Splits streamed answer text into plain text and tool calls; a call in
-/// the XML form streams (its start once the name is known, then each
-/// argument as it completes), the others come whole at their end.
+/// the XML form or the Hermes JSON form streams (its start once the name is
+/// known, then each argument as it completes); what is neither comes whole
+/// at its end.
 #[derive(Debug, Default, Clone)]
 pub struct ToolCallStream {
     held: String,
     in_call: bool,
     /// The XML call being streamed.
     xml: Option<XmlCall>,
+    /// A Hermes JSON call being read: how many of its arguments went out
+    /// (`None` before its start went out).
+    json: Option<Option<usize>>,
     /// The call's body is not the XML form: read it whole at its end.
     whole: bool,
 }
@@ -149,7 +154,7 @@ impl ToolCallStream {
     /// Reads the open call as far as the text goes (all of it when `end`):
     /// true when the call ended.
     fn advance_call(&mut self, end: bool, out: &mut Vec<Segment>) -> bool {
-        if self.xml.is_none() && !self.whole {
+        if self.xml.is_none() && self.json.is_none() && !self.whole {
             match opening(&self.held) {
                 Opening::Function(name, at) => {
                     self.held.drain(..at);
@@ -157,12 +162,21 @@ impl ToolCallStream {
                     self.xml = Some(XmlCall::new(name));
                 }
                 Opening::Undecided if !end && !self.held.contains(CLOSE) => return false,
+                _ if self.held.trim_start().starts_with('{') => self.json = Some(None),
                 _ => self.whole = true,
             }
         }
         let close = self.held.find(CLOSE);
         let ends = end || close.is_some();
-        if let Some(call) = &mut self.xml {
+        if self.json.is_some() {
+            if let Some(call) = self.advance_json(close, ends, out) {
+                out.push(Segment::Call(call));
+            } else if !ends {
+                return false;
+            } else {
+                self.push_whole(close, out);
+            }
+        } else if let Some(call) = &mut self.xml {
             let region = &self.held[..close.unwrap_or(self.held.len())];
             let taken = call
                 .read(region, ends, false, |k, v| {
@@ -178,13 +192,7 @@ impl ToolCallStream {
                 arguments: call.arguments(),
             }));
         } else if ends {
-            let at = close.unwrap_or(self.held.len());
-            let body = &self.held[..at];
-            match parse_tool_call(body) {
-                Some(call) => out.push(Segment::Call(call)),
-                None if close.is_some() => push_text(out, format!("{OPEN}{body}{CLOSE}")),
-                None => push_text(out, format!("{OPEN}{body}")),
-            }
+            self.push_whole(close, out);
         } else {
             return false;
         }
@@ -192,8 +200,56 @@ impl ToolCallStream {
         self.held.drain(..at);
         self.in_call = false;
         self.xml = None;
+        self.json = None;
         self.whole = false;
         true
+    }
+
+    /// Streams a Hermes call's start and new arguments out of its text so
+    /// far (up to `close`); the whole call once it ends (`ends`: its text
+    /// is all there) if it streamed. A body that turns out not to stream
+    /// before it started is read whole instead.
+    fn advance_json(
+        &mut self,
+        close: Option<usize>,
+        ends: bool,
+        out: &mut Vec<Segment>,
+    ) -> Option<ToolCall> {
+        let body = &self.held[..close.unwrap_or(self.held.len())];
+        let sent = self.json.as_mut()?;
+        let Some(read) = json_call::read(body, ends) else {
+            // Not streamable, and nothing of it went out: whole, at its end.
+            self.json = None;
+            self.whole = true;
+            return None;
+        };
+        let name = read.started?;
+        let from = match sent {
+            Some(n) => *n,
+            None => {
+                out.push(Segment::CallStart(name.clone()));
+                0
+            }
+        };
+        for (k, v) in read.args.iter().skip(from) {
+            out.push(Segment::CallArgument(k.clone(), v.clone()));
+        }
+        *sent = Some(read.args.len());
+        ends.then(|| ToolCall {
+            name,
+            arguments: Json::Object(read.args).to_string(),
+        })
+    }
+
+    /// The call's body read whole: a call, or (not one) its text.
+    fn push_whole(&self, close: Option<usize>, out: &mut Vec<Segment>) {
+        let at = close.unwrap_or(self.held.len());
+        let body = &self.held[..at];
+        match parse_tool_call(body) {
+            Some(call) => out.push(Segment::Call(call)),
+            None if close.is_some() => push_text(out, format!("{OPEN}{body}{CLOSE}")),
+            None => push_text(out, format!("{OPEN}{body}")),
+        }
     }
 
     /// The end of the output: an unterminated call is parsed if it can be,
@@ -312,11 +368,63 @@ mod tests {
                     arguments: "{\"x\":1}".into()
                 }),
                 Segment::Text("\n".into()),
+                Segment::CallStart("g".into()),
                 Segment::Call(ToolCall {
                     name: "g".into(),
                     arguments: "{}".into()
                 }),
             ]
+        );
+    }
+
+    #[test]
+    fn a_hermes_call_streams_its_name_then_each_argument() {
+        let text = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par}is\", \"days\": 12, \"opts\": {\"u\": [\"C\"]}}}\n</tool_call>";
+        let want_args = serde_json::json!({"city": "Par}is", "days": 12, "opts": {"u": ["C"]}});
+        for size in [1, 2, 5, 13] {
+            let pieces = super::super::tests::in_pieces(text, size);
+            let out = run(&pieces.iter().map(String::as_str).collect::<Vec<_>>());
+            let Some((Segment::Call(call), streamed)) = out.split_last() else {
+                panic!("{out:?}");
+            };
+            assert_eq!(streamed[0], Segment::CallStart("get_weather".into()));
+            let pieces: Vec<_> = streamed[1..]
+                .iter()
+                .map(|s| match s {
+                    Segment::CallArgument(k, v) => (k.clone(), v.clone()),
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            assert_eq!(pieces.len(), 3, "{out:?}");
+            // The pieces a client joins are the call's arguments.
+            let mut joined = String::new();
+            for (i, (k, v)) in pieces.iter().enumerate() {
+                joined.push_str(&super::super::argument_piece(i == 0, k, v));
+            }
+            joined.push_str(super::super::close_arguments(pieces.is_empty()));
+            assert_eq!(joined, call.arguments);
+            assert_eq!(args(call), want_args);
+        }
+        // Feeding it token by token, each argument goes out as soon as it
+        // is complete: "days" at its comma.
+        let mut s = ToolCallStream::new();
+        assert_eq!(s.feed("<tool_call>\n{\"name\": \"f\", "), vec![]);
+        assert_eq!(
+            s.feed("\"arguments\": {\"n\": 1"),
+            vec![Segment::CallStart("f".into())]
+        );
+        assert_eq!(
+            s.feed("2, "),
+            vec![Segment::CallArgument("n".into(), serde_json::json!(12))]
+        );
+        // Arguments given as a string, or the name after them: whole.
+        let out = run(&["<tool_call>{\"arguments\": {\"a\": 1}, \"name\": \"f\"}</tool_call>"]);
+        assert_eq!(
+            out,
+            vec![Segment::Call(ToolCall {
+                name: "f".into(),
+                arguments: "{\"a\":1}".into()
+            })]
         );
     }
 

@@ -747,8 +747,8 @@ mod tests {
             assert_eq!(first["function"]["name"], name);
             assert_eq!(args, want);
         }
-        // The XML call streamed (name, argument, close); the JSON one came whole.
-        assert_eq!((joined[0].2, joined[1].2), (3, 1));
+        // Both forms streamed: name, argument, close.
+        assert_eq!((joined[0].2, joined[1].2), (3, 3));
         // No markup leaks into content.
         assert!(!field(&chunks, "content").contains('<'));
         let fin = &chunks[chunks.len() - 2];
