@@ -366,22 +366,21 @@ async fn hostile_constraints_get_a_400_or_an_answer_never_a_crash_or_a_hang() {
             cases.push((format!("schema {i} in carrier {carrier}"), path, body));
         }
     }
-    for (i, text) in hostile_regexes().iter().enumerate() {
-        for field in 3..5 {
-            cases.push((
-                format!("regex {i} in field {field}"),
-                "/v1/chat/completions",
-                text_body(field, text),
-            ));
-        }
-    }
-    for (i, text) in hostile_grammars().iter().enumerate() {
-        for field in 0..3 {
-            cases.push((
-                format!("grammar {i} in field {field}"),
-                "/v1/chat/completions",
-                text_body(field, text),
-            ));
+    // Regexes in fields 3 and 4 of `text_body`, grammars in 0 to 2.
+    let texts = [
+        (hostile_regexes(), "regex", 3..5),
+        (hostile_grammars(), "grammar", 0..3),
+    ];
+    for (list, what, fields) in texts {
+        for (i, text) in list.iter().enumerate() {
+            for field in fields.clone() {
+                let body = text_body(field, text);
+                cases.push((
+                    format!("{what} {i} in field {field}"),
+                    "/v1/chat/completions",
+                    body,
+                ));
+            }
         }
     }
     for (i, body) in malformed_bodies().into_iter().enumerate() {
