@@ -367,15 +367,9 @@ impl Sequence {
         let mut kept = 0;
         for (i, row) in logits.chunks_exact(v).enumerate() {
             let draft = self.spec.as_ref().and_then(|s| s.draft(i));
-            let forced = self.forced();
-            let under = match masked(&mut self.constraint, row) {
-                Ok(r) => r,
+            let id = match self.forced().map_or_else(|| self.draw(row, draft), Ok) {
+                Ok(id) => id,
                 Err(why) => return Some(self.fail(why).into_result()),
-            };
-            let id = match (forced, draft) {
-                (Some(f), _) => f,
-                (None, Some(d)) => self.sampler.verify(under, &self.history, d),
-                (None, None) => self.sampler.sample(under, &self.history),
             };
             kept = i + 1;
             if let Some(end) = self.commit(id, row, start + kept, cx) {
@@ -399,13 +393,33 @@ impl Sequence {
     }
 
     fn take(&mut self, row: &[f32], cx: &TokenContext) -> Option<End> {
-        let id = match (self.forced(), masked(&mut self.constraint, row)) {
-            (Some(f), _) => f,
-            (None, Ok(masked)) => self.sampler.sample(masked, &self.history),
-            (None, Err(why)) => return Some(self.fail(why)),
+        let id = match self.forced().map_or_else(|| self.draw(row, None), Ok) {
+            Ok(id) => id,
+            Err(why) => return Some(self.fail(why)),
         };
         let fed = self.state.position();
         self.commit(id, row, fed, cx)
+    }
+
+    /// The next token, sampled under the grammar's mask (verifying `draft`
+    /// when there is one). A greedy sampler's pick over the whole row is
+    /// kept when the grammar allows it: the masked row's pick is then the
+    /// same token (masking only removes others), and the mask's pass over
+    /// the vocabulary is spared.
+    fn draw(&mut self, row: &[f32], draft: Option<u32>) -> Result<u32, Failure> {
+        if let Some(k) = self.constraint.as_mut() {
+            if k.active && !k.broken && self.sampler.is_greedy() {
+                let id = self.sampler.sample(row, &self.history);
+                if k.grammar.allows(id).map_err(|e| Failure::Grammar(e.0))? {
+                    return Ok(id);
+                }
+            }
+        }
+        let under = masked(&mut self.constraint, row)?;
+        Ok(match draft {
+            Some(d) => self.sampler.verify(under, &self.history, d),
+            None => self.sampler.sample(under, &self.history),
+        })
     }
 
     /// Token `id`, drawn from `row` after `context` positions: end of

@@ -332,3 +332,41 @@ fn a_constraint_starts_after_its_token() {
     assert!(rest == "yes" || rest == "no", "{rest:?}");
     assert_eq!(done.finish, FinishReason::Stop);
 }
+
+/// Greedy under a grammar takes the row's best token when the grammar
+/// allows it, without masking the row: the tokens must be those of masking
+/// every row. A sampler at top-k 1 picks the same token but never takes
+/// that shortcut (it is not greedy), so it is the reference.
+#[test]
+fn greedy_under_a_grammar_picks_what_the_masked_row_picks() {
+    use rill_engine::{ConstraintRequest, GrammarSpec};
+    let e = engine(EngineConfig::default());
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {"words": {"type": "array", "items": {"type": "string", "maxLength": 12},
+                                  "minItems": 3, "maxItems": 3}},
+        "required": ["words"],
+    });
+    let run = |sampler: SamplerConfig, seed: u32| {
+        let req = Request {
+            max_tokens: 60,
+            ignore_eos: false,
+            constraint: Some(ConstraintRequest {
+                grammar: GrammarSpec::JsonSchema(schema.clone()),
+                after: None,
+            }),
+            ..Request::new(prompt(seed, 24), sampler)
+        };
+        collect(e.submit(req).unwrap()).0
+    };
+    for seed in 0..3 {
+        let greedy = run(SamplerConfig::default(), seed);
+        let top1 = SamplerConfig {
+            temperature: 0.7,
+            top_k: 1,
+            ..SamplerConfig::default()
+        };
+        assert!(greedy.len() > 10, "{greedy:?}");
+        assert_eq!(greedy, run(top1, seed), "prompt {seed}");
+    }
+}

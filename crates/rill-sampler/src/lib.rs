@@ -161,6 +161,11 @@ impl Sampler {
         &self.config
     }
 
+    /// It always takes the highest (biased, penalised) logit.
+    pub fn is_greedy(&self) -> bool {
+        self.config.temperature == 0.0
+    }
+
     /// Pick the next token given `logits` (one row) and the tokens so far.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
         let probs = match self.draw(logits, history) {
