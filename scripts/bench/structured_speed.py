@@ -10,7 +10,8 @@ constrained reply's length, so both decode as many tokens. Speculation is off fo
 0`, so this compares the mask's cost alone); the constrained and unconstrained runs with the server's default
 speculation (drafts drawn under the grammar's mask) are printed beside them. Decode speed is the server's `timings.predicted_per_second`
 (tokens after the first over the time after the first; mean, sd and median over the rounds), and the
-client's own count over the stream's wall time after the first chunk. Prints one JSON object. Run it under /tmp/exclusive.sh (or on an idle machine).
+client's own count over the stream's wall time after the first chunk; `ratio_paired_median` is the median
+over rounds of each round's constrained/unconstrained pair (the order flips every round). Prints one JSON object. Run it under /tmp/exclusive.sh (or on an idle machine).
 Standard library only.
 """
 import argparse
@@ -116,9 +117,12 @@ def main():
         constrained_spec_body = {k: v for k, v in constrained_body.items() if k != "speculative.n_max"}
         stream(port, plain_body)
         runs = {"constrained": [], "unconstrained": [], "unconstrained_spec": [], "constrained_spec": []}
-        for _ in range(a.rounds):
-            for name, body in (("constrained", constrained_body), ("unconstrained", plain_body),
-                               ("unconstrained_spec", spec_body), ("constrained_spec", constrained_spec_body)):
+        for k in range(a.rounds):
+            order = [("constrained", constrained_body), ("unconstrained", plain_body),
+                     ("unconstrained_spec", spec_body), ("constrained_spec", constrained_spec_body)]
+            # Every other round the other way round, so a drift in the machine's speed
+            # does not favour one side of a pair.
+            for name, body in (order if k % 2 == 0 else order[::-1]):
                 got = stream(port, body)
                 if name.startswith("constrained"):
                     json.loads(got[3])  # valid JSON every time
@@ -134,6 +138,11 @@ def main():
         out["ratio_server"] = round(out["constrained"]["server_tok_s"] / out["unconstrained"]["server_tok_s"], 3)
         out["ratio_server_median"] = round(out["constrained"]["server_tok_s_median"]
                                            / out["unconstrained"]["server_tok_s_median"], 3)
+        # Each round's constrained run over its unconstrained neighbour: on a machine whose speed
+        # drifts, the median of these pairs is the steadier figure.
+        pairs = [c[1] / u[1] for c, u in zip(runs["constrained"], runs["unconstrained"])]
+        out["ratio_paired_median"] = round(statistics.median(pairs), 3)
+        out["ratio_paired"] = [round(p, 3) for p in pairs]
         out["ratio_client"] = round(out["constrained"]["client_tok_s"] / out["unconstrained"]["client_tok_s"], 3)
         print(json.dumps(out))
     finally:

@@ -413,6 +413,16 @@ impl Sequence {
                 if k.grammar.allows(id).map_err(|e| Failure::Grammar(e.0))? {
                     return Ok(id);
                 }
+                // The masked row's best, read through the mask in place.
+                if self.sampler.takes_the_best_logit() {
+                    return match k.grammar.best_allowed(row) {
+                        Ok(Some(id)) => Ok(id),
+                        Ok(None) => {
+                            Err(Failure::Grammar("the grammar allows no next token".into()))
+                        }
+                        Err(e) => Err(Failure::Grammar(e.0)),
+                    };
+                }
             }
         }
         let under = masked(&mut self.constraint, row)?;

@@ -131,6 +131,30 @@ impl Constraint {
         Ok(allowed.is_allowed(id))
     }
 
+    /// The allowed token with the highest logit in `row` (ties to the lower
+    /// id), read through the mask without copying the row: what a greedy
+    /// pick over the masked row is. `None` when nothing is allowed.
+    pub fn best_allowed(&mut self, row: &[f32]) -> Result<Option<u32>, GrammarError> {
+        let mut shared = lock(&self.shared);
+        let allowed = shared
+            .mask()
+            .as_ref()
+            .map_err(|e| GrammarError(format!("grammar error: {e}")))?;
+        let mut best: Option<(usize, f32)> = None;
+        for (w, &word) in allowed.as_slice().iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let i = w * 32 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let Some(&v) = row.get(i) else { break };
+                if best.is_none_or(|(_, b)| v > b) {
+                    best = Some((i, v));
+                }
+            }
+        }
+        Ok(best.map(|(i, _)| i as u32))
+    }
+
     /// The sampled token, into the grammar's state; the next state's mask
     /// is then computed ahead on the helper thread.
     pub fn commit(&mut self, id: u32) -> Result<(), GrammarError> {

@@ -166,6 +166,17 @@ impl Sampler {
         self.config.temperature == 0.0
     }
 
+    /// It always takes the highest logit of the row as given: greedy, with
+    /// no bias and no penalties.
+    pub fn takes_the_best_logit(&self) -> bool {
+        let c = &self.config;
+        self.is_greedy()
+            && c.logit_bias.is_empty()
+            && c.repetition_penalty == 1.0
+            && c.presence_penalty == 0.0
+            && c.frequency_penalty == 0.0
+    }
+
     /// Pick the next token given `logits` (one row) and the tokens so far.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
         let probs = match self.draw(logits, history) {
@@ -228,6 +239,10 @@ impl Sampler {
     /// penalties applied: the greedy token at temperature 0, else the
     /// candidates' probabilities (`self.cand`, in that order).
     fn draw(&mut self, logits: &[f32], history: &[u32]) -> Draw {
+        if self.takes_the_best_logit() {
+            // Nothing to change in the row: no copy of it.
+            return Draw::Greedy(argmax(logits));
+        }
         let mut row = logits.to_vec();
         apply_bias(&self.config, &mut row);
         apply_penalties(&self.config, &mut row, history);
