@@ -43,6 +43,10 @@ pub struct PrefixCache {
     token_bytes: usize,
     budget: usize,
     clock: u64,
+    /// Keep what is evicted in `evicted` (for the disk cache) instead of
+    /// dropping it.
+    keep_evicted: bool,
+    evicted: Vec<(Vec<u32>, SequenceState)>,
 }
 
 /// A cache hit: the state after `len` prompt tokens.
@@ -72,7 +76,22 @@ impl PrefixCache {
             token_bytes: 0,
             budget: budget_bytes,
             clock: 0,
+            keep_evicted: false,
+            evicted: Vec::new(),
         }
+    }
+
+    /// Keep evicted snapshots for [`PrefixCache::take_evicted`] (a disk
+    /// cache writes them) instead of dropping them.
+    pub fn keep_evicted(&mut self, keep: bool) {
+        self.keep_evicted = keep;
+    }
+
+    /// The snapshots evicted since the last call, with their tokens. They
+    /// no longer count in the cache's bytes; their pages live until these
+    /// are dropped.
+    pub fn take_evicted(&mut self) -> Vec<(Vec<u32>, SequenceState)> {
+        std::mem::take(&mut self.evicted)
     }
 
     fn node(&self, i: usize) -> &Node {
@@ -176,6 +195,9 @@ impl PrefixCache {
             let snap = self.node_mut(oldest).snap.take().expect("a snapshot");
             self.pages.remove(&snap.state);
             self.snapshots -= 1;
+            if self.keep_evicted {
+                self.evicted.push((self.path(oldest), snap.state));
+            }
             self.prune(oldest);
             (n, bytes) = (n + 1, bytes + (before - self.bytes()));
         }

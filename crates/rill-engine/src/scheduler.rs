@@ -51,8 +51,9 @@ pub struct EngineConfig {
     /// prompt cache (`None`: only `cache_bytes` bounds anything); see
     /// `budget.rs` for how admission plans against it.
     pub mem_budget: Option<usize>,
-    /// Keep the prompt cache on disk too (`--cache-dir`): written at
-    /// shutdown, read after a restart; at most `cache_dir_bytes`.
+    /// Keep the prompt cache on disk too (`--cache-dir`): entries written
+    /// as memory evicts them and at shutdown, read when memory misses (and
+    /// after a restart); at most `cache_dir_bytes`.
     pub cache_dir: Option<std::path::PathBuf>,
     pub cache_dir_bytes: u64,
     /// Also snapshot a prompt every this many tokens (a multiple of `prefill_chunk`).
@@ -186,6 +187,9 @@ impl Engine {
                 }
             }
         });
+        // With a disk cache, what memory evicts is written there.
+        let mut cache = PrefixCache::new(config.cache_bytes);
+        cache.keep_evicted(disk.is_some());
         let mut worker = Worker {
             disk,
             runner: Runner::new(
@@ -193,7 +197,7 @@ impl Engine {
                 config.kernels,
                 config.precision,
             ),
-            cache: PrefixCache::new(config.cache_bytes),
+            cache,
             model,
             tok: tok.clone(),
             config: config.clone(),
@@ -546,8 +550,25 @@ impl Worker {
         }
     }
 
+    /// Prompt-cache entries evicted from memory go to `--cache-dir`, so a
+    /// conversation pushed out of memory still resumes from its file (now,
+    /// and after a restart). Called at each step's start and at shutdown.
+    fn spill_evicted(&mut self) {
+        let evicted = self.cache.take_evicted();
+        let Some(disk) = &mut self.disk else {
+            return;
+        };
+        for (tokens, state) in evicted {
+            if let Err(e) = disk.store(&tokens, &state) {
+                tracing::warn!("--cache-dir: cannot write an evicted prompt-cache entry: {e}");
+                return;
+            }
+        }
+    }
+
     /// Write the memory cache's entries to `--cache-dir` (at shutdown).
     fn persist(&mut self) {
+        self.spill_evicted();
         let Some(disk) = &mut self.disk else {
             return;
         };
@@ -591,6 +612,7 @@ impl Worker {
     }
 
     fn step(&mut self) {
+        self.spill_evicted();
         self.drop_cancelled();
         if self.running.is_empty() {
             return;

@@ -10,6 +10,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
 
 fn engine(model: &str, dir: Option<&Path>) -> Engine {
+    engine_with_cache(model, dir, EngineConfig::default().cache_bytes)
+}
+
+/// An engine whose prompt cache holds at most `cache_bytes` in memory.
+fn engine_with_cache(model: &str, dir: Option<&Path>, cache_bytes: usize) -> Engine {
     let (m, t) = fixture(model);
     Engine::start(
         m,
@@ -19,6 +24,7 @@ fn engine(model: &str, dir: Option<&Path>) -> Engine {
             precision: Precision::Exact,
             prefill_chunk: 64,
             cache_dir: dir.map(Path::to_path_buf),
+            cache_bytes,
             ..Default::default()
         },
     )
@@ -83,5 +89,43 @@ fn the_second_turn_after_a_restart_hits_the_files_and_a_bad_file_is_ignored() {
     assert_eq!((ids, done.cached_tokens), (want, 0));
     assert_eq!(c.metrics().cache_disk_hits_total.load(Relaxed), 0);
     drop(c);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An entry the memory cache evicts is written to the folder at once, and
+/// its conversation resumes from the file in the same run.
+#[test]
+fn an_entry_evicted_from_memory_is_written_and_resumed_from_its_file() {
+    let dir = std::env::temp_dir().join(format!("rill-cache-evict-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let model = "qwen35moe.f32.gguf";
+    let (a, b) = (prompt_below(11, 150, 500), prompt_below(12, 150, 500));
+    let mut a_next = a.clone();
+    a_next.extend(prompt_below(13, 30, 500));
+    let want = collect(
+        engine(model, None)
+            .submit(greedy(a_next.clone(), 6))
+            .unwrap(),
+    )
+    .0;
+    // What one conversation's entries take: the budget holds one, not two.
+    let probe = engine(model, None);
+    collect(probe.submit(greedy(a.clone(), 6)).unwrap());
+    let one = probe.metrics().cache_bytes.load(Relaxed) as usize;
+    drop(probe);
+    assert!(one > 0);
+
+    let e = engine_with_cache(model, Some(&dir), one + one / 2);
+    collect(e.submit(greedy(a.clone(), 6)).unwrap());
+    assert!(files(&dir).is_empty(), "nothing evicted yet");
+    // The second conversation pushes the first out of memory, onto disk.
+    collect(e.submit(greedy(b, 6)).unwrap());
+    // (written at the start of the engine's next step)
+    let (ids, done) = collect(e.submit(greedy(a_next, 6)).unwrap());
+    assert!(!files(&dir).is_empty(), "the evicted entry is on disk");
+    assert_eq!(ids, want, "the same tokens as uncached");
+    assert!(done.cached_tokens > 0, "resumed from the file");
+    assert_eq!(e.metrics().cache_disk_hits_total.load(Relaxed), 1);
+    drop(e);
     let _ = std::fs::remove_dir_all(&dir);
 }

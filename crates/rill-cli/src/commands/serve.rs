@@ -47,8 +47,9 @@ pub struct Args {
     /// Default: the available memory minus the weights.
     #[arg(long, env = "RILL_MEM_BUDGET")]
     mem_budget: Option<usize>,
-    /// Keep the prompt cache in this folder too: written at shutdown,
-    /// read after a restart (files of another model, or damaged, are
+    /// Keep the prompt cache in this folder too: entries written as memory
+    /// evicts them and at shutdown, read when memory misses and after a
+    /// restart (files of another model, or damaged, are
     /// ignored with a warning).
     #[arg(long, env = "RILL_CACHE_DIR")]
     cache_dir: Option<PathBuf>,
