@@ -46,6 +46,8 @@ enum Command {
     Perplexity(commands::perplexity::Args),
     /// Write a Hugging Face folder as a GGUF file (F32, F16, BF16 or quantized).
     Convert(commands::convert::Args),
+    /// Re-encode a GGUF as one of llama-quantize's file types (q4_k_m, q6_k, …).
+    Quantize(commands::quantize::Args),
     /// Print the token ids of a text.
     Tokenize(commands::tokenize::TokenizeArgs),
     /// Print the text of token ids.
@@ -65,6 +67,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => commands::serve::run(*a),
         Command::Perplexity(a) => commands::perplexity::run(a),
         Command::Convert(a) => commands::convert::run(a),
+        Command::Quantize(a) => commands::quantize::run(a),
         Command::Tokenize(a) => commands::tokenize::run_tokenize(a),
         Command::Detokenize(a) => commands::tokenize::run_detokenize(a),
         Command::Kernels(a) => commands::kernels::run(a),

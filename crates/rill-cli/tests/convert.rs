@@ -63,7 +63,7 @@ fn f32_output_is_the_converters_file() {
 #[test]
 fn every_fixture_converts_in_every_type() {
     for folder in ["qwen35_mtp", "qwen3next_mtp"] {
-        for ty in ["f32", "bf16", "q8_0", "q4_0", "q5_1"] {
+        for ty in ["f32", "bf16", "q8_0", "q4_0", "q5_1", "q4_k_m", "q6_k"] {
             let out = convert(folder, ty);
             rill_model::Model::open(&out).unwrap_or_else(|e| panic!("{folder} {ty}: {e}"));
             std::fs::remove_file(out).ok();

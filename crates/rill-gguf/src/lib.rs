@@ -18,6 +18,7 @@
 mod cursor;
 mod error;
 mod header;
+pub mod quant_mix;
 mod split;
 mod tensor;
 mod value;

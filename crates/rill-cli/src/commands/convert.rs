@@ -2,62 +2,17 @@
 //! F16, F32, FP8 or NVFP4 weights) to the GGUF llama.cpp's converter writes
 //! from it, with the tokenizer and the chat template, encoded as `--type`.
 
+use super::quantize::{encode_rows, mix_model, parse_file_type, progress, threads};
 use anyhow::{bail, Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use rill_dtype::DType;
+use rill_gguf::quant_mix::{self, FileType, MixTensor};
 use rill_gguf::writer::GgufWriter;
 use rill_gguf::{ggml_id_of, MetaValue};
-use rill_kernels::quant::encode::encode_row;
+use rill_model::source::hf::to_gguf::GgufTensor;
 use rill_model::HfSource;
 use rill_tokenizer::Tokenizer;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-pub enum OutType {
-    F32,
-    F16,
-    Bf16,
-    #[value(name = "q8_0")]
-    Q8_0,
-    #[value(name = "q4_0")]
-    Q4_0,
-    #[value(name = "q4_1")]
-    Q4_1,
-    #[value(name = "q5_0")]
-    Q5_0,
-    #[value(name = "q5_1")]
-    Q5_1,
-}
-
-impl OutType {
-    fn dtype(self) -> DType {
-        match self {
-            OutType::F32 => DType::F32,
-            OutType::F16 => DType::F16,
-            OutType::Bf16 => DType::BF16,
-            OutType::Q8_0 => DType::Q8_0,
-            OutType::Q4_0 => DType::Q4_0,
-            OutType::Q4_1 => DType::Q4_1,
-            OutType::Q5_0 => DType::Q5_0,
-            OutType::Q5_1 => DType::Q5_1,
-        }
-    }
-
-    /// `general.file_type` (llama.cpp's `LLAMA_FTYPE_*`).
-    fn file_type(self) -> u32 {
-        match self {
-            OutType::F32 => 0,
-            OutType::F16 => 1,
-            OutType::Q4_0 => 2,
-            OutType::Q4_1 => 3,
-            OutType::Q8_0 => 7,
-            OutType::Q5_0 => 8,
-            OutType::Q5_1 => 9,
-            OutType::Bf16 => 32,
-        }
-    }
-}
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -65,10 +20,16 @@ pub struct Args {
     input: PathBuf,
     /// The GGUF file to write.
     output: PathBuf,
-    /// The encoding of the weight matrices (norms, the conv and the
-    /// routers stay F32, as llama.cpp's converter keeps them).
-    #[arg(long = "type", value_enum, default_value = "bf16")]
-    out_type: OutType,
+    /// The file type. f32, f16, bf16 and q8_0 are what llama.cpp's
+    /// converter writes (norms, the conv and the routers stay F32); the
+    /// others (q4_k_m, q4_k_s, q5_k_m, q5_k_s, q6_k, q4_0, q4_1, q5_0, q5_1)
+    /// are what llama-quantize makes of the converter's BF16 file, with its
+    /// per-tensor mix.
+    #[arg(long = "type", value_parser = parse_file_type, default_value = "bf16")]
+    out_type: FileType,
+    /// Encoding threads (default: every core).
+    #[arg(short = 't', long)]
+    threads: Option<usize>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -90,46 +51,31 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(name) = a.input.file_name().and_then(|n| n.to_str()) {
         w.kv("general.name", MetaValue::Str(name.into()));
     }
-    for (k, v) in src.gguf_metadata()? {
+    let meta = src.gguf_metadata()?;
+    let model = mix_model(arch, |k| meta.iter().find(|(m, _)| m == k).map(|(_, v)| v));
+    for (k, v) in meta.iter().cloned() {
         w.kv(k, v);
     }
-    w.kv("general.file_type", MetaValue::U32(a.out_type.file_type()));
+    w.kv("general.file_type", MetaValue::U32(a.out_type.id()));
     w.kv("general.quantization_version", MetaValue::U32(2));
     tokenizer_metadata(&a.input, src.hf_config().vocab_size, &mut w)?;
 
-    let want = a.out_type.dtype();
-    let mut types = Vec::with_capacity(tensors.len());
+    let types = tensor_types(a.out_type, &tensors, model)?;
     let mut sizes = Vec::with_capacity(tensors.len());
-    for t in &tensors {
+    for (t, ty) in tensors.iter().zip(&types) {
         let n: u64 = t.shape.iter().product();
-        let mut ty = if t.keep_f32 { DType::F32 } else { want };
-        // the converter falls back to F16 for rows that are not whole blocks
-        if t.shape[0] % ty.block_len() as u64 != 0 {
-            ty = DType::F16;
-        }
-        let id = ggml_id_of(ty).context("no ggml id")?;
+        let id = ggml_id_of(*ty).context("no ggml id")?;
         w.tensor(t.name.clone(), &t.shape, id, Vec::new());
         sizes.push(ty.bytes_for(n).context("tensor too large")?);
-        types.push(ty);
     }
     let total: u64 = sizes.iter().sum();
     let mut file = w.stream_to(&a.output, sizes)?;
-    let bar = match a.quiet {
-        true => ProgressBar::hidden(),
-        false => ProgressBar::new(total),
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    let mut bytes = Vec::new();
+    let bar = progress(total, a.quiet);
+    let threads = threads(a.threads);
     for (t, ty) in tensors.iter().zip(&types) {
         bar.set_message(t.name.clone());
         let v = src.gguf_values(t)?;
-        bytes.clear();
-        for row in v.chunks_exact(t.shape[0] as usize) {
-            encode_row(*ty, row, &mut bytes);
-        }
+        let bytes = encode_rows(*ty, &v, t.shape[0] as usize, threads);
         file.write_tensor(&bytes)?;
         bar.inc(bytes.len() as u64);
     }
@@ -141,10 +87,56 @@ pub fn run(a: Args) -> Result<()> {
             a.output.display(),
             tensors.len(),
             total as f64 / 1048576.0,
-            want.name()
+            a.out_type.name()
         );
     }
     Ok(())
+}
+
+/// The encoding of each tensor. The converter's own types keep its rules
+/// (F32 for the tensors it keeps F32, F16 for rows that are not whole
+/// blocks); the others are llama-quantize's mix over the converter's BF16
+/// file.
+fn tensor_types(
+    ft: FileType,
+    tensors: &[GgufTensor],
+    model: rill_gguf::quant_mix::MixModel,
+) -> Result<Vec<DType>> {
+    let converter = matches!(
+        ft,
+        FileType::F32 | FileType::F16 | FileType::BF16 | FileType::Q8_0
+    );
+    if converter {
+        return Ok(tensors
+            .iter()
+            .map(|t| {
+                let ty = if t.keep_f32 { DType::F32 } else { ft.base() };
+                // the converter falls back to F16 for rows that are not whole blocks
+                if t.shape[0] % ty.block_len() as u64 != 0 {
+                    DType::F16
+                } else {
+                    ty
+                }
+            })
+            .collect());
+    }
+    let mix: Vec<MixTensor> = tensors
+        .iter()
+        .map(|t| MixTensor {
+            name: &t.name,
+            shape: &t.shape,
+        })
+        .collect();
+    let plan = quant_mix::plan(ft, model, &mix);
+    Ok(tensors
+        .iter()
+        .zip(plan)
+        .map(|(t, ty)| match ty {
+            Some(ty) => ty,
+            None if t.keep_f32 => DType::F32,
+            None => DType::BF16,
+        })
+        .collect())
 }
 
 /// `tokenizer.ggml.*` and `tokenizer.chat_template` from the folder's

@@ -27,6 +27,7 @@ use rill_dtype::DType;
 use crate::simd::Isa;
 
 pub mod encode;
+mod encode_k;
 pub mod float;
 pub mod fp8;
 pub mod iq4;

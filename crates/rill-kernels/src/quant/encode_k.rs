@@ -1,0 +1,294 @@
+//! Encoding f32 rows into the K super-block types Q4_K, Q5_K and Q6_K: what
+//! `rill convert --type q4_k_m` and `rill quantize` write.
+//!
+//! The search is ggml's reference quantizer without an importance matrix
+//! (what `llama-quantize` runs when it is given none), written from its
+//! definition so that a file's error is no worse than llama.cpp's:
+//! - Q4_K / Q5_K: each sub-block of 32 gets an affine fit `x ≈ s·q − m`
+//!   (`q` in 0..=15 or 0..=31, `m ≥ 0`), chosen among a sweep of candidate
+//!   inverse scales by weighted least squares (weights `σ + |x|`, `σ` the
+//!   block's RMS); the 8 scales and mins are then themselves quantized to 6
+//!   bits against the block's largest (`d`, `dmin` as f16), and the quants
+//!   recomputed with the scales as stored.
+//! - Q6_K: each sub-block of 16 gets a symmetric fit `x ≈ s·(q − 32)`,
+//!   `q − 32` in −32..=31, chosen among 19 candidate inverse scales by least
+//!   squares weighted by `x²`; the 16 scales are stored as i8 against the
+//!   block's largest (sign kept), and the quants recomputed from them.
+//!
+//! Every rounding is to the nearest integer, ties to even, as ggml's
+//! `nearest_int` does.
+
+use half::f16;
+
+const QK: usize = 256;
+/// Below this a group is treated as all zeros (ggml's `GROUP_MAX_EPS`).
+const GROUP_MAX_EPS: f32 = 1e-15;
+
+#[inline(always)]
+fn nearest(v: f32) -> i32 {
+    v.round_ties_even() as i32
+}
+
+fn f16_round(v: f32) -> (u16, f32) {
+    let h = f16::from_f32(v);
+    (h.to_bits(), h.to_f32())
+}
+
+/// The weighted affine fit of one sub-block: quants into `l`, returns
+/// `(scale, min)` with `x ≈ scale·l − min` and `min ≥ 0`. Starts from the
+/// plain min/max fit and keeps the best of `nstep + 1` candidate inverse
+/// scales `(rmin + rdelta·i + nmax) / (max − min)`, each refitted by least
+/// squares.
+#[allow(clippy::too_many_arguments)]
+fn affine_fit(
+    x: &[f32],
+    w: &[f32],
+    nmax: i32,
+    rmin: f32,
+    rdelta: f32,
+    nstep: i32,
+    l: &mut [u8],
+    aux: &mut [u8],
+) -> (f32, f32) {
+    let n = x.len();
+    let mut min = x[0];
+    let mut max = x[0];
+    let mut sum_w = w[0];
+    let mut sum_x = sum_w * x[0];
+    for i in 1..n {
+        min = min.min(x[i]);
+        max = max.max(x[i]);
+        sum_w += w[i];
+        sum_x += w[i] * x[i];
+    }
+    if min > 0.0 {
+        min = 0.0;
+    }
+    if max == min {
+        l.iter_mut().for_each(|q| *q = 0);
+        return (0.0, -min);
+    }
+    let quant = |iscale: f32, v: f32, min: f32| nearest(iscale * (v - min)).clamp(0, nmax);
+    let mut iscale = nmax as f32 / (max - min);
+    let mut scale = 1.0 / iscale;
+    let mut best = 0f32;
+    for i in 0..n {
+        let q = quant(iscale, x[i], min);
+        l[i] = q as u8;
+        let diff = scale * q as f32 + min - x[i];
+        best += w[i] * (diff * diff);
+    }
+    for is in 0..=nstep {
+        iscale = (rmin + rdelta * is as f32 + nmax as f32) / (max - min);
+        let (mut sum_l, mut sum_l2, mut sum_xl) = (0f32, 0f32, 0f32);
+        for i in 0..n {
+            let q = quant(iscale, x[i], min);
+            aux[i] = q as u8;
+            let q = q as f32;
+            sum_l += w[i] * q;
+            sum_l2 += w[i] * q * q;
+            sum_xl += w[i] * q * x[i];
+        }
+        let det = sum_w * sum_l2 - sum_l * sum_l;
+        if det > 0.0 {
+            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / det;
+            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
+            if this_min > 0.0 {
+                this_min = 0.0;
+                this_scale = sum_xl / sum_l2;
+            }
+            let mut err = 0f32;
+            for i in 0..n {
+                let diff = this_scale * aux[i] as f32 + this_min - x[i];
+                err += w[i] * (diff * diff);
+            }
+            if err < best {
+                l.copy_from_slice(aux);
+                best = err;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    (scale, -min)
+}
+
+/// The x²-weighted symmetric fit of one Q6_K sub-block: quants (offset by
+/// `nmax`) into `l`, returns the scale.
+fn symmetric_fit(x: &[f32], nmax: i32, l: &mut [u8]) -> f32 {
+    let mut max = 0f32;
+    let mut amax = 0f32;
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    if amax < GROUP_MAX_EPS {
+        l.iter_mut().for_each(|q| *q = 0);
+        return 0.0;
+    }
+    let quant = |iscale: f32, v: f32| nearest(iscale * v).clamp(-nmax, nmax - 1);
+    let sums = |iscale: f32| {
+        x.iter().fold((0f32, 0f32), |(lx, l2), &v| {
+            let q = quant(iscale, v) as f32;
+            let w = v * v;
+            (lx + w * v * q, l2 + w * q * q)
+        })
+    };
+    let mut iscale = -(nmax as f32) / max;
+    for (q, &v) in l.iter_mut().zip(x) {
+        *q = (quant(iscale, v) + nmax) as u8;
+    }
+    let (sumlx, suml2) = sums(iscale);
+    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
+    let mut best = scale * sumlx;
+    for is in -9..=9 {
+        if is == 0 {
+            continue;
+        }
+        iscale = -(nmax as f32 + 0.1 * is as f32) / max;
+        let (sumlx, suml2) = sums(iscale);
+        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
+            for (q, &v) in l.iter_mut().zip(x) {
+                *q = (quant(iscale, v) + nmax) as u8;
+            }
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    scale
+}
+
+/// Q4_K (`bits` 4) or Q5_K (`bits` 5): one 256-element block.
+pub(super) fn q45_k(x: &[f32], bits: u32, out: &mut Vec<u8>) {
+    let nmax = (1i32 << bits) - 1;
+    let (rmin, nstep) = if bits == 4 { (-1.0, 20) } else { (-0.5, 15) };
+    let mut l = [0u8; QK];
+    let mut aux = [0u8; 32];
+    let mut w = [0f32; 32];
+    let mut scales = [0f32; 8];
+    let mut mins = [0f32; 8];
+    let (mut max_scale, mut max_min) = (0f32, 0f32);
+    for j in 0..8 {
+        let xs = &x[32 * j..32 * j + 32];
+        let sum_x2: f32 = xs.iter().map(|v| v * v).sum();
+        let av_x = (sum_x2 / 32.0).sqrt();
+        for (wi, v) in w.iter_mut().zip(xs) {
+            *wi = av_x + v.abs();
+        }
+        let (s, m) = affine_fit(
+            xs,
+            &w,
+            nmax,
+            rmin,
+            0.1,
+            nstep,
+            &mut l[32 * j..32 * j + 32],
+            &mut aux,
+        );
+        scales[j] = s;
+        mins[j] = m;
+        max_scale = max_scale.max(s);
+        max_min = max_min.max(m);
+    }
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
+    let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+    let mut packed = [0u8; 12];
+    for j in 0..8 {
+        let ls = nearest(inv_scale * scales[j]).min(63) as u8;
+        let lm = nearest(inv_min * mins[j]).min(63) as u8;
+        if j < 4 {
+            packed[j] = ls;
+            packed[j + 4] = lm;
+        } else {
+            packed[j + 4] = (ls & 0x0F) | ((lm & 0x0F) << 4);
+            packed[j - 4] |= (ls >> 4) << 6;
+            packed[j] |= (lm >> 4) << 6;
+        }
+    }
+    let (d_bits, d) = f16_round(max_scale / 63.0);
+    let (dmin_bits, dmin) = f16_round(max_min / 63.0);
+    // the quants again, against the scales as they are stored
+    for j in 0..8 {
+        let (sc, m) = super::k_quants::scale_min_k4(&packed, j);
+        let dl = d * sc as f32;
+        if dl == 0.0 {
+            continue;
+        }
+        let ml = dmin * m as f32;
+        for i in 32 * j..32 * j + 32 {
+            l[i] = nearest((x[i] + ml) / dl).clamp(0, nmax) as u8;
+        }
+    }
+    out.extend_from_slice(&d_bits.to_le_bytes());
+    out.extend_from_slice(&dmin_bits.to_le_bytes());
+    out.extend_from_slice(&packed);
+    if bits == 5 {
+        let mut qh = [0u8; 32];
+        for (c, chunk) in l.chunks_exact(64).enumerate() {
+            for (k, h) in qh.iter_mut().enumerate() {
+                *h |= (chunk[k] >> 4) << (2 * c);
+                *h |= (chunk[k + 32] >> 4) << (2 * c + 1);
+            }
+        }
+        out.extend_from_slice(&qh);
+    }
+    for chunk in l.chunks_exact(64) {
+        out.extend((0..32).map(|k| (chunk[k] & 0x0F) | ((chunk[k + 32] & 0x0F) << 4)));
+    }
+}
+
+/// Q6_K: one 256-element block.
+pub(super) fn q6_k(x: &[f32], out: &mut Vec<u8>) {
+    let mut l = [0u8; QK];
+    let mut scales = [0f32; 16];
+    let (mut max_scale, mut max_abs) = (0f32, 0f32);
+    for (ib, s) in scales.iter_mut().enumerate() {
+        *s = symmetric_fit(&x[16 * ib..16 * ib + 16], 32, &mut l[16 * ib..16 * ib + 16]);
+        if s.abs() > max_abs {
+            max_abs = s.abs();
+            max_scale = *s;
+        }
+    }
+    let start = out.len();
+    if max_abs < GROUP_MAX_EPS {
+        out.resize(start + 210, 0);
+        return;
+    }
+    let iscale = -128.0 / max_scale;
+    let (d_bits, d) = f16_round(1.0 / iscale);
+    let mut sc = [0i8; 16];
+    for (c, s) in sc.iter_mut().zip(&scales) {
+        *c = nearest(iscale * s).min(127) as i8;
+    }
+    for (j, &c) in sc.iter().enumerate() {
+        let dl = d * c as f32;
+        if dl == 0.0 {
+            continue;
+        }
+        for i in 16 * j..16 * j + 16 {
+            l[i] = (nearest(x[i] / dl).clamp(-32, 31) + 32) as u8;
+        }
+    }
+    let mut ql = [0u8; 128];
+    let mut qh = [0u8; 64];
+    for h in 0..2 {
+        let half = &l[128 * h..128 * h + 128];
+        for k in 0..32 {
+            let q = [half[k], half[k + 32], half[k + 64], half[k + 96]];
+            ql[64 * h + k] = (q[0] & 0x0F) | ((q[2] & 0x0F) << 4);
+            ql[64 * h + k + 32] = (q[1] & 0x0F) | ((q[3] & 0x0F) << 4);
+            qh[32 * h + k] =
+                (q[0] >> 4) | ((q[1] >> 4) << 2) | ((q[2] >> 4) << 4) | ((q[3] >> 4) << 6);
+        }
+    }
+    out.extend_from_slice(&ql);
+    out.extend_from_slice(&qh);
+    out.extend(sc.iter().map(|&c| c as u8));
+    out.extend_from_slice(&d_bits.to_le_bytes());
+}
