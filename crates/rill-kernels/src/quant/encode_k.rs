@@ -24,9 +24,13 @@ const QK: usize = 256;
 /// Below this a group is treated as all zeros (ggml's `GROUP_MAX_EPS`).
 const GROUP_MAX_EPS: f32 = 1e-15;
 
+/// Round to nearest, ties to even, for |v| < 2²²: adding 1.5·2²³ leaves
+/// the rounded integer in the low mantissa bits (no SSE4.1 `roundss` in a
+/// portable build, and `rintf` is a call).
 #[inline(always)]
 fn nearest(v: f32) -> i32 {
-    v.round_ties_even() as i32
+    let shifted = v + 12_582_912.0;
+    (shifted.to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
 }
 
 fn f16_round(v: f32) -> (u16, f32) {
