@@ -16,10 +16,12 @@
 //!   Q6_K in Q4_K_M / Q5_K_M on the layers `use_more_bits` picks (the first
 //!   and last eighth and every third in between); Q4_K_S gives the first four
 //!   value-like matrices and the first eighth of the `ffn_down`s Q5_K;
+//! - IQ4_NL / IQ4_XS: the value-like matrices Q5_K where a KV head serves 4
+//!   or more query heads, the first eighth of the `ffn_down`s Q5_K;
 //! - models of exactly 8 experts: `attn_v` and `attn_k` Q8_0, `attn_output`
-//!   Q5_K in Q4_K_S / Q4_K_M;
+//!   Q5_K in Q4_K_S / Q4_K_M / IQ4_NL / IQ4_XS;
 //! - a type whose block does not divide the row length falls back
-//!   (Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0, then F16).
+//!   (Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0, IQ4_XS → IQ4_NL, then F16).
 //!
 //! Tensors are visited in llama.cpp's order — by layer number, then by name
 //! — since the value-like counter depends on it.
@@ -42,11 +44,13 @@ pub enum FileType {
     Q5KS,
     Q5KM,
     Q6K,
+    IQ4NL,
+    IQ4XS,
 }
 
 impl FileType {
     /// Every file type, in llama-quantize's listing order.
-    pub const ALL: [FileType; 13] = [
+    pub const ALL: [FileType; 15] = [
         FileType::F32,
         FileType::F16,
         FileType::BF16,
@@ -60,6 +64,8 @@ impl FileType {
         FileType::Q5KS,
         FileType::Q5KM,
         FileType::Q6K,
+        FileType::IQ4NL,
+        FileType::IQ4XS,
     ];
 
     /// The value of `general.file_type`.
@@ -77,6 +83,8 @@ impl FileType {
             FileType::Q5KS => 16,
             FileType::Q5KM => 17,
             FileType::Q6K => 18,
+            FileType::IQ4NL => 25,
+            FileType::IQ4XS => 30,
             FileType::BF16 => 32,
         }
     }
@@ -97,6 +105,8 @@ impl FileType {
             FileType::Q5KS => "q5_k_s",
             FileType::Q5KM => "q5_k_m",
             FileType::Q6K => "q6_k",
+            FileType::IQ4NL => "iq4_nl",
+            FileType::IQ4XS => "iq4_xs",
         }
     }
 
@@ -120,6 +130,8 @@ impl FileType {
             FileType::Q4KS | FileType::Q4KM => DType::Q4K,
             FileType::Q5KS | FileType::Q5KM => DType::Q5K,
             FileType::Q6K => DType::Q6K,
+            FileType::IQ4NL => DType::IQ4NL,
+            FileType::IQ4XS => DType::IQ4XS,
         }
     }
 
@@ -135,6 +147,8 @@ pub struct MixModel {
     pub n_layer: usize,
     /// `{arch}.expert_count` (0 for a dense model).
     pub n_expert: usize,
+    /// Query heads per KV head of layer 0 (0 when it has no KV heads).
+    pub n_gqa: usize,
 }
 
 /// One tensor to place: its GGUF name and shape (ggml order, row length first).
@@ -277,7 +291,7 @@ fn mixed(
                 DType::Q8_0
             } else if matches!(ft, Q4KM | Q5KM) && use_more_bits(i, n_value_like) {
                 DType::Q6K
-            } else if ft == Q4KS && i < 4 {
+            } else if (ft == Q4KS && i < 4) || (matches!(ft, IQ4NL | IQ4XS) && model.n_gqa >= 4) {
                 DType::Q5K
             } else {
                 base
@@ -295,11 +309,13 @@ fn mixed(
             let n = model.n_layer;
             match ft {
                 Q4KM | Q5KM if use_more_bits(i, n) => DType::Q6K,
-                Q4KS if i < n / 8 => DType::Q5K,
+                Q4KS | IQ4NL | IQ4XS if i < n / 8 => DType::Q5K,
                 _ => base,
             }
         }
-        Category::AttnOutput if eight_experts && matches!(ft, Q4KS | Q4KM) => DType::Q5K,
+        Category::AttnOutput if eight_experts && matches!(ft, Q4KS | Q4KM | IQ4NL | IQ4XS) => {
+            DType::Q5K
+        }
         _ => base,
     }
 }
@@ -324,6 +340,7 @@ fn fallback(ty: DType, row: u64) -> DType {
         DType::Q4K => DType::Q5_0,
         DType::Q5K => DType::Q5_1,
         DType::Q6K => DType::Q8_0,
+        DType::IQ4XS => DType::IQ4NL,
         _ => DType::F16,
     };
     if fits(next) {
@@ -367,7 +384,15 @@ mod tests {
             .iter()
             .map(|(n, s)| MixTensor { name: n, shape: s })
             .collect();
-        let p = plan(ft, MixModel { n_layer, n_expert }, &t);
+        let p = plan(
+            ft,
+            MixModel {
+                n_layer,
+                n_expert,
+                n_gqa: 8,
+            },
+            &t,
+        );
         owned.into_iter().map(|(n, _)| n).zip(p).collect()
     }
 
@@ -412,6 +437,16 @@ mod tests {
         assert_eq!(type_of(&v, "blk.4.attn_qkv.weight"), Some(DType::Q4K));
         assert_eq!(type_of(&v, "blk.1.ffn_down_exps.weight"), Some(DType::Q5K));
         assert_eq!(type_of(&v, "blk.2.ffn_down_exps.weight"), Some(DType::Q4K));
+        // n_gqa 8 (the helper's): every value-like matrix Q5_K in IQ4_XS
+        let v = types(FileType::IQ4XS, 16, 256);
+        assert_eq!(type_of(&v, "blk.3.attn_v.weight"), Some(DType::Q5K));
+        assert_eq!(type_of(&v, "blk.9.attn_qkv.weight"), Some(DType::Q5K));
+        assert_eq!(type_of(&v, "blk.1.ffn_down_exps.weight"), Some(DType::Q5K));
+        assert_eq!(
+            type_of(&v, "blk.2.ffn_down_exps.weight"),
+            Some(DType::IQ4XS)
+        );
+        assert_eq!(type_of(&v, "output.weight"), Some(DType::Q6K));
         let v = types(FileType::Q8_0, 4, 256);
         assert!(v
             .iter()
@@ -430,6 +465,7 @@ mod tests {
         assert_eq!(fallback(DType::Q6K, 96), DType::Q8_0);
         assert_eq!(fallback(DType::Q6K, 40), DType::F16);
         assert_eq!(fallback(DType::Q4_0, 40), DType::F16);
+        assert_eq!(fallback(DType::IQ4XS, 64), DType::IQ4NL);
         assert_eq!(output_type(DType::Q4K, 64), DType::Q8_0);
         assert_eq!(FileType::parse("Q4_K_M"), Some(FileType::Q4KM));
         assert_eq!(FileType::parse("q5_k_s").map(FileType::id), Some(16));

@@ -25,7 +25,8 @@ pub struct Args {
     /// The GGUF to write.
     output: PathBuf,
     /// The file type, as llama-quantize names it: q4_k_m, q4_k_s, q5_k_m,
-    /// q5_k_s, q6_k, q8_0, q4_0, q4_1, q5_0, q5_1, f16, bf16, f32.
+    /// q5_k_s, q6_k, iq4_xs, iq4_nl, q8_0, q4_0, q4_1, q5_0, q5_1, f16,
+    /// bf16, f32.
     #[arg(value_parser = parse_file_type)]
     file_type: FileType,
     /// Re-encode tensors that are already quantized (their decoded values
@@ -49,10 +50,18 @@ pub(crate) fn parse_file_type(s: &str) -> Result<FileType, String> {
 
 /// `{arch}.block_count` and `{arch}.expert_count` of a file's metadata.
 pub(crate) fn mix_model<'a>(arch: &str, get: impl Fn(&str) -> Option<&'a MetaValue>) -> MixModel {
-    let int = |key: &str| get(&format!("{arch}.{key}")).and_then(MetaValue::as_u64);
+    // a scalar, or one value per layer (layer 0's is llama.cpp's n_gqa())
+    let int = |key: &str| match get(&format!("{arch}.{key}")) {
+        Some(MetaValue::Array(a)) => a.first().and_then(MetaValue::as_u64),
+        Some(v) => v.as_u64(),
+        None => None,
+    };
+    let heads = int("attention.head_count").unwrap_or(0);
+    let kv_heads = int("attention.head_count_kv").unwrap_or(heads);
     MixModel {
         n_layer: int("block_count").unwrap_or(1).max(1) as usize,
         n_expert: int("expert_count").unwrap_or(0) as usize,
+        n_gqa: heads.checked_div(kv_heads).unwrap_or(0) as usize,
     }
 }
 

@@ -1,5 +1,6 @@
-//! Encoding f32 rows into the K super-block types Q4_K, Q5_K and Q6_K: what
-//! `rill convert --type q4_k_m` and `rill quantize` write.
+//! Encoding f32 rows into the K super-block types Q4_K, Q5_K and Q6_K and
+//! the non-linear IQ4_NL / IQ4_XS: what `rill convert --type q4_k_m` and
+//! `rill quantize` write.
 //!
 //! The search is ggml's reference quantizer without an importance matrix
 //! (what `llama-quantize` runs when it is given none), written from its
@@ -14,6 +15,10 @@
 //!   `q − 32` in −32..=31, chosen among 19 candidate inverse scales by least
 //!   squares weighted by `x²`; the 16 scales are stored as i8 against the
 //!   block's largest (sign kept), and the quants recomputed from them.
+//! - IQ4_NL / IQ4_XS: each sub-block of 32 gets the x²-weighted
+//!   least-squares scale against the 16 fixed levels, the best of 15
+//!   candidates; IQ4_XS stores its 8 scales as 6-bit multiples of the
+//!   block's largest over 32, and re-picks the levels against them.
 //!
 //! Every rounding is to the nearest integer, ties to even, as ggml's
 //! `nearest_int` does.
@@ -295,4 +300,125 @@ pub(super) fn q6_k(x: &[f32], out: &mut Vec<u8>) {
     out.extend_from_slice(&qh);
     out.extend(sc.iter().map(|&c| c as u8));
     out.extend_from_slice(&d_bits.to_le_bytes());
+}
+
+/// The index of the IQ4_NL level nearest `x` (the lower one on a tie).
+fn nearest_level(x: f32) -> u8 {
+    let v = &super::iq4::IQ4_NL_VALUES;
+    if x <= v[0] as f32 {
+        return 0;
+    }
+    if x >= v[15] as f32 {
+        return 15;
+    }
+    let (mut lo, mut hi) = (0usize, 15usize);
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        if x < v[mid] as f32 {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    if x - (v[hi - 1] as f32) < v[hi] as f32 - x {
+        (hi - 1) as u8
+    } else {
+        hi as u8
+    }
+}
+
+/// The x²-weighted least-squares scale of one sub-block of 32 against the
+/// IQ4_NL levels: the plain fit from its largest value, then the best of 15
+/// candidate inverse scales `(i + level₀) / max`, i in −7..=7. Levels into
+/// `l`; returns the scale (0 for an all-zero sub-block).
+fn iq4_fit(x: &[f32], l: &mut [u8]) -> f32 {
+    const NTRY: i32 = 7;
+    let v = &super::iq4::IQ4_NL_VALUES;
+    let v0 = v[0] as f32;
+    let (mut amax, mut max) = (0f32, 0f32);
+    for &e in x {
+        if e.abs() > amax {
+            amax = e.abs();
+            max = e;
+        }
+    }
+    if amax < GROUP_MAX_EPS {
+        return 0.0;
+    }
+    let sums = |id: f32, l: Option<&mut [u8]>| {
+        let (mut sqx, mut sq2) = (0f32, 0f32);
+        let mut l = l;
+        for (j, &e) in x.iter().enumerate() {
+            let k = nearest_level(id * e);
+            if let Some(l) = l.as_deref_mut() {
+                l[j] = k;
+            }
+            let q = v[k as usize] as f32;
+            let w = e * e;
+            sqx += w * q * e;
+            sq2 += w * q * q;
+        }
+        (sqx, sq2)
+    };
+    let (sqx, sq2) = sums(1.0 / (-max / v0), Some(l));
+    let mut d = if sq2 > 0.0 { sqx / sq2 } else { 0.0 };
+    let mut best = d * sqx;
+    for itry in -NTRY..=NTRY {
+        let (sqx, sq2) = sums((itry as f32 + v0) / max, None);
+        if sq2 > 0.0 && sqx * sqx > best * sq2 {
+            d = sqx / sq2;
+            best = d * sqx;
+        }
+    }
+    d
+}
+
+/// Levels of 32 values at inverse scale `id`, packed as IQ4_NL's 16 bytes.
+fn iq4_pack(x: &[f32], id: f32, out: &mut Vec<u8>) {
+    let l: Vec<u8> = x.iter().map(|&e| nearest_level(id * e)).collect();
+    out.extend((0..16).map(|j| l[j] | (l[j + 16] << 4)));
+}
+
+/// IQ4_NL: one block of 32.
+pub(super) fn iq4_nl(x: &[f32], out: &mut Vec<u8>) {
+    let mut l = [0u8; 32];
+    let d = iq4_fit(x, &mut l);
+    out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+    iq4_pack(x, if d != 0.0 { 1.0 / d } else { 0.0 }, out);
+}
+
+/// IQ4_XS: one block of 256, eight sub-block scales stored as 6-bit
+/// multiples of `d = −max_scale / 32` (max_scale the scale of largest
+/// magnitude, sign kept).
+pub(super) fn iq4_xs(x: &[f32], out: &mut Vec<u8>) {
+    let mut l = [0u8; 32];
+    let mut scales = [0f32; 8];
+    let (mut max_scale, mut amax_scale) = (0f32, 0f32);
+    for (ib, s) in scales.iter_mut().enumerate() {
+        *s = iq4_fit(&x[32 * ib..32 * ib + 32], &mut l);
+        if s.abs() > amax_scale {
+            amax_scale = s.abs();
+            max_scale = *s;
+        }
+    }
+    let d = -max_scale / 32.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let (mut scales_h, mut scales_l) = (0u16, [0u8; 4]);
+    let mut qs = Vec::with_capacity(128);
+    for (ib, &s) in scales.iter().enumerate() {
+        let ls = nearest(id * s).clamp(-32, 31);
+        let dl = d * ls as f32;
+        iq4_pack(
+            &x[32 * ib..32 * ib + 32],
+            if dl != 0.0 { 1.0 / dl } else { 0.0 },
+            &mut qs,
+        );
+        let ls = (ls + 32) as u8;
+        scales_l[ib / 2] |= (ls & 0x0F) << (4 * (ib % 2));
+        scales_h |= u16::from(ls >> 4) << (2 * ib);
+    }
+    out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+    out.extend_from_slice(&scales_h.to_le_bytes());
+    out.extend_from_slice(&scales_l);
+    out.extend_from_slice(&qs);
 }
