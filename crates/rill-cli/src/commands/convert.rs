@@ -2,7 +2,9 @@
 //! F16, F32, FP8 or NVFP4 weights) to the GGUF llama.cpp's converter writes
 //! from it, with the tokenizer and the chat template, encoded as `--type`.
 
-use super::quantize::{encode_rows, mix_model, parse_file_type, progress, threads};
+use super::quantize::{
+    encode_rows, mix_model, parse_file_type, progress, remove_on_error, threads,
+};
 use anyhow::{bail, Context, Result};
 use rill_dtype::DType;
 use rill_gguf::quant_mix::{self, FileType, MixTensor};
@@ -72,14 +74,17 @@ pub fn run(a: Args) -> Result<()> {
     let mut file = w.stream_to(&a.output, sizes)?;
     let bar = progress(total, a.quiet);
     let threads = threads(a.threads);
-    for (t, ty) in tensors.iter().zip(&types) {
-        bar.set_message(t.name.clone());
-        let v = src.gguf_values(t)?;
-        let bytes = encode_rows(*ty, &v, t.shape[0] as usize, threads);
-        file.write_tensor(&bytes)?;
-        bar.inc(bytes.len() as u64);
-    }
-    file.finish()?;
+    let written = (|| -> Result<()> {
+        for (t, ty) in tensors.iter().zip(&types) {
+            bar.set_message(t.name.clone());
+            let v = src.gguf_values(t)?;
+            let bytes = encode_rows(*ty, &v, t.shape[0] as usize, threads);
+            file.write_tensor(&bytes)?;
+            bar.inc(bytes.len() as u64);
+        }
+        Ok(file.finish()?)
+    })();
+    remove_on_error(&a.output, written)?;
     bar.finish_and_clear();
     if !a.quiet {
         eprintln!(

@@ -90,6 +90,15 @@ pub(crate) fn encode_rows(ty: DType, values: &[f32], row: usize, threads: usize)
     parts.concat()
 }
 
+/// A file left half written (a full disk, a bad tensor) is removed, so no
+/// truncated GGUF stays behind to fail later.
+pub(crate) fn remove_on_error<T>(path: &std::path::Path, r: Result<T>) -> Result<T> {
+    if r.is_err() {
+        std::fs::remove_file(path).ok();
+    }
+    r
+}
+
 pub(crate) fn threads(t: Option<usize>) -> usize {
     t.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
@@ -193,22 +202,25 @@ pub fn run(a: Args) -> Result<()> {
     let bar = progress(total, a.quiet);
     let threads = threads(a.threads);
     let mut values = Vec::new();
-    for &i in &order {
-        let (t, from, to) = (&tensors[i], types[i], out_types[i]);
-        bar.set_message(t.name.clone());
-        let data = src.try_tensor_data(t)?;
-        if from == to {
-            file.write_tensor(data)?;
-            bar.inc(data.len() as u64);
-            continue;
+    let written = (|| -> Result<()> {
+        for &i in &order {
+            let (t, from, to) = (&tensors[i], types[i], out_types[i]);
+            bar.set_message(t.name.clone());
+            let data = src.try_tensor_data(t)?;
+            if from == to {
+                file.write_tensor(data)?;
+                bar.inc(data.len() as u64);
+                continue;
+            }
+            values.resize(t.n_elements() as usize, 0.0);
+            dequantize_with(Isa::best(), from, data, &mut values);
+            let bytes = encode_rows(to, &values, t.shape[0] as usize, threads);
+            file.write_tensor(&bytes)?;
+            bar.inc(bytes.len() as u64);
         }
-        values.resize(t.n_elements() as usize, 0.0);
-        dequantize_with(Isa::best(), from, data, &mut values);
-        let bytes = encode_rows(to, &values, t.shape[0] as usize, threads);
-        file.write_tensor(&bytes)?;
-        bar.inc(bytes.len() as u64);
-    }
-    file.finish()?;
+        Ok(file.finish()?)
+    })();
+    remove_on_error(&a.output, written)?;
     bar.finish_and_clear();
     if !a.quiet {
         eprintln!(
