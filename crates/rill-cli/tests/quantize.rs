@@ -120,4 +120,10 @@ fn requantizing_needs_to_be_asked_for_and_bad_names_are_refused() {
     let o = rill(&["quantize", "/nonexistent.gguf", &dst, "q8_0"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(!out.exists());
+    // a full disk: the error says so, and the device is left alone
+    if Path::new("/dev/full").exists() {
+        let o = rill(&["quantize", src.to_str().unwrap(), "/dev/full", "q8_0"]);
+        assert_eq!(o.status.code(), Some(1));
+        assert!(Path::new("/dev/full").exists());
+    }
 }

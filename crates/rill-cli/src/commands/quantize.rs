@@ -91,9 +91,11 @@ pub(crate) fn encode_rows(ty: DType, values: &[f32], row: usize, threads: usize)
 }
 
 /// A file left half written (a full disk, a bad tensor) is removed, so no
-/// truncated GGUF stays behind to fail later.
+/// truncated GGUF stays behind to fail later — a regular file only (never a
+/// device or a link the user named as the output).
 pub(crate) fn remove_on_error<T>(path: &std::path::Path, r: Result<T>) -> Result<T> {
-    if r.is_err() {
+    let regular = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file());
+    if r.is_err() && regular {
         std::fs::remove_file(path).ok();
     }
     r
