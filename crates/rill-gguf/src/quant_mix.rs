@@ -153,9 +153,9 @@ pub struct MixModel {
 
 /// One tensor to place: its GGUF name and shape (ggml order, row length first).
 #[derive(Clone, Copy, Debug)]
-pub struct MixTensor<'a> {
-    pub name: &'a str,
-    pub shape: &'a [u64],
+struct MixTensor<'a> {
+    name: &'a str,
+    shape: &'a [u64],
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -234,9 +234,18 @@ pub fn file_order(names: &[&str]) -> Vec<usize> {
     order
 }
 
-/// The encoding of each tensor in a file of type `ft`: `None` for a tensor
-/// that stays as it is (not quantizable), else the type to write.
-pub fn plan(ft: FileType, model: MixModel, tensors: &[MixTensor]) -> Vec<Option<DType>> {
+/// The encoding of each tensor (its GGUF name and shape, ggml order) in a
+/// file of type `ft`: `None` for a tensor that stays as it is (not
+/// quantizable), else the type to write.
+pub fn plan<'a>(
+    ft: FileType,
+    model: MixModel,
+    tensors: impl IntoIterator<Item = (&'a str, &'a [u64])>,
+) -> Vec<Option<DType>> {
+    let tensors: Vec<MixTensor> = tensors
+        .into_iter()
+        .map(|(name, shape)| MixTensor { name, shape })
+        .collect();
     let names: Vec<&str> = tensors.iter().map(|t| t.name).collect();
     let tied = !tensors.iter().any(|t| t.name == "output.weight");
     let n_value_like = tensors
@@ -380,10 +389,6 @@ mod tests {
 
     fn types(ft: FileType, n_layer: usize, n_expert: usize) -> Vec<(String, Option<DType>)> {
         let owned = model_tensors(n_layer);
-        let t: Vec<MixTensor> = owned
-            .iter()
-            .map(|(n, s)| MixTensor { name: n, shape: s })
-            .collect();
         let p = plan(
             ft,
             MixModel {
@@ -391,7 +396,7 @@ mod tests {
                 n_expert,
                 n_gqa: 8,
             },
-            &t,
+            owned.iter().map(|(n, s)| (n.as_str(), s.as_slice())),
         );
         owned.into_iter().map(|(n, _)| n).zip(p).collect()
     }

@@ -2,18 +2,17 @@
 //! F16, F32, FP8 or NVFP4 weights) to the GGUF llama.cpp's converter writes
 //! from it, with the tokenizer and the chat template, encoded as `--type`.
 
-use super::quantize::{
-    encode_rows, mix_model, parse_file_type, progress, remove_on_error, threads,
-};
+use super::quantize::{encode_rows, mix_model, parse_file_type, threads, write_file};
 use anyhow::{bail, Context, Result};
 use rill_dtype::DType;
-use rill_gguf::quant_mix::{self, FileType, MixTensor};
+use rill_gguf::quant_mix::{self, FileType};
 use rill_gguf::writer::GgufWriter;
 use rill_gguf::{ggml_id_of, MetaValue};
 use rill_model::source::hf::to_gguf::GgufTensor;
 use rill_model::HfSource;
 use rill_tokenizer::Tokenizer;
 use serde_json::Value;
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -71,21 +70,18 @@ pub fn run(a: Args) -> Result<()> {
         sizes.push(ty.bytes_for(n).context("tensor too large")?);
     }
     let total: u64 = sizes.iter().sum();
-    let mut file = w.stream_to(&a.output, sizes)?;
-    let bar = progress(total, a.quiet);
     let threads = threads(a.threads);
-    let written = (|| -> Result<()> {
-        for (t, ty) in tensors.iter().zip(&types) {
-            bar.set_message(t.name.clone());
-            let v = src.gguf_values(t)?;
-            let bytes = encode_rows(*ty, &v, t.shape[0] as usize, threads);
-            file.write_tensor(&bytes)?;
-            bar.inc(bytes.len() as u64);
-        }
-        Ok(file.finish()?)
-    })();
-    remove_on_error(&a.output, written)?;
-    bar.finish_and_clear();
+    let names: Vec<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
+    write_file(&w, &a.output, sizes, a.quiet, &names, |k| {
+        let (t, ty) = (&tensors[k], types[k]);
+        let v = src.gguf_values(t)?;
+        Ok(Cow::Owned(encode_rows(
+            ty,
+            &v,
+            t.shape[0] as usize,
+            threads,
+        )))
+    })?;
     if !a.quiet {
         eprintln!(
             "wrote {} ({} tensors, {:.1} MiB, {})",
@@ -125,14 +121,13 @@ fn tensor_types(
             })
             .collect());
     }
-    let mix: Vec<MixTensor> = tensors
-        .iter()
-        .map(|t| MixTensor {
-            name: &t.name,
-            shape: &t.shape,
-        })
-        .collect();
-    let plan = quant_mix::plan(ft, model, &mix);
+    let plan = quant_mix::plan(
+        ft,
+        model,
+        tensors
+            .iter()
+            .map(|t| (t.name.as_str(), t.shape.as_slice())),
+    );
     Ok(tensors
         .iter()
         .zip(plan)

@@ -9,13 +9,14 @@
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use rill_dtype::DType;
-use rill_gguf::quant_mix::{self, FileType, MixModel, MixTensor};
+use rill_gguf::quant_mix::{self, FileType, MixModel};
 use rill_gguf::writer::GgufWriter;
 use rill_gguf::{ggml_id_of, GgufFile, MetaValue};
 use rill_kernels::quant::encode::{can_encode, encode_row};
 use rill_kernels::quant::{dequantize_with, is_supported};
 use rill_kernels::Isa;
-use std::path::PathBuf;
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -90,22 +91,43 @@ pub(crate) fn encode_rows(ty: DType, values: &[f32], row: usize, threads: usize)
     parts.concat()
 }
 
-/// A file left half written (a full disk, a bad tensor) is removed, so no
-/// truncated GGUF stays behind to fail later — a regular file only (never a
-/// device or a link the user named as the output).
-pub(crate) fn remove_on_error<T>(path: &std::path::Path, r: Result<T>) -> Result<T> {
-    let regular = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file());
-    if r.is_err() && regular {
+/// Writes the file `w` declares (tensor `k` named `names[k]`, `sizes[k]`
+/// bytes, its data from `data(k)`) with a progress bar. A file left half
+/// written (a full disk, a tensor that fails) is removed, so no truncated
+/// GGUF stays behind — a regular file only, never a device or a link the
+/// user named as the output.
+pub(crate) fn write_file<'a>(
+    w: &GgufWriter,
+    path: &Path,
+    sizes: Vec<u64>,
+    quiet: bool,
+    names: &[&str],
+    mut data: impl FnMut(usize) -> Result<Cow<'a, [u8]>>,
+) -> Result<()> {
+    let bar = progress(sizes.iter().sum(), quiet);
+    let mut file = w.stream_to(path, sizes)?;
+    let mut write = || -> Result<()> {
+        for (k, name) in names.iter().enumerate() {
+            bar.set_message(name.to_string());
+            let bytes = data(k)?;
+            file.write_tensor(&bytes)?;
+            bar.inc(bytes.len() as u64);
+        }
+        Ok(())
+    };
+    let written = write().and_then(|()| Ok(file.finish()?));
+    if written.is_err() && std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file()) {
         std::fs::remove_file(path).ok();
     }
-    r
+    bar.finish_and_clear();
+    written
 }
 
 pub(crate) fn threads(t: Option<usize>) -> usize {
     t.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
-pub(crate) fn progress(total: u64, quiet: bool) -> ProgressBar {
+fn progress(total: u64, quiet: bool) -> ProgressBar {
     let bar = match quiet {
         true => ProgressBar::hidden(),
         false => ProgressBar::new(total),
@@ -130,18 +152,14 @@ pub fn run(a: Args) -> Result<()> {
             .with_context(|| format!("{}", a.input.display()))?;
         types.push(ty);
     }
-    let mix: Vec<MixTensor> = tensors
-        .iter()
-        .map(|t| MixTensor {
-            name: &t.name,
-            shape: &t.shape,
-        })
-        .collect();
     let arch = match src.get("general.architecture") {
         Some(MetaValue::Str(a)) => a.as_str(),
         _ => "",
     };
-    let plan = quant_mix::plan(a.file_type, mix_model(arch, |k| src.get(k)), &mix);
+    let shapes = tensors
+        .iter()
+        .map(|t| (t.name.as_str(), t.shape.as_slice()));
+    let plan = quant_mix::plan(a.file_type, mix_model(arch, |k| src.get(k)), shapes);
     // what each tensor becomes: re-encoded, or copied as it is
     let mut out_types = Vec::with_capacity(tensors.len());
     for ((t, &from), to) in tensors.iter().zip(&types).zip(&plan) {
@@ -200,30 +218,25 @@ pub fn run(a: Args) -> Result<()> {
         .iter()
         .map(|t| src.tensor_data(t).len() as u64)
         .sum();
-    let mut file = w.stream_to(&a.output, sizes)?;
-    let bar = progress(total, a.quiet);
     let threads = threads(a.threads);
     let mut values = Vec::new();
-    let written = (|| -> Result<()> {
-        for &i in &order {
-            let (t, from, to) = (&tensors[i], types[i], out_types[i]);
-            bar.set_message(t.name.clone());
-            let data = src.try_tensor_data(t)?;
-            if from == to {
-                file.write_tensor(data)?;
-                bar.inc(data.len() as u64);
-                continue;
-            }
-            values.resize(t.n_elements() as usize, 0.0);
-            dequantize_with(Isa::best(), from, data, &mut values);
-            let bytes = encode_rows(to, &values, t.shape[0] as usize, threads);
-            file.write_tensor(&bytes)?;
-            bar.inc(bytes.len() as u64);
+    let write_names: Vec<&str> = order.iter().map(|&i| names[i]).collect();
+    write_file(&w, &a.output, sizes, a.quiet, &write_names, |k| {
+        let i = order[k];
+        let (t, from, to) = (&tensors[i], types[i], out_types[i]);
+        let data = src.try_tensor_data(t)?;
+        if from == to {
+            return Ok(Cow::Borrowed(data));
         }
-        Ok(file.finish()?)
-    })();
-    remove_on_error(&a.output, written)?;
-    bar.finish_and_clear();
+        values.resize(t.n_elements() as usize, 0.0);
+        dequantize_with(Isa::best(), from, data, &mut values);
+        Ok(Cow::Owned(encode_rows(
+            to,
+            &values,
+            t.shape[0] as usize,
+            threads,
+        )))
+    })?;
     if !a.quiet {
         eprintln!(
             "wrote {} ({}, {} tensors): {:.1} MiB -> {:.1} MiB",

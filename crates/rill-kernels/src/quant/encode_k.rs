@@ -38,6 +38,17 @@ fn nearest(v: f32) -> i32 {
     (shifted.to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
 }
 
+/// The value of largest magnitude (the first of equals) and its magnitude.
+fn signed_max(x: impl IntoIterator<Item = f32>) -> (f32, f32) {
+    x.into_iter().fold((0.0, 0.0), |(max, amax), v| {
+        if v.abs() > amax {
+            (v, v.abs())
+        } else {
+            (max, amax)
+        }
+    })
+}
+
 fn f16_round(v: f32) -> (u16, f32) {
     let h = f16::from_f32(v);
     (h.to_bits(), h.to_f32())
@@ -125,14 +136,7 @@ fn affine_fit(
 /// The x²-weighted symmetric fit of one Q6_K sub-block: quants (offset by
 /// `nmax`) into `l`, returns the scale.
 fn symmetric_fit(x: &[f32], nmax: i32, l: &mut [u8]) -> f32 {
-    let mut max = 0f32;
-    let mut amax = 0f32;
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let (max, amax) = signed_max(x.iter().copied());
     if amax < GROUP_MAX_EPS {
         l.iter_mut().for_each(|q| *q = 0);
         return 0.0;
@@ -256,14 +260,10 @@ pub(super) fn q45_k(x: &[f32], bits: u32, out: &mut Vec<u8>) {
 pub(super) fn q6_k(x: &[f32], out: &mut Vec<u8>) {
     let mut l = [0u8; QK];
     let mut scales = [0f32; 16];
-    let (mut max_scale, mut max_abs) = (0f32, 0f32);
     for (ib, s) in scales.iter_mut().enumerate() {
         *s = symmetric_fit(&x[16 * ib..16 * ib + 16], 32, &mut l[16 * ib..16 * ib + 16]);
-        if s.abs() > max_abs {
-            max_abs = s.abs();
-            max_scale = *s;
-        }
     }
+    let (max_scale, max_abs) = signed_max(scales);
     let start = out.len();
     if max_abs < GROUP_MAX_EPS {
         out.resize(start + 210, 0);
@@ -329,42 +329,29 @@ fn nearest_level(x: f32) -> u8 {
 
 /// The x²-weighted least-squares scale of one sub-block of 32 against the
 /// IQ4_NL levels: the plain fit from its largest value, then the best of 15
-/// candidate inverse scales `(i + level₀) / max`, i in −7..=7. Levels into
-/// `l`; returns the scale (0 for an all-zero sub-block).
-fn iq4_fit(x: &[f32], l: &mut [u8]) -> f32 {
+/// candidate inverse scales `(i + level₀) / max`, i in −7..=7 (0 for an
+/// all-zero sub-block). The levels are picked again once the scale is
+/// stored, so none are kept here.
+fn iq4_fit(x: &[f32]) -> f32 {
     const NTRY: i32 = 7;
     let v = &super::iq4::IQ4_NL_VALUES;
     let v0 = v[0] as f32;
-    let (mut amax, mut max) = (0f32, 0f32);
-    for &e in x {
-        if e.abs() > amax {
-            amax = e.abs();
-            max = e;
-        }
-    }
+    let (max, amax) = signed_max(x.iter().copied());
     if amax < GROUP_MAX_EPS {
         return 0.0;
     }
-    let sums = |id: f32, l: Option<&mut [u8]>| {
-        let (mut sqx, mut sq2) = (0f32, 0f32);
-        let mut l = l;
-        for (j, &e) in x.iter().enumerate() {
-            let k = nearest_level(id * e);
-            if let Some(l) = l.as_deref_mut() {
-                l[j] = k;
-            }
-            let q = v[k as usize] as f32;
+    let sums = |id: f32| {
+        x.iter().fold((0f32, 0f32), |(sqx, sq2), &e| {
+            let q = v[nearest_level(id * e) as usize] as f32;
             let w = e * e;
-            sqx += w * q * e;
-            sq2 += w * q * q;
-        }
-        (sqx, sq2)
+            (sqx + w * q * e, sq2 + w * q * q)
+        })
     };
-    let (sqx, sq2) = sums(1.0 / (-max / v0), Some(l));
+    let (sqx, sq2) = sums(1.0 / (-max / v0));
     let mut d = if sq2 > 0.0 { sqx / sq2 } else { 0.0 };
     let mut best = d * sqx;
     for itry in -NTRY..=NTRY {
-        let (sqx, sq2) = sums((itry as f32 + v0) / max, None);
+        let (sqx, sq2) = sums((itry as f32 + v0) / max);
         if sq2 > 0.0 && sqx * sqx > best * sq2 {
             d = sqx / sq2;
             best = d * sqx;
@@ -375,50 +362,46 @@ fn iq4_fit(x: &[f32], l: &mut [u8]) -> f32 {
 
 /// Levels of 32 values at inverse scale `id`, packed as IQ4_NL's 16 bytes.
 fn iq4_pack(x: &[f32], id: f32, out: &mut Vec<u8>) {
-    let l: Vec<u8> = x.iter().map(|&e| nearest_level(id * e)).collect();
+    let mut l = [0u8; 32];
+    for (q, &e) in l.iter_mut().zip(x) {
+        *q = nearest_level(id * e);
+    }
     out.extend((0..16).map(|j| l[j] | (l[j + 16] << 4)));
+}
+
+fn inverse(d: f32) -> f32 {
+    if d != 0.0 {
+        1.0 / d
+    } else {
+        0.0
+    }
 }
 
 /// IQ4_NL: one block of 32.
 pub(super) fn iq4_nl(x: &[f32], out: &mut Vec<u8>) {
-    let mut l = [0u8; 32];
-    let d = iq4_fit(x, &mut l);
+    let d = iq4_fit(x);
     out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
-    iq4_pack(x, if d != 0.0 { 1.0 / d } else { 0.0 }, out);
+    iq4_pack(x, inverse(d), out);
 }
 
 /// IQ4_XS: one block of 256, eight sub-block scales stored as 6-bit
 /// multiples of `d = −max_scale / 32` (max_scale the scale of largest
 /// magnitude, sign kept).
 pub(super) fn iq4_xs(x: &[f32], out: &mut Vec<u8>) {
-    let mut l = [0u8; 32];
-    let mut scales = [0f32; 8];
-    let (mut max_scale, mut amax_scale) = (0f32, 0f32);
-    for (ib, s) in scales.iter_mut().enumerate() {
-        *s = iq4_fit(&x[32 * ib..32 * ib + 32], &mut l);
-        if s.abs() > amax_scale {
-            amax_scale = s.abs();
-            max_scale = *s;
-        }
-    }
+    let scales: [f32; 8] = std::array::from_fn(|ib| iq4_fit(&x[32 * ib..32 * ib + 32]));
+    let (max_scale, _) = signed_max(scales);
     let d = -max_scale / 32.0;
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let ls = scales.map(|s| nearest(inverse(d) * s).clamp(-32, 31));
     let (mut scales_h, mut scales_l) = (0u16, [0u8; 4]);
-    let mut qs = Vec::with_capacity(128);
-    for (ib, &s) in scales.iter().enumerate() {
-        let ls = nearest(id * s).clamp(-32, 31);
-        let dl = d * ls as f32;
-        iq4_pack(
-            &x[32 * ib..32 * ib + 32],
-            if dl != 0.0 { 1.0 / dl } else { 0.0 },
-            &mut qs,
-        );
-        let ls = (ls + 32) as u8;
-        scales_l[ib / 2] |= (ls & 0x0F) << (4 * (ib % 2));
-        scales_h |= u16::from(ls >> 4) << (2 * ib);
+    for (ib, &l) in ls.iter().enumerate() {
+        let l = (l + 32) as u8;
+        scales_l[ib / 2] |= (l & 0x0F) << (4 * (ib % 2));
+        scales_h |= u16::from(l >> 4) << (2 * ib);
     }
     out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
     out.extend_from_slice(&scales_h.to_le_bytes());
     out.extend_from_slice(&scales_l);
-    out.extend_from_slice(&qs);
+    for (ib, &l) in ls.iter().enumerate() {
+        iq4_pack(&x[32 * ib..32 * ib + 32], inverse(d * l as f32), out);
+    }
 }
