@@ -194,7 +194,7 @@ fn products_are_within_the_activations_rounding_of_the_exact_ones() {
 #[test]
 fn encodings_without_integer_kernels_stay_exact() {
     let mut rng = Rng(3);
-    for (dtype, cols) in [(DType::Q4_0, 96), (DType::IQ4XS, 256), (DType::F32, 40)] {
+    for (dtype, cols) in [(DType::Q4_0, 96), (DType::IQ4NL, 64), (DType::F32, 40)] {
         let rows = 5;
         let (data, x) = weights_and_activations(dtype, rows, cols, 2, &mut rng);
         let w = MatRef::new(dtype, rows, cols, &data);

@@ -12,7 +12,7 @@
 //! silent one.
 //!
 //! # Activation formats ([`ActFormat`])
-//! * [`ActFormat::K256`], for the K encodings (Q4_K, Q5_K, Q6_K): one f32
+//! * [`ActFormat::K256`], for the K encodings (Q4_K, Q5_K, Q6_K) and IQ4_XS: one f32
 //!   scale per 256 values, and the sum of each 16 quantized values (the
 //!   weights' mins and offsets act on those sums).
 //! * [`ActFormat::B32`], for Q8_0: one scale per 32 values, rounded to f16
@@ -34,6 +34,7 @@
 //! | Q8_0 | `i = Σ w·q` | `(d_w·d_x) · f(i)` |
 //! | Q6_K | `i = Σ_j sc_j·(Σ_{j} w·q − 32·S16_j)` | `(d_w·d_x) · f(i)` |
 //! | Q4_K, Q5_K | `i = Σ_j sc_j·Σ_{j} w·q`, `m = Σ_j min_j·S32_j` | `(d_w·d_x)·f(i) − (dmin_w·d_x)·f(m)` |
+//! | IQ4_XS | `i = Σ_j ls_j·Σ_{j} L(w)·q` (`L` the signed level of index `w`, `ls_j` in −32..=31) | `(d_w·d_x) · f(i)` |
 //!
 //! where `w` are the unsigned stored quants, `f` the conversion to f32
 //! (round to nearest even), and `S16_j`/`S32_j` the sums of the quantized
@@ -70,7 +71,7 @@ pub enum Precision {
     #[default]
     Exact,
     /// 8-bit activations for the encodings that have integer kernels
-    /// (Q4_K, Q5_K, Q6_K, Q8_0; the others stay exact): llama.cpp's
+    /// (Q4_K, Q5_K, Q6_K, Q8_0, IQ4_XS; the others stay exact): llama.cpp's
     /// numerics, and faster.
     Q8,
 }
@@ -140,6 +141,9 @@ impl ActFormat {
     pub fn for_weights(dtype: DType) -> Option<ActFormat> {
         match dtype {
             DType::Q4K | DType::Q5K | DType::Q6K => Some(ActFormat::K256),
+            // x86 only so far: elsewhere the exact SIMD product beats the
+            // scalar integer reference
+            DType::IQ4XS if cfg!(target_arch = "x86_64") => Some(ActFormat::K256),
             DType::Q8_0 => Some(ActFormat::B32),
             _ => None,
         }

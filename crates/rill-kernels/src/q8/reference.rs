@@ -3,6 +3,7 @@
 //! tested bit for bit against it.
 
 use super::ActRow;
+use crate::quant::iq4::IQ4_NL_VALUES;
 use crate::quant::k_quants::scale_min_k4;
 use crate::quant::{f16_at, QK_K};
 use rill_dtype::DType;
@@ -20,6 +21,7 @@ pub fn dot_ref(dtype: DType, row: &[u8], a: ActRow<'_>) -> f32 {
             DType::Q4K => term_q4_k(block, x, dx, &a.sums[16 * b..16 * b + 16]),
             DType::Q5K => term_q5_k(block, x, dx, &a.sums[16 * b..16 * b + 16]),
             DType::Q6K => term_q6_k(block, x, dx, &a.sums[16 * b..16 * b + 16]),
+            DType::IQ4XS => term_iq4_xs(block, x, dx),
             _ => panic!("rill-kernels: no 8-bit-activation kernel for {dtype}"),
         };
         p[b % 8] += t;
@@ -112,6 +114,30 @@ fn term_q6_k(block: &[u8], x: &[i8], dx: f32, sums: &[i16]) -> f32 {
         let sc = block[192 + j] as i8 as i32;
         let s = idot(&q[16 * j..16 * j + 16], &x[16 * j..16 * j + 16]);
         i += sc * (s - 32 * sums[j] as i32);
+    }
+    (d * dx) * i as f32
+}
+
+/// IQ4_XS sub-block `ib`'s signed 6-bit scale (−32..=31).
+pub(crate) fn iq4_xs_scale(block: &[u8], ib: usize) -> i32 {
+    let scales_h = u16::from_le_bytes([block[2], block[3]]);
+    let low = (block[4 + ib / 2] >> (4 * (ib % 2))) & 0x0F;
+    let high = ((scales_h >> (2 * ib)) & 3) as u8;
+    (low | (high << 4)) as i32 - 32
+}
+
+fn term_iq4_xs(block: &[u8], x: &[i8], dx: f32) -> f32 {
+    let d = f16_at(block, 0);
+    let mut i = 0i32;
+    for ib in 0..8 {
+        let qs = &block[8 + 16 * ib..8 + 16 * ib + 16];
+        let x = &x[32 * ib..32 * ib + 32];
+        let mut s = 0i32;
+        for (j, &q) in qs.iter().enumerate() {
+            s += IQ4_NL_VALUES[(q & 0x0F) as usize] as i32 * x[j] as i32;
+            s += IQ4_NL_VALUES[(q >> 4) as usize] as i32 * x[j + 16] as i32;
+        }
+        i += iq4_xs_scale(block, ib) * s;
     }
     (d * dx) * i as f32
 }

@@ -122,10 +122,12 @@ mod avx2;
 mod avx2_decode;
 mod avx512;
 mod avx512_decode;
+mod iq4;
 use avx2::{kmin_y, q6k_y_body, q80_y_body};
 use avx2_decode::{kmin_y1, q6k_body_y1};
 use avx512::{kmin_z, q6k_z_body, q80_z_body};
 use avx512_decode::{kmin_z1, q6k_body_z1};
+use iq4::{iq4xs_y, iq4xs_z};
 
 /// Whether the CPU has AVX-512 VNNI (detected once).
 fn vnni() -> bool {
@@ -153,23 +155,26 @@ pub(super) unsafe fn rows(
     true
 }
 
-static Z_VNNI: [Table; 4] = [
+static Z_VNNI: [Table; 5] = [
     with_decode(shapes!(q4k_zv), q4k_zv1),
     with_decode(shapes!(q5k_zv), q5k_zv1),
     with_decode(shapes!(q6k_zv), q6k_zv1),
     shapes!(q80_zv),
+    shapes!(iq4xs_zv),
 ];
-static Z: [Table; 4] = [
+static Z: [Table; 5] = [
     with_decode(shapes!(q4k_z), q4k_z1),
     with_decode(shapes!(q5k_z), q5k_z1),
     with_decode(shapes!(q6k_z), q6k_z1),
     shapes!(q80_z),
+    shapes!(iq4xs_zn),
 ];
-static Y: [Table; 4] = [
+static Y: [Table; 5] = [
     with_decode(shapes!(q4k_y), q4k_y1),
     with_decode(shapes!(q5k_y), q5k_y1),
     with_decode(shapes!(q6k_y), q6k_y1),
     shapes!(q80_y),
+    shapes!(iq4xs_yk),
 ];
 
 /// `t` with its 4-row, 1-token shape (decode) run by `k`.
@@ -191,6 +196,7 @@ fn table(avx512: bool, dtype: DType) -> Option<&'static Table> {
         Q5K => &set[1],
         Q6K => &set[2],
         Q8_0 => &set[3],
+        IQ4XS => &set[4],
         _ => return None,
     })
 }
@@ -200,12 +206,14 @@ entry! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c":
     q5k_zv = kmin_z::<true, true>;
     q6k_zv = q6k_z_body::<true>;
     q80_zv = q80_z_body::<true>;
+    iq4xs_zv = iq4xs_z::<true>;
 }
 entry! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c":
     q4k_z = kmin_z::<false, false>;
     q5k_z = kmin_z::<true, false>;
     q6k_z = q6k_z_body::<false>;
     q80_z = q80_z_body::<false>;
+    iq4xs_zn = iq4xs_z::<false>;
 }
 decode_entry! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c":
     q4k_zv1 = kmin_z1::<false, true>;
@@ -227,6 +235,7 @@ entry! {"avx2,fma,f16c":
     q5k_y = kmin_y::<true>;
     q6k_y = q6k_y_body::<>;
     q80_y = q80_y_body::<>;
+    iq4xs_yk = iq4xs_y::<>;
 }
 
 // ---------------------------------------------------------------------------
@@ -425,14 +434,19 @@ mod tests {
             }
         }
         let at = |d: DType| {
-            [DType::Q4K, DType::Q5K, DType::Q6K, DType::Q8_0]
-                .iter()
-                .position(|&x| x == d)
-                .unwrap()
+            [
+                DType::Q4K,
+                DType::Q5K,
+                DType::Q6K,
+                DType::Q8_0,
+                DType::IQ4XS,
+            ]
+            .iter()
+            .position(|&x| x == d)
         };
         for set in sets {
             // SAFETY: the CPU runs the set (checked above).
-            unsafe { groups::check_kernels(|d| &set[at(d)]) }
+            unsafe { groups::check_kernels(|d| at(d).map(|i| &set[i])) }
         }
     }
 }

@@ -36,7 +36,9 @@ pub(super) unsafe fn tsum4_y(f: [__m256i; 4]) -> __m256i {
 
 /// As [`reduce_pairs`]: `[rows 0-1, rows 2-3]`, lane `4(r%2) + t`.
 #[inline(always)]
-unsafe fn reduce_pairs_y<const R: usize, const T: usize>(acc: &[[__m256i; T]; R]) -> [__m256i; 2] {
+pub(super) unsafe fn reduce_pairs_y<const R: usize, const T: usize>(
+    acc: &[[__m256i; T]; R],
+) -> [__m256i; 2] {
     let z = _mm256_setzero_si256();
     let a = |r: usize, t: usize| if r < R && t < T { acc[r][t] } else { z };
     arr!(2, |h| tsum4_y(arr!(4, |t| fold2(
@@ -47,7 +49,7 @@ unsafe fn reduce_pairs_y<const R: usize, const T: usize>(acc: &[[__m256i; T]; R]
 
 /// Pair lanes of the f16 values `h` (row r's at word `2r + odd`).
 #[inline(always)]
-unsafe fn row_lanes_y(h: __m128i, odd: i32) -> [__m256; 2] {
+pub(super) unsafe fn row_lanes_y(h: __m128i, odd: i32) -> [__m256; 2] {
     let f = _mm256_cvtph_ps(h);
     let o = _mm256_set1_epi32(odd);
     [
@@ -63,7 +65,7 @@ unsafe fn row_lanes_y(h: __m128i, odd: i32) -> [__m256; 2] {
 }
 
 #[inline(always)]
-unsafe fn tree_y(p: &[[__m256; 2]; 8]) -> [f32; 16] {
+pub(super) unsafe fn tree_y(p: &[[__m256; 2]; 8]) -> [f32; 16] {
     let half = |h: usize| {
         let a = |i: usize, j: usize| _mm256_add_ps(p[i][h], p[j][h]);
         _mm256_add_ps(

@@ -84,7 +84,9 @@ pub(super) unsafe fn tsum4(f: [__m512i; 4]) -> __m512i {
 
 /// Per-(row, token) accumulators `acc[r][t]` → lane `4r + t` = its sum.
 #[inline(always)]
-unsafe fn reduce_pairs<const R: usize, const T: usize>(acc: &[[__m512i; T]; R]) -> __m512i {
+pub(super) unsafe fn reduce_pairs<const R: usize, const T: usize>(
+    acc: &[[__m512i; T]; R],
+) -> __m512i {
     let z = _mm512_setzero_si512();
     tsum4(arr!(4, |t| if t < T {
         fold4(arr!(4, |r| if r < R { acc[r][t] } else { z }))
@@ -95,7 +97,7 @@ unsafe fn reduce_pairs<const R: usize, const T: usize>(acc: &[[__m512i; T]; R]) 
 
 /// Pair lanes `4r + t` of the f16 values `h` (row r's at word `2r + odd`).
 #[inline(always)]
-unsafe fn row_lanes_z(h: __m128i, odd: i32) -> __m512 {
+pub(super) unsafe fn row_lanes_z(h: __m128i, odd: i32) -> __m512 {
     let f = _mm512_castps256_ps512(_mm256_cvtph_ps(h));
     let i = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
     _mm512_permutexvar_ps(_mm512_add_epi32(i, _mm512_set1_epi32(odd)), f)
@@ -103,7 +105,7 @@ unsafe fn row_lanes_z(h: __m128i, odd: i32) -> __m512 {
 
 /// The canonical tree of the 8 partial vectors, lane by lane.
 #[inline(always)]
-unsafe fn tree_z(p: &[__m512; 8]) -> [f32; 16] {
+pub(super) unsafe fn tree_z(p: &[__m512; 8]) -> [f32; 16] {
     let a = |i: usize, j: usize| _mm512_add_ps(p[i], p[j]);
     let s = _mm512_add_ps(
         _mm512_add_ps(a(0, 4), a(2, 6)),
