@@ -150,6 +150,7 @@ pub(super) unsafe fn decode(
                 }
                 Kind::Q4 => decode_q4(src, blk, r, b),
                 Kind::Q5 | Kind::Q6 => decode_madd(g.kind, src, blk, r, b),
+                Kind::IQ4 => decode_iq4(src, blk, r, b),
             }
         }
     }
@@ -353,6 +354,57 @@ unsafe fn decode_madd(kind: Kind, blk: &[u8], sb: usize, r: usize, b: Bufs) {
             _mm512_set1_epi16(0xFF00u16 as i16),
             _mm512_srli_epi16::<8>(e),
         );
+        _mm512_store_si512(dst.cast(), lo);
+        _mm512_store_si512(dst.add(1024).cast(), hi);
+    }
+}
+
+/// IQ4_XS super-block `sb` of tile row `r`: `d` to `wd`, and per chunk of
+/// 64 values (sub-blocks 2c, 2c + 1) `c = ls·L` as i16 — each half of the
+/// chunk one sub-block — split into its low (unsigned) and high (signed)
+/// bytes, in element order.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+unsafe fn decode_iq4(blk: &[u8], sb: usize, r: usize, b: Bufs) {
+    // SAFETY: loads inside the 136-byte block (slicing checks); stores of
+    // chunks `4sb..4sb + 4`, row `r` (caller).
+    let d = std::ptr::read_unaligned(blk[..2].as_ptr().cast::<u16>());
+    *b.wd.add(sb * 16 + r) = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(d as i32)));
+    let levels = _mm512_broadcast_i32x4(_mm_loadu_si128(
+        crate::quant::iq4::IQ4_NL_VALUES.as_ptr().cast(),
+    ));
+    for c in 0..4 {
+        // bytes of sub-blocks 2c, 2c + 1 to lanes [low, high, low, high]
+        // nibbles: element order
+        let q = _mm512_castsi256_si512(_mm256_loadu_si256(
+            blk[8 + 32 * c..40 + 32 * c].as_ptr().cast(),
+        ));
+        let idx = _mm512_and_si512(
+            _mm512_srlv_epi16(
+                _mm512_shuffle_i64x2::<0x50>(q, q),
+                _mm512_mask_blend_epi64(0xCC, _mm512_setzero_si512(), _mm512_set1_epi16(4)),
+            ),
+            _mm512_set1_epi8(0x0F),
+        );
+        let lv = _mm512_shuffle_epi8(levels, idx);
+        let ls = |j: usize| crate::q8::reference::iq4_xs_scale(blk, j) as i16;
+        let c0 = _mm512_mullo_epi16(
+            _mm512_cvtepi8_epi16(_mm512_castsi512_si256(lv)),
+            _mm512_set1_epi16(ls(2 * c)),
+        );
+        let c1 = _mm512_mullo_epi16(
+            _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64::<1>(lv)),
+            _mm512_set1_epi16(ls(2 * c + 1)),
+        );
+        // low bytes (unsigned) and high bytes (signed): c = lo + 256·hi
+        let lo = _mm512_inserti64x4::<1>(
+            _mm512_castsi256_si512(_mm512_cvtepi16_epi8(c0)),
+            _mm512_cvtepi16_epi8(c1),
+        );
+        let hi = _mm512_inserti64x4::<1>(
+            _mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srai_epi16::<8>(c0))),
+            _mm512_cvtepi16_epi8(_mm512_srai_epi16::<8>(c1)),
+        );
+        let dst = b.wa.add((4 * sb + c) * 2048 + r * 64);
         _mm512_store_si512(dst.cast(), lo);
         _mm512_store_si512(dst.add(1024).cast(), hi);
     }

@@ -20,7 +20,9 @@
 //! values and no per-sub-block work. For Q6_K that is the reference's
 //! `Σ_j sc_j·(Σ w·q − 32·S16_j)` as one sum. Bounds per super-block and
 //! output: `|Σ lo·x| ≤ 256·255·127 < 2^24`, `256·|Σ hi·x| ≤ 256·256·16·127
-//! < 2^27`: far from i32's limits. Q8_0's weights are signed bytes already
+//! < 2^27`: far from i32's limits. IQ4_XS takes the same split of
+//! `c = ls·L` (its signed level times its sub-block's signed scale, |c| ≤
+//! 32·127) and Q6_K's term. Q8_0's weights are signed bytes already
 //! (TDPBSSD), one tile product per block of 32 (`|i| < 2^19`).
 //!
 //! Since a super-block's integers are one exact sum, the order of its 256
@@ -162,6 +164,8 @@ enum Kind {
     Q5,
     Q6,
     Q80,
+    /// IQ4_XS: `c = ls·L` (|c| ≤ 32·127), Q6_K's term (no mins).
+    IQ4,
 }
 
 /// The shape of one product: chunks of 64 values (one tile product's K),
@@ -246,6 +250,7 @@ pub(super) unsafe fn rows(
         DType::Q5K => (Kind::Q5, ActFormat::K256),
         DType::Q6K => (Kind::Q6, ActFormat::K256),
         DType::Q8_0 => (Kind::Q80, ActFormat::B32),
+        DType::IQ4XS => (Kind::IQ4, ActFormat::K256),
         _ => return false,
     };
     if acts.format() != Some(format) || acts.cols() != w.cols {
@@ -259,7 +264,7 @@ pub(super) unsafe fn rows(
         blocks: cols / format.block(),
         pairs: match kind {
             Kind::Q4 | Kind::Q5 => 4,
-            Kind::Q6 | Kind::Q80 => 0,
+            Kind::Q6 | Kind::Q80 | Kind::IQ4 => 0,
         },
     };
     let tiles = acts.n().min(token_block(cols)).div_ceil(16);
@@ -325,7 +330,7 @@ unsafe fn run(
                     decode(g, w, rt, nr, 0..g.blocks, b);
                     row_tile_q8_0(g, b, d)
                 }
-                Kind::Q6 => row_tile_k::<true>(g, w, b, d),
+                Kind::Q6 | Kind::IQ4 => row_tile_k::<true>(g, w, b, d),
                 _ => row_tile_k::<false>(g, w, b, d),
             }
         }
