@@ -41,9 +41,21 @@ unsafe fn level_table() -> __m128i {
     _mm_loadu_si128(IQ4_NL_VALUES.as_ptr() as *const __m128i)
 }
 
+/// The magnitudes of the levels (indices 0..=7 are the negative ones).
+static ABS_LEVELS: [u8; 16] = {
+    let mut a = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        a[i] = IQ4_NL_VALUES[i].unsigned_abs();
+        i += 1;
+    }
+    a
+};
+
 /// AVX-512: per 64-value chunk `c` (sub-blocks 2c, 2c+1), the 32 index bytes
 /// go to 128-bit lanes `[low, high]` nibbles of sub-block 2c's 16, then of
-/// 2c+1's: the activations' own order.
+/// 2c+1's: the activations' own order. A level's magnitude comes from its
+/// own table and its sign from its index (below 8: negative).
 #[inline(always)]
 pub(super) unsafe fn iq4xs_z<const R: usize, const T: usize, const VNNI: bool>(
     w: *const u8,
@@ -53,17 +65,23 @@ pub(super) unsafe fn iq4xs_z<const R: usize, const T: usize, const VNNI: bool>(
 ) -> [f32; 16] {
     let z = _mm512_setzero_si512();
     let nib = _mm512_set1_epi8(0x0F);
-    let levels = _mm512_broadcast_i32x4(level_table());
+    let eight = _mm512_set1_epi8(8);
+    let mags = _mm512_broadcast_i32x4(_mm_loadu_si128(ABS_LEVELS.as_ptr() as *const __m128i));
     // lanes 1 and 3 take the high nibbles
     let shift = _mm512_mask_blend_epi64(0xCC, z, _mm512_set1_epi16(4));
     let mut p = [_mm512_setzero_ps(); 8];
     for b in 0..nb {
         let blk = |r: usize| w.add(r * rb + b * BLOCK);
         prefetch::<R>(w, rb, b * BLOCK, BLOCK);
+        let ls: [[i16; 8]; R] = arr!(R, |r| scales(blk(r)));
         let mut acc = [[z; T]; R];
-        for r in 0..R {
-            let ls = scales(blk(r));
-            for c in 0..4 {
+        // Chunk by chunk, all rows: the live vectors are the accumulators,
+        // one chunk of each token and one row's weights (as `kmin_dots_z`).
+        for c in 0..4 {
+            let xv: [__m512i; T] = arr!(T, |t| _mm512_loadu_si512(
+                x.qs[t].add(256 * b + 64 * c) as *const _
+            ));
+            for r in 0..R {
                 let q = _mm512_castsi256_si512(_mm256_loadu_si256(
                     blk(r).add(8 + 32 * c) as *const __m256i
                 ));
@@ -71,16 +89,15 @@ pub(super) unsafe fn iq4xs_z<const R: usize, const T: usize, const VNNI: bool>(
                     _mm512_srlv_epi16(_mm512_shuffle_i64x2::<0x50>(q, q), shift),
                     nib,
                 );
-                let lv = _mm512_shuffle_epi8(levels, idx);
-                let (la, neg) = (_mm512_abs_epi8(lv), _mm512_movepi8_mask(lv));
+                let la = _mm512_shuffle_epi8(mags, idx);
+                let neg = _mm512_testn_epi8_mask(idx, eight);
                 let sv = _mm512_mask_blend_epi64(
                     0xF0,
-                    _mm512_set1_epi16(ls[2 * c]),
-                    _mm512_set1_epi16(ls[2 * c + 1]),
+                    _mm512_set1_epi16(ls[r][2 * c]),
+                    _mm512_set1_epi16(ls[r][2 * c + 1]),
                 );
                 for t in 0..T {
-                    let xv = _mm512_loadu_si512(x.qs[t].add(256 * b + 64 * c) as *const _);
-                    let xs = _mm512_mask_sub_epi8(xv, neg, z, xv);
+                    let xs = _mm512_mask_sub_epi8(xv[t], neg, z, xv[t]);
                     acc[r][t] = dot16::<VNNI>(acc[r][t], _mm512_maddubs_epi16(la, xs), sv);
                 }
             }
