@@ -34,6 +34,7 @@
 //! | Q8_0 | `i = Σ w·q` | `(d_w·d_x) · f(i)` |
 //! | Q6_K | `i = Σ_j sc_j·(Σ_{j} w·q − 32·S16_j)` | `(d_w·d_x) · f(i)` |
 //! | Q4_K, Q5_K | `i = Σ_j sc_j·Σ_{j} w·q`, `m = Σ_j min_j·S32_j` | `(d_w·d_x)·f(i) − (dmin_w·d_x)·f(m)` |
+//! | Q4_0, IQ4_NL | as Q8_0 with `w` the block's signed levels (Q4_0: index − 8) | `(d_w·d_x) · f(i)` |
 //! | IQ4_XS | `i = Σ_j ls_j·Σ_{j} L(w)·q` (`L` the signed level of index `w`, `ls_j` in −32..=31) | `(d_w·d_x) · f(i)` |
 //!
 //! where `w` are the unsigned stored quants, `f` the conversion to f32
@@ -71,7 +72,7 @@ pub enum Precision {
     #[default]
     Exact,
     /// 8-bit activations for the encodings that have integer kernels
-    /// (Q4_K, Q5_K, Q6_K, Q8_0, IQ4_XS; the others stay exact): llama.cpp's
+    /// (Q4_K, Q5_K, Q6_K, Q8_0; IQ4_XS, Q4_0, IQ4_NL on x86; the others stay exact): llama.cpp's
     /// numerics, and faster.
     Q8,
 }
@@ -145,6 +146,8 @@ impl ActFormat {
             // scalar integer reference
             DType::IQ4XS if cfg!(target_arch = "x86_64") => Some(ActFormat::K256),
             DType::Q8_0 => Some(ActFormat::B32),
+            // run as the Q8_0 blocks of their levels (x86 only so far)
+            DType::Q4_0 | DType::IQ4NL if cfg!(target_arch = "x86_64") => Some(ActFormat::B32),
             _ => None,
         }
     }

@@ -22,6 +22,7 @@ pub fn dot_ref(dtype: DType, row: &[u8], a: ActRow<'_>) -> f32 {
             DType::Q5K => term_q5_k(block, x, dx, &a.sums[16 * b..16 * b + 16]),
             DType::Q6K => term_q6_k(block, x, dx, &a.sums[16 * b..16 * b + 16]),
             DType::IQ4XS => term_iq4_xs(block, x, dx),
+            DType::Q4_0 | DType::IQ4NL => term_q8_0(&widen_nibbles(dtype, block), x, dx),
             _ => panic!("rill-kernels: no 8-bit-activation kernel for {dtype}"),
         };
         p[b % 8] += t;
@@ -140,4 +141,31 @@ fn term_iq4_xs(block: &[u8], x: &[i8], dx: f32) -> f32 {
         i += iq4_xs_scale(block, ib) * s;
     }
     (d * dx) * i as f32
+}
+
+/// Q4_0's levels: index − 8.
+static Q4_0_LEVELS: [i8; 16] = [-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7];
+
+/// The 16 signed levels of a 4-bit block encoding of 32 values with one f16
+/// scale at its start (Q4_0, IQ4_NL): the integer kernels run such a block
+/// as the Q8_0 block of its levels.
+pub(crate) fn nibble_levels(dtype: DType) -> Option<&'static [i8; 16]> {
+    match dtype {
+        DType::Q4_0 => Some(&Q4_0_LEVELS),
+        DType::IQ4NL => Some(&IQ4_NL_VALUES),
+        _ => None,
+    }
+}
+
+/// A Q4_0 / IQ4_NL block as the Q8_0 block of its levels (byte `j` holds
+/// element `j` in its low nibble and `j + 16` in its high one).
+pub(crate) fn widen_nibbles(dtype: DType, block: &[u8]) -> [u8; 34] {
+    let levels = nibble_levels(dtype).expect("a 4-bit level encoding");
+    let mut out = [0u8; 34];
+    out[..2].copy_from_slice(&block[..2]);
+    for (j, &q) in block[2..18].iter().enumerate() {
+        out[2 + j] = levels[(q & 0x0F) as usize] as u8;
+        out[18 + j] = levels[(q >> 4) as usize] as u8;
+    }
+    out
 }

@@ -129,6 +129,8 @@ pub(super) unsafe fn decode(
     // `rows` sized for `g` (row index < 16), reads inside `w.row(..)`.
     let bb = w.dtype.block_bytes();
     let rb = w.row_bytes();
+    let levels = crate::q8::reference::nibble_levels(w.dtype)
+        .map_or(_mm_setzero_si128(), |l| _mm_loadu_si128(l.as_ptr().cast()));
     for r in 0..nr {
         // (`w.row` by hand: it was an out-of-line call per row and call.)
         let row = &w.data[(rt + r) * rb..(rt + r + 1) * rb];
@@ -151,6 +153,17 @@ pub(super) unsafe fn decode(
                 Kind::Q4 => decode_q4(src, blk, r, b),
                 Kind::Q5 | Kind::Q6 => decode_madd(g.kind, src, blk, r, b),
                 Kind::IQ4 => decode_iq4(src, blk, r, b),
+                Kind::Nib => {
+                    // the Q8_0 block of the levels, in Q8_0's place
+                    *b.wd.add(blk * 16 + r) = f16_at(src, 0);
+                    let dst = b.wa.add((blk / 2) * 2048 + (blk % 2) * 1024 + r * 32);
+                    let q = _mm_loadu_si128(src[2..18].as_ptr().cast());
+                    let m4 = _mm_set1_epi8(0x0F);
+                    let lo = _mm_shuffle_epi8(levels, _mm_and_si128(q, m4));
+                    let hi = _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16::<4>(q), m4));
+                    _mm_storeu_si128(dst.cast(), lo);
+                    _mm_storeu_si128(dst.add(16).cast(), hi);
+                }
             }
         }
     }

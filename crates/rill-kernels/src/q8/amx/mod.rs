@@ -166,6 +166,8 @@ enum Kind {
     Q80,
     /// IQ4_XS: `c = ls·L` (|c| ≤ 32·127), Q6_K's term (no mins).
     IQ4,
+    /// Q4_0 / IQ4_NL: the Q8_0 blocks of their levels.
+    Nib,
 }
 
 /// The shape of one product: chunks of 64 values (one tile product's K),
@@ -251,6 +253,7 @@ pub(super) unsafe fn rows(
         DType::Q6K => (Kind::Q6, ActFormat::K256),
         DType::Q8_0 => (Kind::Q80, ActFormat::B32),
         DType::IQ4XS => (Kind::IQ4, ActFormat::K256),
+        DType::Q4_0 | DType::IQ4NL => (Kind::Nib, ActFormat::B32),
         _ => return false,
     };
     if acts.format() != Some(format) || acts.cols() != w.cols {
@@ -264,7 +267,7 @@ pub(super) unsafe fn rows(
         blocks: cols / format.block(),
         pairs: match kind {
             Kind::Q4 | Kind::Q5 => 4,
-            Kind::Q6 | Kind::Q80 | Kind::IQ4 => 0,
+            Kind::Q6 | Kind::Q80 | Kind::IQ4 | Kind::Nib => 0,
         },
     };
     let tiles = acts.n().min(token_block(cols)).div_ceil(16);
@@ -326,7 +329,7 @@ unsafe fn run(
                 tn,
             };
             match g.kind {
-                Kind::Q80 => {
+                Kind::Q80 | Kind::Nib => {
                     decode(g, w, rt, nr, 0..g.blocks, b);
                     row_tile_q8_0(g, b, d)
                 }

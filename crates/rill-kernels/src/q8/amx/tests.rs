@@ -21,6 +21,8 @@ fn tiles_give_the_reference_bits() {
         (DType::Q8_0, 96),
         (DType::Q8_0, 64),
         (DType::IQ4XS, 768),
+        (DType::Q4_0, 96),
+        (DType::IQ4NL, 352),
         // Rows so long that a block relays only 32 tokens: 33 and 47
         // tokens span two blocks.
         (DType::Q4K, 33024),
@@ -31,7 +33,7 @@ fn tiles_give_the_reference_bits() {
         // Finite, moderate f16 scales (exponent bits kept small).
         let bb = dtype.block_bytes();
         let at: &[usize] = match dtype {
-            DType::Q8_0 | DType::IQ4XS => &[0],
+            DType::Q8_0 | DType::IQ4XS | DType::Q4_0 | DType::IQ4NL => &[0],
             DType::Q6K => &[208],
             _ => &[0, 2],
         };

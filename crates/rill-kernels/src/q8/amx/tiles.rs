@@ -28,7 +28,7 @@ impl TileCfg {
             c.colsb[t] = 64;
             c.rows[t] = 16;
         }
-        if kind == Kind::Q80 {
+        if matches!(kind, Kind::Q80 | Kind::Nib) {
             c.colsb[4] = 32;
             c.colsb[5] = 32;
             c.rows[6] = 8;
