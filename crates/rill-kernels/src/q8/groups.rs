@@ -89,10 +89,13 @@ pub(super) type Kernel = unsafe fn(*const u8, usize, &Toks, usize) -> [f32; 16];
 pub(super) type Table = [[Kernel; TOKENS]; 2];
 
 /// Rows `r0..r1` of `w` × every token of `acts` into `out` (as `q8::rows`),
-/// with the kernels `k` of `w`'s encoding.
+/// with the kernels `k` of `w`'s encoding. Row `r` of `w` is row
+/// `out_row0 + r` of the output, which has `out_rows` rows per token (`w`
+/// may be a slab of a larger matrix: `0` and `w.rows` when it is not).
 ///
 /// # Safety
 /// As `q8::rows`; the CPU runs the kernels of `k`.
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn run(
     k: &Table,
     w: MatRef<'_>,
@@ -100,6 +103,8 @@ pub(super) unsafe fn run(
     r0: usize,
     r1: usize,
     out: SharedMut<f32>,
+    out_rows: usize,
+    out_row0: usize,
 ) {
     let (rb, nb, n) = (w.row_bytes(), w.cols / w.dtype.block_len(), acts.n());
     if n == 0 || nb == 0 {
@@ -128,7 +133,7 @@ pub(super) unsafe fn run(
                 for i in 0..nr {
                     for t in 0..nt {
                         // SAFETY: inside the output; row r + i is ours.
-                        *out.at((t0 + t) * w.rows + r + i) = res[4 * i + t];
+                        *out.at((t0 + t) * out_rows + out_row0 + r + i) = res[4 * i + t];
                     }
                 }
                 r += nr;
@@ -158,8 +163,6 @@ pub(super) unsafe fn check_kernels(table: impl Fn(rill_dtype::DType) -> Option<&
         (DType::Q8_0, 352),
         (DType::Q8_0, 96),
         (DType::IQ4XS, 768),
-        (DType::Q4_0, 352),
-        (DType::IQ4NL, 96),
     ] {
         // a path without kernels for an encoding runs the reference
         let Some(k) = table(dtype) else { continue };
@@ -176,7 +179,7 @@ pub(super) unsafe fn check_kernels(table: impl Fn(rill_dtype::DType) -> Option<&
                 let s = (rnd() % 1000) as f32 / 1e4;
                 let (d_at, dmin) = match dtype {
                     DType::Q6K => (208, None),
-                    DType::Q8_0 | DType::IQ4XS | DType::Q4_0 | DType::IQ4NL => (0, None),
+                    DType::Q8_0 | DType::IQ4XS => (0, None),
                     _ => (0, Some(2)),
                 };
                 blk[d_at..d_at + 2].copy_from_slice(&f16(s));

@@ -82,7 +82,7 @@ pub(super) unsafe fn rows(
     let Some(k) = table(w.dtype) else {
         return false;
     };
-    groups::run(k, w, acts, r0, r1, out);
+    groups::run(k, w, acts, r0, r1, out, w.rows, 0);
     true
 }
 

@@ -127,7 +127,7 @@ use avx2::{kmin_y, q6k_y_body, q80_y_body};
 use avx2_decode::{kmin_y1, q6k_body_y1};
 use avx512::{kmin_z, q6k_z_body, q80_z_body};
 use avx512_decode::{kmin_z1, q6k_body_z1};
-use iq4::{iq4xs_y, iq4xs_z, nib_y, nib_z, MAX_NIBBLE_BLOCKS};
+use iq4::{iq4xs_y, iq4xs_z};
 
 /// Whether the CPU has AVX-512 VNNI (detected once).
 fn vnni() -> bool {
@@ -147,44 +147,50 @@ pub(super) unsafe fn rows(
     r0: usize,
     r1: usize,
     out: SharedMut<f32>,
+    widened: &mut Vec<u8>,
 ) -> bool {
+    if crate::q8::reference::nibble_levels(w.dtype).is_some() {
+        // SAFETY: as this function (the CPU runs `isa`, so AVX2).
+        unsafe {
+            iq4::rows_widened(
+                table(isa.wide(), DType::Q8_0).unwrap(),
+                w,
+                acts,
+                r0,
+                r1,
+                out,
+                widened,
+            )
+        };
+        return true;
+    }
     let Some(k) = table(isa.wide(), w.dtype) else {
         return false;
     };
-    let widened = matches!(w.dtype, DType::Q4_0 | DType::IQ4NL);
-    if widened && w.cols / 32 > MAX_NIBBLE_BLOCKS {
-        return false;
-    }
-    groups::run(k, w, acts, r0, r1, out);
+    groups::run(k, w, acts, r0, r1, out, w.rows, 0);
     true
 }
 
-static Z_VNNI: [Table; 7] = [
+static Z_VNNI: [Table; 5] = [
     with_decode(shapes!(q4k_zv), q4k_zv1),
     with_decode(shapes!(q5k_zv), q5k_zv1),
     with_decode(shapes!(q6k_zv), q6k_zv1),
     shapes!(q80_zv),
     shapes!(iq4xs_zv),
-    shapes!(q40_zv),
-    shapes!(iq4nl_zv),
 ];
-static Z: [Table; 7] = [
+static Z: [Table; 5] = [
     with_decode(shapes!(q4k_z), q4k_z1),
     with_decode(shapes!(q5k_z), q5k_z1),
     with_decode(shapes!(q6k_z), q6k_z1),
     shapes!(q80_z),
     shapes!(iq4xs_zn),
-    shapes!(q40_zn),
-    shapes!(iq4nl_zn),
 ];
-static Y: [Table; 7] = [
+static Y: [Table; 5] = [
     with_decode(shapes!(q4k_y), q4k_y1),
     with_decode(shapes!(q5k_y), q5k_y1),
     with_decode(shapes!(q6k_y), q6k_y1),
     shapes!(q80_y),
     shapes!(iq4xs_yk),
-    shapes!(q40_y),
-    shapes!(iq4nl_y),
 ];
 
 /// `t` with its 4-row, 1-token shape (decode) run by `k`.
@@ -207,8 +213,6 @@ fn table(avx512: bool, dtype: DType) -> Option<&'static Table> {
         Q6K => &set[2],
         Q8_0 => &set[3],
         IQ4XS => &set[4],
-        Q4_0 => &set[5],
-        IQ4NL => &set[6],
         _ => return None,
     })
 }
@@ -219,8 +223,6 @@ entry! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c":
     q6k_zv = q6k_z_body::<true>;
     q80_zv = q80_z_body::<true>;
     iq4xs_zv = iq4xs_z::<true>;
-    q40_zv = nib_z::<true, false>;
-    iq4nl_zv = nib_z::<true, true>;
 }
 entry! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c":
     q4k_z = kmin_z::<false, false>;
@@ -228,8 +230,6 @@ entry! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c":
     q6k_z = q6k_z_body::<false>;
     q80_z = q80_z_body::<false>;
     iq4xs_zn = iq4xs_z::<false>;
-    q40_zn = nib_z::<false, false>;
-    iq4nl_zn = nib_z::<false, true>;
 }
 decode_entry! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c":
     q4k_zv1 = kmin_z1::<false, true>;
@@ -252,8 +252,6 @@ entry! {"avx2,fma,f16c":
     q6k_y = q6k_y_body::<>;
     q80_y = q80_y_body::<>;
     iq4xs_yk = iq4xs_y::<>;
-    q40_y = nib_y::<false>;
-    iq4nl_y = nib_y::<true>;
 }
 
 // ---------------------------------------------------------------------------
