@@ -12,7 +12,7 @@
 //!
 //! The scales are stored as f16, and the codes are computed with the f32
 //! scale before rounding, as ggml's reference quantizers do. The K types
-//! (Q4_K, Q5_K, Q6_K) search their scales: [`super::encode_k`].
+//! (Q4_K, Q5_K, Q6_K) and IQ4_NL / IQ4_XS search their scales: [`super::encode_k`].
 
 use super::encode_k;
 use half::{bf16, f16};
