@@ -123,6 +123,7 @@ mod avx2_decode;
 mod avx512;
 mod avx512_decode;
 mod iq4;
+mod panel;
 use avx2::{kmin_y, q6k_y_body, q80_y_body};
 use avx2_decode::{kmin_y1, q6k_body_y1};
 use avx512::{kmin_z, q6k_z_body, q80_z_body};
@@ -167,6 +168,13 @@ pub(super) unsafe fn rows(
     let Some(k) = table(isa.wide(), w.dtype) else {
         return false;
     };
+    // Many tokens: 16-row panels (the rows past the last whole panel on
+    // the 4-row kernels).
+    let mut r0 = r0;
+    if isa.wide() && vnni() && acts.n() >= panel::MIN_TOKENS && panel::supports(w.dtype) {
+        // SAFETY: as this function; the CPU runs AVX-512 with VNNI.
+        r0 = unsafe { panel::rows(w, acts, r0, r1, out, widened) };
+    }
     groups::run(k, w, acts, r0, r1, out, w.rows, 0);
     true
 }

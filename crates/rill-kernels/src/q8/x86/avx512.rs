@@ -254,6 +254,14 @@ pub(super) unsafe fn q6k_scales_z(blk: *const u8) -> (__m512i, __m512i) {
 /// and tokens stay as they are written, and so does their code.
 #[inline(always)]
 pub(super) unsafe fn q6k_chunk_z(blk: *const u8, k: usize, sc: __m512i) -> (__m512i, __m512i) {
+    let sv = _mm512_permutexvar_epi16(_mm512_loadu_si512(Q6_IDX[k].as_ptr() as *const _), sc);
+    (q6k_quants_z(blk, k), sv)
+}
+
+/// Q6_K block `blk`'s unsigned quants of 64-value chunk `k`, in element
+/// order (see [`q6k_chunk_z`]).
+#[inline(always)]
+pub(super) unsafe fn q6k_quants_z(blk: *const u8, k: usize) -> __m512i {
     let (h, s) = (k / 2, k % 2);
     let (nib, hib) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
     let half_of = |lo: i16, hi: i16| {
@@ -272,9 +280,7 @@ pub(super) unsafe fn q6k_chunk_z(blk: *const u8, k: usize, sc: __m512i) -> (__m5
         _mm512_srlv_epi16(qh, half_of(0, 2))
     };
     // (lo & 0x0F) | (hi & 0x30)
-    let wv = _mm512_ternarylogic_epi32::<0xEA>(lo, nib, _mm512_and_si512(hi, hib));
-    let sv = _mm512_permutexvar_epi16(_mm512_loadu_si512(Q6_IDX[k].as_ptr() as *const _), sc);
-    (wv, sv)
+    _mm512_ternarylogic_epi32::<0xEA>(lo, nib, _mm512_and_si512(hi, hib))
 }
 
 /// Q6_K (chunk work in [`q6k_chunk_z`]). The −32 offset is
