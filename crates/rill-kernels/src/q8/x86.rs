@@ -170,10 +170,16 @@ pub(super) unsafe fn rows(
     };
     // Many tokens: 16-row panels (the rows past the last whole panel on
     // the 4-row kernels).
+    // (AVX-512 without VNNI keeps its 4-row kernels: not measured.)
     let mut r0 = r0;
-    if isa.wide() && vnni() && acts.n() >= panel::MIN_TOKENS && panel::supports(w.dtype) {
-        // SAFETY: as this function; the CPU runs AVX-512 with VNNI.
-        r0 = unsafe { panel::rows(w, acts, r0, r1, out, widened) };
+    let panels = match (isa.wide(), vnni()) {
+        (true, true) => Some(&panel::AVX512_VNNI),
+        (false, _) => Some(&panel::AVX2),
+        (true, false) => None,
+    };
+    if let Some(set) = panels.filter(|_| acts.n() >= panel::MIN_TOKENS) {
+        // SAFETY: as this function; the CPU runs `set`'s class.
+        r0 = unsafe { panel::rows(set, w, acts, r0, r1, out, widened) };
     }
     groups::run(k, w, acts, r0, r1, out, w.rows, 0);
     true

@@ -1,0 +1,281 @@
+//! Prefill products of the K encodings (Q4_K, Q5_K, Q6_K) on row panels:
+//! the i32 lanes of a vector are weight rows (16 with AVX-512 VNNI in
+//! `zmm`, 8 with AVX2 in `ymm`).
+//!
+//! The 4-row × 4-token kernels of `avx512` / `avx2` put the values of one
+//! row in a vector, so every block's sums end in a horizontal reduction,
+//! and every weight vector is decoded again for each group of 4 tokens.
+//! With many tokens it pays to rewrite a few rows once into a panel in the
+//! task's scratch (it stays in L2 while every token goes by):
+//! * the quants, unpacked to bytes: per 4-value group `k` of a block, a
+//!   vector of the rows' 4 quants (row `r` in lane `r`);
+//! * per sub-block, the rows' scales (as i32 lanes for AVX-512's
+//!   `vpmulld`, as i16 pairs `(sc, sc)` for AVX2's `vpmaddwd`), and the
+//!   mins (Q4_K / Q5_K) or the −32 offsets times the scales (Q6_K) as i16
+//!   pairs against the activations' sums of 16;
+//! * `d` (and `dmin`) as f32.
+//!
+//! A token then costs, per 4-value group, one `vpdpbusd` (AVX-512 VNNI) or
+//! one `vpmaddubsw` and an i16 add (AVX2), its 4 activations broadcast from
+//! memory, for all the rows at once, with no reduction: lane `r` holds row
+//! `r`'s integers. They are the reference's (exact integer sums, in any
+//! order; the AVX2 i16 chains are short enough never to overflow), and the
+//! f32 tail runs the reference's operations lane by lane, so the bits are
+//! the reference's (module doc of `q8`).
+
+use std::arch::x86_64::_mm_prefetch;
+use std::arch::x86_64::_MM_HINT_T2;
+
+use crate::matmul::MatRef;
+use crate::q8::Q8Rows;
+use crate::threads::SharedMut;
+use rill_dtype::DType;
+
+mod ymm;
+mod zmm;
+
+/// Tokens of one kernel call at most.
+const TOKENS: usize = 8;
+/// Fewer tokens than this run on the 4 × 4 kernels: the panel's rewrite
+/// would not pay for itself.
+pub(super) const MIN_TOKENS: usize = 8;
+
+/// What a panel holds of each block, by encoding: byte offsets within the
+/// block's part of the panel (every vector `v` bytes: 64 for AVX-512, 32 for AVX2).
+#[derive(Clone, Copy)]
+struct Layout {
+    /// Source block bytes.
+    block: usize,
+    /// 64 vectors of quants (4-value group `k` at `64k`) come first.
+    /// Per sub-block scales, i32 lanes.
+    sc: usize,
+    /// Sub-blocks (and their values each).
+    subs: usize,
+    /// 8 vectors of i16 pairs against the activations' sums of 16: Q4_K /
+    /// Q5_K `(min_j, min_j)`, Q6_K `(−32·sc_2p, −32·sc_2p+1)`.
+    pairs: usize,
+    /// f32 `d`, then (Q4_K / Q5_K) f32 `dmin`.
+    d: usize,
+    /// Panel bytes per block.
+    bytes: usize,
+}
+
+const fn layout(block: usize, subs: usize, mins: bool, v: usize) -> Layout {
+    let sc = 64 * v;
+    let pairs = sc + v * subs;
+    let d = pairs + v * 8;
+    Layout {
+        block,
+        sc,
+        subs,
+        pairs,
+        d,
+        bytes: d + if mins { 2 * v } else { v },
+    }
+}
+
+/// Encodings with panel kernels (`KIND` of the kernels: 0 Q4_K, 1 Q5_K, 2 Q6_K).
+fn kind(dtype: DType) -> Option<usize> {
+    match dtype {
+        DType::Q4K => Some(0),
+        DType::Q5K => Some(1),
+        DType::Q6K => Some(2),
+        _ => None,
+    }
+}
+
+/// Up to [`TOKENS`] tokens' quantized activations (unused slots repeat the last).
+struct Toks8 {
+    qs: [*const i8; TOKENS],
+    d: [*const f32; TOKENS],
+    sums: [*const i16; TOKENS],
+}
+
+impl Toks8 {
+    fn new(acts: Q8Rows<'_>, t0: usize, nt: usize) -> Toks8 {
+        let row = |t: usize| acts.row(t0 + t.min(nt - 1));
+        Toks8 {
+            qs: std::array::from_fn(|t| row(t).qs.as_ptr()),
+            d: std::array::from_fn(|t| row(t).d.as_ptr()),
+            sums: std::array::from_fn(|t| row(t).sums.as_ptr()),
+        }
+    }
+}
+
+/// Kernel of one encoding and token count: the panel (`nb` blocks) × the
+/// tokens; lanes `0..rows` of result `t` are the rows' outputs for token `t`.
+type PanelKernel = unsafe fn(*const u8, usize, &Toks8) -> [[f32; 16]; TOKENS];
+/// Rewrite the panel's rows (`rb` bytes apart, `nb` blocks each) at `dst`.
+type Packer = unsafe fn(*const u8, usize, usize, *mut u8);
+
+/// The panel kernels of one class.
+pub(super) struct Set {
+    /// Rows of a panel (i32 lanes of the class's vectors).
+    rows: usize,
+    /// Tokens of one kernel call.
+    tokens: usize,
+    layouts: [Layout; 3],
+    packers: [Packer; 3],
+    kernels: [[PanelKernel; TOKENS]; 3],
+}
+
+/// `[f(1), .., f(8)]`: a kernel for each token count.
+macro_rules! by_tokens {
+    ($f:ident) => {
+        [
+            $f::<1>, $f::<2>, $f::<3>, $f::<4>, $f::<5>, $f::<6>, $f::<7>, $f::<8>,
+        ]
+    };
+}
+use by_tokens;
+
+pub(super) use ymm::SET as AVX2;
+pub(super) use zmm::SET as AVX512_VNNI;
+
+/// Rows `r0..r1` of `w` × every token of `acts` into `out` (as `q8::rows`),
+/// a panel of `set.rows` rows at a time in `buf`; returns the first row it
+/// left (the rows past the last whole panel) for the 4-row kernels.
+///
+/// # Safety
+/// As `q8::rows`; the CPU runs `set`'s class. Encodings without panel
+/// kernels are all left to the caller (`r0` comes back).
+pub(super) unsafe fn rows(
+    set: &Set,
+    w: MatRef<'_>,
+    acts: Q8Rows<'_>,
+    r0: usize,
+    r1: usize,
+    out: SharedMut<f32>,
+    buf: &mut Vec<u8>,
+) -> usize {
+    let Some(kind) = kind(w.dtype) else {
+        return r0;
+    };
+    let (l, rows) = (set.layouts[kind], set.rows);
+    let (rb, nb, n) = (w.row_bytes(), w.cols / 256, acts.n());
+    let bytes = nb * l.bytes;
+    if buf.len() < bytes + 64 {
+        buf.resize(bytes + 64, 0);
+    }
+    let at = buf.as_ptr().align_offset(64).min(64);
+    let panel = buf.as_mut_ptr().add(at);
+    // The token groups' activations, found once for every panel.
+    let groups: Vec<(usize, usize, Toks8)> = (0..n)
+        .step_by(set.tokens)
+        .map(|t0| {
+            let nt = (n - t0).min(set.tokens);
+            (t0, nt, Toks8::new(acts, t0, nt))
+        })
+        .collect();
+    let mut r = r0;
+    while r + rows <= r1 {
+        // SAFETY: rows r..r + rows are whole rows of `w`; the panel holds
+        // `bytes`.
+        (set.packers[kind])(w.data.as_ptr().add(r * rb), rb, nb, panel);
+        // The next panel's rows come from DRAM while this one is used:
+        // packing waited on them (~85% of its time) without this.
+        let next = w.data.as_ptr().wrapping_add((r + rows) * rb);
+        for o in (0..rows * rb).step_by(64) {
+            _mm_prefetch(next.wrapping_add(o) as *const i8, _MM_HINT_T2);
+        }
+        for &(t0, nt, ref toks) in &groups {
+            let res = (set.kernels[kind][nt - 1])(panel, nb, toks);
+            for t in 0..nt {
+                // SAFETY: rows r..r + rows of the output are this caller's.
+                std::ptr::copy_nonoverlapping(res[t].as_ptr(), out.at((t0 + t) * w.rows + r), rows);
+            }
+        }
+        r += rows;
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::matmul::MatRef;
+    use crate::q8::{dot_ref, ActFormat, Q8Acts};
+    use crate::simd::Isa;
+    use crate::threads::SharedMut;
+    use rill_dtype::DType;
+
+    /// Every output of the panel path (through `x86::rows`, so whole
+    /// panels, the rows after them and starts inside a panel) has the
+    /// reference's bits: random blocks and blocks at the bounds (largest
+    /// quants, scales and mins; Q6_K scales −1 and −128), activations random
+    /// or all ±1, 8 to 19 tokens.
+    #[test]
+    fn panels_give_the_reference_bits() {
+        let mut classes = vec![];
+        if Isa::Avx2.is_available() {
+            classes.push(Isa::Avx2);
+        }
+        if Isa::Avx512.is_available() && super::super::vnni() {
+            classes.push(Isa::Avx512);
+        }
+        for isa in classes {
+            check_panels(isa);
+        }
+    }
+
+    fn check_panels(isa: Isa) {
+        let mut rnd = crate::test_util::xorshift(0x5EED_0F9A_4E15);
+        let f16 = |v: f32| half::f16::from_f32(v).to_bits().to_le_bytes();
+        for (dtype, cols) in [(DType::Q4K, 768), (DType::Q5K, 512), (DType::Q6K, 1280)] {
+            for fill in [None, Some(0xFFu8), Some(0x80), Some(0x00)] {
+                let rows = 37;
+                let (bb, bl) = (dtype.block_bytes(), dtype.block_len());
+                let mut data: Vec<u8> = (0..rows * cols / bl * bb)
+                    .map(|_| fill.unwrap_or(rnd() as u8))
+                    .collect();
+                for blk in data.chunks_exact_mut(bb) {
+                    let s = (rnd() % 1000) as f32 / 1e4;
+                    let d_at = if dtype == DType::Q6K { 208 } else { 0 };
+                    blk[d_at..d_at + 2].copy_from_slice(&f16(s));
+                    if dtype != DType::Q6K {
+                        blk[2..4].copy_from_slice(&f16(s * 0.3));
+                    }
+                }
+                let w = MatRef::new(dtype, rows, cols, &data);
+                for n in [8, 13, 19] {
+                    let xf: Vec<f32> = (0..n * cols)
+                        .map(|i| match (fill, (i / cols) % 3) {
+                            (Some(_), 0) => 1.0,
+                            (Some(_), 1) => -1.0,
+                            _ => (rnd() % 2001) as f32 / 100.0 - 10.0,
+                        })
+                        .collect();
+                    let mut acts = Q8Acts::default();
+                    acts.quantize(ActFormat::for_weights(dtype).unwrap(), &xf, n, cols);
+                    for r0 in [0, 3] {
+                        let mut out = vec![f32::NAN; n * rows];
+                        let mut buf = Vec::new();
+                        // SAFETY: the CPU runs `isa` (checked); the
+                        // output holds n · rows values.
+                        let done = unsafe {
+                            super::super::rows(
+                                isa,
+                                w,
+                                (&acts).into(),
+                                r0,
+                                rows,
+                                SharedMut::new(&mut out),
+                                &mut buf,
+                            )
+                        };
+                        assert!(done);
+                        for r in r0..rows {
+                            for t in 0..n {
+                                let want = dot_ref(dtype, w.row(r), acts.row(t));
+                                assert_eq!(
+                                    out[t * rows + r].to_bits(),
+                                    want.to_bits(),
+                                    "{isa:?} {dtype} fill {fill:?} n {n} r0 {r0} row {r} token {t}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,328 @@
+//! The AVX2 panel kernels: 8 rows. Without `vpdpbusd`, a 4-value group is
+//! one `vpmaddubsw` (two pair sums per row lane, each ≤ 2·63·127) added in
+//! i16 over a chain of groups, then one `vpmaddwd` with the sub-block's
+//! `(sc, sc)` pairs sums the row's halves and applies the scale at once.
+//! A chain holds at most 32004 / 31496 / 30480 in magnitude (Q6_K 2 groups
+//! of quants ≤ 63, Q5_K 4 groups of ≤ 31, Q4_K 8 groups of ≤ 15, against
+//! |q| ≤ 127): no i16 step overflows, so the integers stay exact.
+
+#![allow(clippy::needless_range_loop)]
+
+use std::arch::x86_64::*;
+
+use super::{layout, Layout, Set, Toks8, TOKENS};
+
+/// Rows of a panel: the i32 lanes of a vector.
+const ROWS: usize = 8;
+/// Tokens of one call: two vectors each (a chain and the block's i32
+/// sums) and the weights fit the 16 registers.
+const CALL_TOKENS: usize = 6;
+
+const Q4K: Layout = layout(144, 8, true, 32);
+const Q5K: Layout = layout(176, 8, true, 32);
+const Q6K: Layout = layout(210, 16, false, 32);
+
+const fn layout_of(kind: usize) -> Layout {
+    match kind {
+        0 => Q4K,
+        1 => Q5K,
+        _ => Q6K,
+    }
+}
+
+/// 4-value groups per i16 chain (see the module doc).
+const fn chain(kind: usize) -> usize {
+    match kind {
+        0 => 8,
+        1 => 4,
+        _ => 2,
+    }
+}
+
+/// 8 vectors of 8 i32 lanes, transposed: lane `r` of result `k` is lane
+/// `k` of `a[r]`.
+#[inline(always)]
+unsafe fn transpose8(a: [__m256i; 8]) -> [__m256i; 8] {
+    let mut t = [_mm256_setzero_si256(); 8];
+    for i in 0..4 {
+        t[2 * i] = _mm256_unpacklo_epi32(a[2 * i], a[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi32(a[2 * i], a[2 * i + 1]);
+    }
+    // u[4i + c], 128-bit lane L: rows 4i..4i+3 of column 4L + c.
+    let mut u = [_mm256_setzero_si256(); 8];
+    for i in 0..2 {
+        u[4 * i] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    let mut o = [_mm256_setzero_si256(); 8];
+    for c in 0..4 {
+        o[c] = _mm256_permute2x128_si256::<0x20>(u[c], u[4 + c]);
+        o[4 + c] = _mm256_permute2x128_si256::<0x31>(u[c], u[4 + c]);
+    }
+    o
+}
+
+/// The unsigned quants of values `32u..32u + 32` of block `blk`, in
+/// element order.
+#[inline(always)]
+unsafe fn quants<const KIND: usize>(blk: *const u8, u: usize) -> __m256i {
+    let nib = _mm256_set1_epi8(0x0F);
+    if KIND == 2 {
+        // Q6_K: half h = u/4, quarter s = u%4: nibble s/2 of
+        // ql[64h + 32(s%2)..], bits 2s..2s+1 of qh[32h..] as 16·hi.
+        let (h, s) = (u / 4, u % 4);
+        let ql = _mm256_loadu_si256(blk.add(64 * h + 32 * (s % 2)) as *const __m256i);
+        let lo = if s < 2 {
+            ql
+        } else {
+            _mm256_srli_epi16::<4>(ql)
+        };
+        let qh = _mm256_loadu_si256(blk.add(128 + 32 * h) as *const __m256i);
+        let hi = super::super::avx2::shift16_y(qh, 4 - 2 * s as i32);
+        return _mm256_or_si256(
+            _mm256_and_si256(lo, nib),
+            _mm256_and_si256(hi, _mm256_set1_epi8(0x30)),
+        );
+    }
+    // Q4_K / Q5_K: run u/2 of qs, low nibbles (u even) or high ones.
+    let qs_at = if KIND == 1 { 48 } else { 16 };
+    let v = _mm256_loadu_si256(blk.add(qs_at + 32 * (u / 2)) as *const __m256i);
+    let v = if u.is_multiple_of(2) {
+        v
+    } else {
+        _mm256_srli_epi16::<4>(v)
+    };
+    let q = _mm256_and_si256(v, nib);
+    if KIND == 0 {
+        return q;
+    }
+    // Q5_K: bit u of qh[l] as 16.
+    let qh = _mm256_loadu_si256(blk.add(16) as *const __m256i);
+    let bit = _mm256_set1_epi8(1 << u);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
+    _mm256_or_si256(q, _mm256_and_si256(set, _mm256_set1_epi8(16)))
+}
+
+/// `(v, v)` i16 pairs of the i32 lanes `v` (each within i16).
+#[inline(always)]
+unsafe fn pair_of(v: __m256i) -> __m256i {
+    _mm256_or_si256(
+        _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)),
+        _mm256_slli_epi32::<16>(v),
+    )
+}
+
+/// `(a, b)` i16 pairs of the i32 lanes `a`, `b` (each within i16).
+#[inline(always)]
+unsafe fn pair_ab(a: __m256i, b: __m256i) -> __m256i {
+    _mm256_or_si256(
+        _mm256_and_si256(a, _mm256_set1_epi32(0xFFFF)),
+        _mm256_slli_epi32::<16>(b),
+    )
+}
+
+/// Rewrite rows `w..` (8 of them, `rb` bytes apart, `nb` blocks each) as
+/// a panel at `dst` (`nb · layout.bytes` bytes).
+#[inline(always)]
+unsafe fn pack<const KIND: usize>(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+    let l = layout_of(KIND);
+    for b in 0..nb {
+        let blk = |r: usize| w.add(r * rb + b * l.block);
+        let pb = dst.add(b * l.bytes);
+        let store = |at: usize, v: __m256i| _mm256_storeu_si256(pb.add(at) as *mut __m256i, v);
+        for u in 0..8 {
+            let mut v = [_mm256_setzero_si256(); 8];
+            for r in 0..ROWS {
+                v[r] = quants::<KIND>(blk(r), u);
+            }
+            let t = transpose8(v);
+            for k in 0..8 {
+                store(32 * (8 * u + k), t[k]);
+            }
+        }
+        let mut lo = [_mm256_setzero_si256(); 8];
+        let mut hi = [_mm256_setzero_si256(); 8];
+        if KIND == 2 {
+            // Q6_K: 16 signed 8-bit scales, sc 0..7 and 8..15.
+            for r in 0..ROWS {
+                let s = blk(r).add(192);
+                lo[r] = _mm256_cvtepi8_epi32(_mm_loadl_epi64(s as *const __m128i));
+                hi[r] = _mm256_cvtepi8_epi32(_mm_loadl_epi64(s.add(8) as *const __m128i));
+            }
+        } else {
+            // Q4_K / Q5_K: [sc0..sc7, m0..m7] as bytes, 2 rows a vector.
+            for q in 0..4 {
+                let raw = _mm256_loadu2_m128i(
+                    blk(2 * q + 1).add(4) as *const __m128i,
+                    blk(2 * q).add(4) as *const __m128i,
+                );
+                let sm = k4_unpack!(
+                    raw,
+                    _mm256_broadcastsi128_si256,
+                    _mm256_shuffle_epi8,
+                    _mm256_and_si256,
+                    _mm256_or_si256,
+                    _mm256_srli_epi16
+                );
+                for i in 0..2 {
+                    let row = if i == 0 {
+                        _mm256_castsi256_si128(sm)
+                    } else {
+                        _mm256_extracti128_si256::<1>(sm)
+                    };
+                    lo[2 * q + i] = _mm256_cvtepu8_epi32(row);
+                    hi[2 * q + i] = _mm256_cvtepu8_epi32(_mm_srli_si128::<8>(row));
+                }
+            }
+        }
+        let (lo, hi) = (transpose8(lo), transpose8(hi));
+        if KIND == 2 {
+            let neg32 =
+                |v: __m256i| _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<5>(v));
+            let sc = |j: usize| if j < 8 { lo[j] } else { hi[j - 8] };
+            for j in 0..16 {
+                store(l.sc + 32 * j, pair_of(sc(j)));
+            }
+            for p in 0..8 {
+                store(
+                    l.pairs + 32 * p,
+                    pair_ab(neg32(sc(2 * p)), neg32(sc(2 * p + 1))),
+                );
+            }
+        } else {
+            for j in 0..8 {
+                store(l.sc + 32 * j, pair_of(lo[j]));
+                store(l.pairs + 32 * j, pair_of(hi[j]));
+            }
+        }
+        // d (and dmin) of each row, f16 → f32.
+        let h: [u32; 8] = std::array::from_fn(|r| {
+            if KIND == 2 {
+                (blk(r).add(208) as *const u16).read_unaligned() as u32
+            } else {
+                (blk(r) as *const u32).read_unaligned()
+            }
+        });
+        let h = _mm256_loadu_si256(h.as_ptr() as *const __m256i);
+        // The low halves of the 8 lanes, packed into 8 words.
+        let words = |v: __m256i| {
+            let v = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
+            let p = _mm256_packus_epi32(v, v);
+            _mm256_castsi256_si128(_mm256_permute4x64_epi64::<0b1000>(p))
+        };
+        _mm256_storeu_ps(pb.add(l.d) as *mut f32, _mm256_cvtph_ps(words(h)));
+        if KIND != 2 {
+            let dmin = _mm256_cvtph_ps(words(_mm256_srli_epi32::<16>(h)));
+            _mm256_storeu_ps(pb.add(l.d + 32) as *mut f32, dmin);
+        }
+    }
+}
+
+/// The 4 bytes at `p` in every lane.
+#[inline(always)]
+unsafe fn bcast(p: *const i8) -> __m256i {
+    _mm256_set1_epi32((p as *const i32).read_unaligned())
+}
+
+/// The panel at `panel` (`nb` blocks) × `T` tokens: lanes 0..8 of result
+/// `t` are the 8 rows' outputs for token `t`.
+#[inline(always)]
+unsafe fn body<const KIND: usize, const T: usize>(
+    panel: *const u8,
+    nb: usize,
+    x: &Toks8,
+) -> [[f32; 16]; TOKENS] {
+    let l = layout_of(KIND);
+    let per = 64 / l.subs;
+    let ch = chain(KIND);
+    let z = _mm256_setzero_si256();
+    let mut p = [[_mm256_setzero_ps(); 8]; T];
+    for b in 0..nb {
+        let pb = panel.add(b * l.bytes);
+        let mut acc = [z; T];
+        for j in 0..l.subs {
+            let sc = _mm256_loadu_si256(pb.add(l.sc + 32 * j) as *const __m256i);
+            for c0 in (0..per).step_by(ch) {
+                let mut s = [z; T];
+                for kk in c0..c0 + ch {
+                    let k = j * per + kk;
+                    let wv = _mm256_loadu_si256(pb.add(32 * k) as *const __m256i);
+                    for t in 0..T {
+                        let xk = bcast(x.qs[t].add(256 * b + 4 * k));
+                        s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(wv, xk));
+                    }
+                }
+                for t in 0..T {
+                    acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(s[t], sc));
+                }
+            }
+        }
+        // Q4_K / Q5_K: m = Σ_j min_j·S32_j; Q6_K: the −32 offsets into acc.
+        let mut m = [z; T];
+        for q in 0..8 {
+            let pv = _mm256_loadu_si256(pb.add(l.pairs + 32 * q) as *const __m256i);
+            for t in 0..T {
+                let sums = x.sums[t].add(16 * b + 2 * q) as *const i8;
+                m[t] = _mm256_add_epi32(m[t], _mm256_madd_epi16(pv, bcast(sums)));
+            }
+        }
+        let d = _mm256_loadu_ps(pb.add(l.d) as *const f32);
+        for t in 0..T {
+            let dx = _mm256_set1_ps(*x.d[t].add(b));
+            let term = if KIND == 2 {
+                let i = _mm256_add_epi32(acc[t], m[t]);
+                _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(i))
+            } else {
+                let dmin = _mm256_loadu_ps(pb.add(l.d + 32) as *const f32);
+                let ti = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(acc[t]));
+                let tm = _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(m[t]));
+                _mm256_sub_ps(ti, tm)
+            };
+            p[t][b % 8] = _mm256_add_ps(p[t][b % 8], term);
+        }
+    }
+    let mut out = [[0f32; 16]; TOKENS];
+    for t in 0..T {
+        let a = |i: usize, j: usize| _mm256_add_ps(p[t][i], p[t][j]);
+        let s = _mm256_add_ps(
+            _mm256_add_ps(a(0, 4), a(2, 6)),
+            _mm256_add_ps(a(1, 5), a(3, 7)),
+        );
+        _mm256_storeu_ps(out[t].as_mut_ptr(), s);
+    }
+    out
+}
+
+macro_rules! panel_entries {
+    ($($kernel:ident, $packer:ident = $kind:literal;)*) => {$(
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $kernel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
+            body::<$kind, T>(panel, nb, x)
+        }
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $packer(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+            pack::<$kind>(w, rb, nb, dst)
+        }
+    )*};
+}
+
+panel_entries! {
+    q4k_panel, q4k_pack = 0;
+    q5k_panel, q5k_pack = 1;
+    q6k_panel, q6k_pack = 2;
+}
+
+/// The AVX2 panels.
+pub(in crate::q8::x86) static SET: Set = Set {
+    rows: ROWS,
+    tokens: CALL_TOKENS,
+    layouts: [Q4K, Q5K, Q6K],
+    packers: [q4k_pack, q5k_pack, q6k_pack],
+    kernels: [
+        super::by_tokens!(q4k_panel),
+        super::by_tokens!(q5k_panel),
+        super::by_tokens!(q6k_panel),
+    ],
+};

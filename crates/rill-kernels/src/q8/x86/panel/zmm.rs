@@ -1,0 +1,279 @@
+//! The AVX-512 VNNI panel kernels: 16 rows, the 4 activations of a group
+//! broadcast into `vpdpbusd`, the sub-block scales applied by `vpmulld`.
+
+#![allow(clippy::needless_range_loop)]
+
+use std::arch::x86_64::*;
+
+use super::super::avx512::{dot16, ins128, q6k_quants_z, tree_z};
+use super::{layout, Layout, Set, Toks8, TOKENS};
+
+/// Rows of a panel: the i32 lanes of a vector.
+const ROWS: usize = 16;
+
+const Q4K: Layout = layout(144, 8, true, 64);
+const Q5K: Layout = layout(176, 8, true, 64);
+const Q6K: Layout = layout(210, 16, false, 64);
+
+const fn layout_of(kind: usize) -> Layout {
+    match kind {
+        0 => Q4K,
+        1 => Q5K,
+        _ => Q6K,
+    }
+}
+
+/// 16 vectors of 16 i32 lanes, transposed: lane `r` of result `k` is lane
+/// `k` of `a[r]`.
+#[inline(always)]
+unsafe fn transpose16(a: [__m512i; 16]) -> [__m512i; 16] {
+    let mut t = [_mm512_setzero_si512(); 16];
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_epi32(a[2 * i], a[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(a[2 * i], a[2 * i + 1]);
+    }
+    // u[4i + c], 128-bit lane L: rows 4i..4i+3 of column 4L + c.
+    let mut u = [_mm512_setzero_si512(); 16];
+    for i in 0..4 {
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    let mut o = [_mm512_setzero_si512(); 16];
+    for c in 0..4 {
+        let v0 = _mm512_shuffle_i32x4::<0x44>(u[c], u[4 + c]);
+        let v1 = _mm512_shuffle_i32x4::<0xEE>(u[c], u[4 + c]);
+        let v2 = _mm512_shuffle_i32x4::<0x44>(u[8 + c], u[12 + c]);
+        let v3 = _mm512_shuffle_i32x4::<0xEE>(u[8 + c], u[12 + c]);
+        o[c] = _mm512_shuffle_i32x4::<0x88>(v0, v2);
+        o[4 + c] = _mm512_shuffle_i32x4::<0xDD>(v0, v2);
+        o[8 + c] = _mm512_shuffle_i32x4::<0x88>(v1, v3);
+        o[12 + c] = _mm512_shuffle_i32x4::<0xDD>(v1, v3);
+    }
+    o
+}
+
+/// The unsigned quants of values `64m..64m + 64` of block `blk`, in
+/// element order.
+#[inline(always)]
+unsafe fn chunk<const KIND: usize>(blk: *const u8, m: usize) -> __m512i {
+    if KIND == 2 {
+        return q6k_quants_z(blk, m);
+    }
+    let z = _mm512_setzero_si512();
+    let qs_at = if KIND == 1 { 48 } else { 16 };
+    // Low nibbles of run m are values 64m.., high ones 64m + 32...
+    let shift = _mm512_mask_blend_epi64(0xF0, z, _mm512_set1_epi16(4));
+    let v = _mm512_broadcast_i64x4(_mm256_loadu_si256(blk.add(qs_at + 32 * m) as *const __m256i));
+    let q = _mm512_and_si512(_mm512_srlv_epi16(v, shift), _mm512_set1_epi8(0x0F));
+    if KIND == 0 {
+        return q;
+    }
+    // Q5_K: bit 2m (values 64m + l) / 2m + 1 (64m + 32 + l) of qh[l] as 16.
+    let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(blk.add(16) as *const __m256i));
+    let bits = _mm512_mask_blend_epi64(
+        0xF0,
+        _mm512_set1_epi8(1 << (2 * m)),
+        _mm512_set1_epi8(1 << (2 * m + 1)),
+    );
+    let k = _mm512_test_epi8_mask(qh, bits);
+    _mm512_mask_add_epi8(q, k, q, _mm512_set1_epi8(16))
+}
+
+/// Rewrite rows `w..` (16 of them, `rb` bytes apart, `nb` blocks each) as
+/// a panel at `dst` (`nb · layout.bytes` bytes).
+#[inline(always)]
+unsafe fn pack<const KIND: usize>(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+    let l = layout_of(KIND);
+    for b in 0..nb {
+        let blk = |r: usize| w.add(r * rb + b * l.block);
+        let pb = dst.add(b * l.bytes);
+        for m in 0..4 {
+            let mut v = [_mm512_setzero_si512(); 16];
+            for r in 0..ROWS {
+                v[r] = chunk::<KIND>(blk(r), m);
+            }
+            let t = transpose16(v);
+            for k in 0..16 {
+                _mm512_storeu_si512(pb.add(64 * (16 * m + k)) as *mut _, t[k]);
+            }
+        }
+        scales::<KIND>(&blk, pb, l);
+    }
+}
+
+/// Block `blk(r)`'s scales (and mins) of the 16 rows into the panel block
+/// at `pb`: one vector of 16 i32 per source row, transposed.
+#[inline(always)]
+unsafe fn scales<const KIND: usize>(blk: &impl Fn(usize) -> *const u8, pb: *mut u8, l: Layout) {
+    let mut a = [_mm512_setzero_si512(); 16];
+    if KIND == 2 {
+        // Q6_K: 16 signed 8-bit scales.
+        for r in 0..ROWS {
+            a[r] = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk(r).add(192) as *const __m128i));
+        }
+    } else {
+        // Q4_K / Q5_K: [sc0..sc7, m0..m7] as bytes, 4 rows a vector.
+        for q in 0..4 {
+            let mut raw = _mm512_setzero_si512();
+            for i in 0..4 {
+                let v = _mm_loadu_si128(blk(4 * q + i).add(4) as *const __m128i);
+                raw = ins128(raw, v, i);
+            }
+            let sm = k4_unpack!(
+                raw,
+                _mm512_broadcast_i32x4,
+                _mm512_shuffle_epi8,
+                _mm512_and_si512,
+                _mm512_or_si512,
+                _mm512_srli_epi16
+            );
+            a[4 * q] = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32::<0>(sm));
+            a[4 * q + 1] = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32::<1>(sm));
+            a[4 * q + 2] = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32::<2>(sm));
+            a[4 * q + 3] = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32::<3>(sm));
+        }
+    }
+    let o = transpose16(a);
+    let store = |at: usize, v: __m512i| _mm512_storeu_si512(pb.add(at) as *mut _, v);
+    let lo16 = _mm512_set1_epi32(0xFFFF);
+    if KIND == 2 {
+        for j in 0..16 {
+            store(l.sc + 64 * j, o[j]);
+        }
+        let neg32 =
+            |v: __m512i| _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<5>(v));
+        for p in 0..8 {
+            let (e, f) = (neg32(o[2 * p]), neg32(o[2 * p + 1]));
+            store(
+                l.pairs + 64 * p,
+                _mm512_or_si512(_mm512_and_si512(e, lo16), _mm512_slli_epi32::<16>(f)),
+            );
+        }
+    } else {
+        for j in 0..8 {
+            store(l.sc + 64 * j, o[j]);
+            let m = o[8 + j];
+            store(
+                l.pairs + 64 * j,
+                _mm512_or_si512(m, _mm512_slli_epi32::<16>(m)),
+            );
+        }
+    }
+    // d (and dmin) of each row, f16 → f32.
+    let h: [u32; 16] = std::array::from_fn(|r| {
+        if KIND == 2 {
+            (blk(r).add(208) as *const u16).read_unaligned() as u32
+        } else {
+            (blk(r) as *const u32).read_unaligned()
+        }
+    });
+    let h = _mm512_loadu_si512(h.as_ptr() as *const _);
+    let f16s = |v: __m512i| _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_and_si512(v, lo16)));
+    _mm512_storeu_ps(pb.add(l.d) as *mut f32, f16s(h));
+    if KIND != 2 {
+        _mm512_storeu_ps(
+            pb.add(l.d + 64) as *mut f32,
+            f16s(_mm512_srli_epi32::<16>(h)),
+        );
+    }
+}
+
+/// The 4 bytes at `p` in every lane.
+#[inline(always)]
+unsafe fn bcast(p: *const i8) -> __m512i {
+    _mm512_set1_epi32((p as *const i32).read_unaligned())
+}
+
+/// The panel at `panel` (`nb` blocks) × `T` tokens: lanes of result `t`
+/// are the 16 rows' outputs for token `t`.
+#[inline(always)]
+unsafe fn body<const KIND: usize, const T: usize>(
+    panel: *const u8,
+    nb: usize,
+    x: &Toks8,
+) -> [[f32; 16]; TOKENS] {
+    let l = layout_of(KIND);
+    let per = 64 / l.subs;
+    let z = _mm512_setzero_si512();
+    let mut p = [[_mm512_setzero_ps(); 8]; T];
+    for b in 0..nb {
+        let pb = panel.add(b * l.bytes);
+        let mut acc = [z; T];
+        for j in 0..l.subs {
+            let mut s = [z; T];
+            for kk in 0..per {
+                let k = j * per + kk;
+                let wv = _mm512_loadu_si512(pb.add(64 * k) as *const _);
+                for t in 0..T {
+                    s[t] = _mm512_dpbusd_epi32(s[t], wv, bcast(x.qs[t].add(256 * b + 4 * k)));
+                }
+            }
+            let sc = _mm512_loadu_si512(pb.add(l.sc + 64 * j) as *const _);
+            for t in 0..T {
+                acc[t] = _mm512_add_epi32(acc[t], _mm512_mullo_epi32(s[t], sc));
+            }
+        }
+        // Q4_K / Q5_K: m = Σ_j min_j·S32_j; Q6_K: the −32 offsets into acc.
+        let mut m = [z; T];
+        for q in 0..8 {
+            let pv = _mm512_loadu_si512(pb.add(l.pairs + 64 * q) as *const _);
+            for t in 0..T {
+                let sums = x.sums[t].add(16 * b + 2 * q) as *const i8;
+                m[t] = dot16::<true>(m[t], pv, bcast(sums));
+            }
+        }
+        let d = _mm512_loadu_ps(pb.add(l.d) as *const f32);
+        for t in 0..T {
+            let dx = _mm512_set1_ps(*x.d[t].add(b));
+            let term = if KIND == 2 {
+                let i = _mm512_add_epi32(acc[t], m[t]);
+                _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(i))
+            } else {
+                let dmin = _mm512_loadu_ps(pb.add(l.d + 64) as *const f32);
+                let ti = _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(acc[t]));
+                let tm = _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(m[t]));
+                _mm512_sub_ps(ti, tm)
+            };
+            p[t][b % 8] = _mm512_add_ps(p[t][b % 8], term);
+        }
+    }
+    let mut out = [[0f32; 16]; TOKENS];
+    for t in 0..T {
+        out[t] = tree_z(&p[t]);
+    }
+    out
+}
+
+macro_rules! panel_entries {
+    ($($kernel:ident, $packer:ident = $kind:literal;)*) => {$(
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        unsafe fn $kernel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
+            body::<$kind, T>(panel, nb, x)
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        unsafe fn $packer(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+            pack::<$kind>(w, rb, nb, dst)
+        }
+    )*};
+}
+
+panel_entries! {
+    q4k_panel, q4k_pack = 0;
+    q5k_panel, q5k_pack = 1;
+    q6k_panel, q6k_pack = 2;
+}
+
+/// The AVX-512 VNNI panels.
+pub(in crate::q8::x86) static SET: Set = Set {
+    rows: ROWS,
+    tokens: TOKENS,
+    layouts: [Q4K, Q5K, Q6K],
+    packers: [q4k_pack, q5k_pack, q6k_pack],
+    kernels: [
+        super::by_tokens!(q4k_panel),
+        super::by_tokens!(q5k_panel),
+        super::by_tokens!(q6k_panel),
+    ],
+};
