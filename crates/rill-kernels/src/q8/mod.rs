@@ -178,7 +178,8 @@ pub struct Q8Acts {
     base: usize,
     /// Scales, `n × cols / block`.
     d: Vec<f32>,
-    /// Sums of each 16 quants, `n × cols / 16` (K256 only).
+    /// Sums of each 16 quants, `n × cols / 16` (the K encodings' mins and
+    /// offsets act on them; Q8_0's panels take their +128 offset off with them).
     sums: Vec<i16>,
 }
 
@@ -276,12 +277,10 @@ impl RowSink {
                 ActFormat::B32 => half::f16::from_f32(v).to_f32(),
             };
         }
-        if self.format == ActFormat::K256 {
-            let ns = cols / 16;
-            let sums = std::slice::from_raw_parts_mut(self.sums.add(t * ns), ns);
-            for (s, q16) in sums.iter_mut().zip(qr.chunks_exact(16)) {
-                *s = q16.iter().map(|&v| v as i16).sum();
-            }
+        let ns = cols / 16;
+        let sums = std::slice::from_raw_parts_mut(self.sums.add(t * ns), ns);
+        for (s, q16) in sums.iter_mut().zip(qr.chunks_exact(16)) {
+            *s = q16.iter().map(|&v| v as i16).sum();
         }
     }
 }
@@ -332,11 +331,7 @@ impl Q8Acts {
         self.base = self.qs.as_ptr().align_offset(64).min(64);
         let nb = cols / block;
         self.d.resize(n * nb, 0.0);
-        let ns = if format == ActFormat::K256 {
-            cols / 16
-        } else {
-            0
-        };
+        let ns = cols / 16;
         self.sums.resize(n * ns, 0);
         RowSink {
             isa,
@@ -366,11 +361,7 @@ impl Q8Acts {
     pub fn row(&self, t: usize) -> ActRow<'_> {
         let block = self.format.map_or(32, |f| f.block());
         let nb = self.cols / block;
-        let ns = if self.format == Some(ActFormat::K256) {
-            self.cols / 16
-        } else {
-            0
-        };
+        let ns = self.cols / 16;
         let q0 = self.base + t * self.stride;
         ActRow {
             qs: &self.qs[q0..q0 + self.cols],

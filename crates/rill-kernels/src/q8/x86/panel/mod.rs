@@ -1,4 +1,5 @@
-//! Prefill products of the K encodings (Q4_K, Q5_K, Q6_K) on row panels:
+//! Prefill products of the K encodings (Q4_K, Q5_K, Q6_K) and (AVX-512
+//! VNNI) Q8_0 on row panels:
 //! the i32 lanes of a vector are weight rows (16 with AVX-512 VNNI in
 //! `zmm`, 8 with AVX2 in `ymm`).
 //!
@@ -74,12 +75,13 @@ const fn layout(block: usize, subs: usize, mins: bool, v: usize) -> Layout {
     }
 }
 
-/// Encodings with panel kernels (`KIND` of the kernels: 0 Q4_K, 1 Q5_K, 2 Q6_K).
+/// Entry of the encodings with panel kernels in [`Set::kinds`].
 fn kind(dtype: DType) -> Option<usize> {
     match dtype {
         DType::Q4K => Some(0),
         DType::Q5K => Some(1),
         DType::Q6K => Some(2),
+        DType::Q8_0 => Some(3),
         _ => None,
     }
 }
@@ -108,15 +110,24 @@ type PanelKernel = unsafe fn(*const u8, usize, &Toks8) -> [[f32; 16]; TOKENS];
 /// Rewrite the panel's rows (`rb` bytes apart, `nb` blocks each) at `dst`.
 type Packer = unsafe fn(*const u8, usize, usize, *mut u8);
 
+/// The panel kernels of one encoding on one class.
+pub(super) struct Kind {
+    /// Values of a source block.
+    values: usize,
+    /// Panel bytes per source block.
+    bytes: usize,
+    pack: Packer,
+    kernels: [PanelKernel; TOKENS],
+}
+
 /// The panel kernels of one class.
 pub(super) struct Set {
     /// Rows of a panel (i32 lanes of the class's vectors).
     rows: usize,
     /// Tokens of one kernel call.
     tokens: usize,
-    layouts: [Layout; 3],
-    packers: [Packer; 3],
-    kernels: [[PanelKernel; TOKENS]; 3],
+    /// Q4_K, Q5_K, Q6_K, Q8_0, where the class has them.
+    kinds: [Option<Kind>; 4],
 }
 
 /// `[f(1), .., f(8)]`: a kernel for each token count.
@@ -148,12 +159,12 @@ pub(super) unsafe fn rows(
     out: SharedMut<f32>,
     buf: &mut Vec<u8>,
 ) -> usize {
-    let Some(kind) = kind(w.dtype) else {
+    let Some(k) = kind(w.dtype).and_then(|i| set.kinds[i].as_ref()) else {
         return r0;
     };
-    let (l, rows) = (set.layouts[kind], set.rows);
-    let (rb, nb, n) = (w.row_bytes(), w.cols / 256, acts.n());
-    let bytes = nb * l.bytes;
+    let rows = set.rows;
+    let (rb, nb, n) = (w.row_bytes(), w.cols / k.values, acts.n());
+    let bytes = nb * k.bytes;
     if buf.len() < bytes + 64 {
         buf.resize(bytes + 64, 0);
     }
@@ -171,7 +182,7 @@ pub(super) unsafe fn rows(
     while r + rows <= r1 {
         // SAFETY: rows r..r + rows are whole rows of `w`; the panel holds
         // `bytes`.
-        (set.packers[kind])(w.data.as_ptr().add(r * rb), rb, nb, panel);
+        (k.pack)(w.data.as_ptr().add(r * rb), rb, nb, panel);
         // The next panel's rows come from DRAM while this one is used:
         // packing waited on them (~85% of its time) without this.
         let next = w.data.as_ptr().wrapping_add((r + rows) * rb);
@@ -179,7 +190,7 @@ pub(super) unsafe fn rows(
             _mm_prefetch(next.wrapping_add(o) as *const i8, _MM_HINT_T2);
         }
         for &(t0, nt, ref toks) in &groups {
-            let res = (set.kernels[kind][nt - 1])(panel, nb, toks);
+            let res = (k.kernels[nt - 1])(panel, nb, toks);
             for t in 0..nt {
                 // SAFETY: rows r..r + rows of the output are this caller's.
                 std::ptr::copy_nonoverlapping(res[t].as_ptr(), out.at((t0 + t) * w.rows + r), rows);
@@ -220,7 +231,13 @@ mod tests {
     fn check_panels(isa: Isa) {
         let mut rnd = crate::test_util::xorshift(0x5EED_0F9A_4E15);
         let f16 = |v: f32| half::f16::from_f32(v).to_bits().to_le_bytes();
-        for (dtype, cols) in [(DType::Q4K, 768), (DType::Q5K, 512), (DType::Q6K, 1280)] {
+        for (dtype, cols) in [
+            (DType::Q4K, 768),
+            (DType::Q5K, 512),
+            (DType::Q6K, 1280),
+            (DType::Q8_0, 352),
+            (DType::Q8_0, 64),
+        ] {
             for fill in [None, Some(0xFFu8), Some(0x80), Some(0x00)] {
                 let rows = 37;
                 let (bb, bl) = (dtype.block_bytes(), dtype.block_len());
@@ -231,7 +248,7 @@ mod tests {
                     let s = (rnd() % 1000) as f32 / 1e4;
                     let d_at = if dtype == DType::Q6K { 208 } else { 0 };
                     blk[d_at..d_at + 2].copy_from_slice(&f16(s));
-                    if dtype != DType::Q6K {
+                    if matches!(dtype, DType::Q4K | DType::Q5K) {
                         blk[2..4].copy_from_slice(&f16(s * 0.3));
                     }
                 }

@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{layout, Layout, Set, Toks8, TOKENS};
+use super::{layout, Kind, Layout, Set, Toks8, TOKENS};
 
 /// Rows of a panel: the i32 lanes of a vector.
 const ROWS: usize = 8;
@@ -318,11 +318,25 @@ panel_entries! {
 pub(in crate::q8::x86) static SET: Set = Set {
     rows: ROWS,
     tokens: CALL_TOKENS,
-    layouts: [Q4K, Q5K, Q6K],
-    packers: [q4k_pack, q5k_pack, q6k_pack],
-    kernels: [
-        super::by_tokens!(q4k_panel),
-        super::by_tokens!(q5k_panel),
-        super::by_tokens!(q6k_panel),
+    kinds: [
+        Some(Kind {
+            values: 256,
+            bytes: Q4K.bytes,
+            pack: q4k_pack,
+            kernels: super::by_tokens!(q4k_panel),
+        }),
+        Some(Kind {
+            values: 256,
+            bytes: Q5K.bytes,
+            pack: q5k_pack,
+            kernels: super::by_tokens!(q5k_panel),
+        }),
+        Some(Kind {
+            values: 256,
+            bytes: Q6K.bytes,
+            pack: q6k_pack,
+            kernels: super::by_tokens!(q6k_panel),
+        }),
+        None,
     ],
 };

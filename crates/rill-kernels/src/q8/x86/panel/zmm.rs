@@ -1,12 +1,13 @@
 //! The AVX-512 VNNI panel kernels: 16 rows, the 4 activations of a group
-//! broadcast into `vpdpbusd`, the sub-block scales applied by `vpmulld`.
+//! broadcast into `vpdpbusd`; the K encodings' sub-block scales applied by
+//! `vpmulld`, Q8_0's signed quants offset by +128.
 
 #![allow(clippy::needless_range_loop)]
 
 use std::arch::x86_64::*;
 
 use super::super::avx512::{dot16, ins128, q6k_quants_z, tree_z};
-use super::{layout, Layout, Set, Toks8, TOKENS};
+use super::{layout, Kind, Layout, Set, Toks8, TOKENS};
 
 /// Rows of a panel: the i32 lanes of a vector.
 const ROWS: usize = 16;
@@ -265,15 +266,124 @@ panel_entries! {
     q6k_panel, q6k_pack = 2;
 }
 
+/// Q8_0 panel bytes per block: the 16 rows' quants + 128 (unsigned, for
+/// `vpdpbusd`) in 8 vectors of 4-value groups, then `d` as f32.
+const Q80_BYTES: usize = 9 * 64;
+
+/// Rewrite rows `w..` (16 of them, `rb` bytes apart, `nb` Q8_0 blocks
+/// each) as a Q8_0 panel at `dst`: two blocks at a time, 16 dwords a row.
+#[inline(always)]
+unsafe fn pack_q80(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+    let flip = _mm512_set1_epi8(-128);
+    let lo16 = _mm512_set1_epi32(0xFFFF);
+    let mut b = 0;
+    while b < nb {
+        let two = b + 1 < nb;
+        let q = |r: usize, bb: usize| w.add(r * rb + 34 * bb + 2) as *const __m256i;
+        let mut v = [_mm512_setzero_si512(); 16];
+        for r in 0..ROWS {
+            let hi = if two {
+                _mm256_loadu_si256(q(r, b + 1))
+            } else {
+                _mm256_setzero_si256()
+            };
+            v[r] = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(_mm256_loadu_si256(q(r, b))), hi);
+        }
+        let t = transpose16(v);
+        for (half, bb) in [(0, b), (1, b + 1)] {
+            if bb >= nb {
+                break;
+            }
+            let pb = dst.add(bb * Q80_BYTES);
+            for k in 0..8 {
+                _mm512_storeu_si512(
+                    pb.add(64 * k) as *mut _,
+                    _mm512_xor_si512(t[8 * half + k], flip),
+                );
+            }
+            let h: [u32; 16] = std::array::from_fn(|r| {
+                (w.add(r * rb + 34 * bb) as *const u16).read_unaligned() as u32
+            });
+            let h = _mm512_and_si512(_mm512_loadu_si512(h.as_ptr() as *const _), lo16);
+            _mm512_storeu_ps(
+                pb.add(512) as *mut f32,
+                _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)),
+            );
+        }
+        b += 2;
+    }
+}
+
+/// The Q8_0 panel at `panel` (`nb` blocks) × `T` tokens. The quants carry
+/// +128, so `Σ (w + 128)·x − 128·Σx` is the reference's `Σ w·x` (from the
+/// activations' sums of 16).
+#[inline(always)]
+unsafe fn body_q80<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
+    let z = _mm512_setzero_si512();
+    let mut p = [[_mm512_setzero_ps(); 8]; T];
+    for b in 0..nb {
+        let pb = panel.add(b * Q80_BYTES);
+        let mut s = [z; T];
+        for k in 0..8 {
+            let wv = _mm512_loadu_si512(pb.add(64 * k) as *const _);
+            for t in 0..T {
+                s[t] = _mm512_dpbusd_epi32(s[t], wv, bcast(x.qs[t].add(32 * b + 4 * k)));
+            }
+        }
+        let d = _mm512_loadu_ps(pb.add(512) as *const f32);
+        for t in 0..T {
+            let sum = *x.sums[t].add(2 * b) as i32 + *x.sums[t].add(2 * b + 1) as i32;
+            let i = _mm512_sub_epi32(s[t], _mm512_set1_epi32(128 * sum));
+            let dx = _mm512_set1_ps(*x.d[t].add(b));
+            let term = _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(i));
+            p[t][b % 8] = _mm512_add_ps(p[t][b % 8], term);
+        }
+    }
+    let mut out = [[0f32; 16]; TOKENS];
+    for t in 0..T {
+        out[t] = tree_z(&p[t]);
+    }
+    out
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q80_panel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
+    body_q80::<T>(panel, nb, x)
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q80_pack(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+    pack_q80(w, rb, nb, dst)
+}
+
 /// The AVX-512 VNNI panels.
 pub(in crate::q8::x86) static SET: Set = Set {
     rows: ROWS,
     tokens: TOKENS,
-    layouts: [Q4K, Q5K, Q6K],
-    packers: [q4k_pack, q5k_pack, q6k_pack],
-    kernels: [
-        super::by_tokens!(q4k_panel),
-        super::by_tokens!(q5k_panel),
-        super::by_tokens!(q6k_panel),
+    kinds: [
+        Some(Kind {
+            values: 256,
+            bytes: Q4K.bytes,
+            pack: q4k_pack,
+            kernels: super::by_tokens!(q4k_panel),
+        }),
+        Some(Kind {
+            values: 256,
+            bytes: Q5K.bytes,
+            pack: q5k_pack,
+            kernels: super::by_tokens!(q5k_panel),
+        }),
+        Some(Kind {
+            values: 256,
+            bytes: Q6K.bytes,
+            pack: q6k_pack,
+            kernels: super::by_tokens!(q6k_panel),
+        }),
+        Some(Kind {
+            values: 32,
+            bytes: Q80_BYTES,
+            pack: q80_pack,
+            kernels: super::by_tokens!(q80_panel),
+        }),
     ],
 };
