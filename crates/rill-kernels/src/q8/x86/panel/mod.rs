@@ -1,5 +1,5 @@
-//! Prefill products of the K encodings (Q4_K, Q5_K, Q6_K) and (AVX-512
-//! VNNI) Q8_0 on row panels:
+//! Prefill products of the K encodings (Q4_K, Q5_K, Q6_K) and Q8_0 on row
+//! panels:
 //! the i32 lanes of a vector are weight rows (16 with AVX-512 VNNI in
 //! `zmm`, 8 with AVX2 in `ymm`).
 //!

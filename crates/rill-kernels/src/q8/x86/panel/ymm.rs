@@ -1,4 +1,4 @@
-//! The AVX2 panel kernels: 8 rows. Without `vpdpbusd`, a 4-value group is
+//! The AVX2 panel kernels: 8 rows. (Q8_0: see [`body_q80`].) Without `vpdpbusd`, a 4-value group is
 //! one `vpmaddubsw` (two pair sums per row lane, each ≤ 2·63·127) added in
 //! i16 over a chain of groups, then one `vpmaddwd` with the sub-block's
 //! `(sc, sc)` pairs sums the row's halves and applies the scale at once.
@@ -283,6 +283,12 @@ unsafe fn body<const KIND: usize, const T: usize>(
             p[t][b % 8] = _mm256_add_ps(p[t][b % 8], term);
         }
     }
+    finish(&p)
+}
+
+/// Each token's 8 partial vectors through the canonical tree.
+#[inline(always)]
+unsafe fn finish<const T: usize>(p: &[[__m256; 8]; T]) -> [[f32; 16]; TOKENS] {
     let mut out = [[0f32; 16]; TOKENS];
     for t in 0..T {
         let a = |i: usize, j: usize| _mm256_add_ps(p[t][i], p[t][j]);
@@ -314,6 +320,73 @@ panel_entries! {
     q6k_panel, q6k_pack = 2;
 }
 
+/// Q8_0 panel bytes per block: per 4-value group, the 8 rows' quants and
+/// their magnitudes (`vpmaddubsw` multiplies unsigned by signed: the sign
+/// of the weight goes onto the activation), then `d` as f32.
+const Q80_BYTES: usize = 17 * 32;
+
+/// Rewrite rows `w..` (8 of them, `rb` bytes apart, `nb` Q8_0 blocks each)
+/// as a Q8_0 panel at `dst`.
+#[inline(always)]
+unsafe fn pack_q80(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+    for b in 0..nb {
+        let pb = dst.add(b * Q80_BYTES);
+        let mut v = [_mm256_setzero_si256(); 8];
+        for r in 0..ROWS {
+            v[r] = _mm256_loadu_si256(w.add(r * rb + 34 * b + 2) as *const __m256i);
+        }
+        let t = transpose8(v);
+        for k in 0..8 {
+            _mm256_storeu_si256(pb.add(64 * k) as *mut __m256i, t[k]);
+            _mm256_storeu_si256(pb.add(64 * k + 32) as *mut __m256i, _mm256_abs_epi8(t[k]));
+        }
+        let h: [u16; 8] =
+            std::array::from_fn(|r| (w.add(r * rb + 34 * b) as *const u16).read_unaligned());
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr() as *const __m128i));
+        _mm256_storeu_ps(pb.add(512) as *mut f32, d);
+    }
+}
+
+/// The Q8_0 panel at `panel` (`nb` blocks) × `T` tokens: per group
+/// `|w|·(x with w's sign)` (pair sums ≤ 2·128·127, exact in i16), the pairs
+/// summed into i32 by `vpmaddwd` with ones.
+#[inline(always)]
+unsafe fn body_q80<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
+    let z = _mm256_setzero_si256();
+    let ones = _mm256_set1_epi16(1);
+    let mut p = [[_mm256_setzero_ps(); 8]; T];
+    for b in 0..nb {
+        let pb = panel.add(b * Q80_BYTES);
+        let mut s = [z; T];
+        for k in 0..8 {
+            let wv = _mm256_loadu_si256(pb.add(64 * k) as *const __m256i);
+            let wa = _mm256_loadu_si256(pb.add(64 * k + 32) as *const __m256i);
+            for t in 0..T {
+                let xs = _mm256_sign_epi8(bcast(x.qs[t].add(32 * b + 4 * k)), wv);
+                let pairs = _mm256_maddubs_epi16(wa, xs);
+                s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(pairs, ones));
+            }
+        }
+        let d = _mm256_loadu_ps(pb.add(512) as *const f32);
+        for t in 0..T {
+            let dx = _mm256_set1_ps(*x.d[t].add(b));
+            let term = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(s[t]));
+            p[t][b % 8] = _mm256_add_ps(p[t][b % 8], term);
+        }
+    }
+    finish(&p)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q80_panel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
+    body_q80::<T>(panel, nb, x)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q80_pack(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+    pack_q80(w, rb, nb, dst)
+}
+
 /// The AVX2 panels.
 pub(in crate::q8::x86) static SET: Set = Set {
     rows: ROWS,
@@ -337,6 +410,11 @@ pub(in crate::q8::x86) static SET: Set = Set {
             pack: q6k_pack,
             kernels: super::by_tokens!(q6k_panel),
         }),
-        None,
+        Some(Kind {
+            values: 32,
+            bytes: Q80_BYTES,
+            pack: q80_pack,
+            kernels: super::by_tokens!(q80_panel),
+        }),
     ],
 };
