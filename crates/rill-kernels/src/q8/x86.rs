@@ -150,27 +150,14 @@ pub(super) unsafe fn rows(
     out: SharedMut<f32>,
     widened: &mut Vec<u8>,
 ) -> bool {
-    if crate::q8::reference::nibble_levels(w.dtype).is_some() {
-        // SAFETY: as this function (the CPU runs `isa`, so AVX2).
-        unsafe {
-            iq4::rows_widened(
-                table(isa.wide(), DType::Q8_0).unwrap(),
-                w,
-                acts,
-                r0,
-                r1,
-                out,
-                widened,
-            )
-        };
-        return true;
-    }
-    let Some(k) = table(isa.wide(), w.dtype) else {
+    // Q4_0 / IQ4_NL run as the Q8_0 blocks of their levels.
+    let nibbles = crate::q8::reference::nibble_levels(w.dtype).is_some();
+    let Some(k) = table(isa.wide(), if nibbles { DType::Q8_0 } else { w.dtype }) else {
         return false;
     };
-    // Many tokens: 16-row panels (the rows past the last whole panel on
-    // the 4-row kernels).
-    // (AVX-512 without VNNI keeps its 4-row kernels: not measured.)
+    // Many tokens: row panels (the rows past the last whole panel on the
+    // 4-row kernels). AVX-512 without VNNI keeps its 4-row kernels (not
+    // measured).
     let mut r0 = r0;
     let panels = match (isa.wide(), vnni()) {
         (true, true) => Some(&panel::AVX512_VNNI),
@@ -180,6 +167,11 @@ pub(super) unsafe fn rows(
     if let Some(set) = panels.filter(|_| acts.n() >= panel::MIN_TOKENS) {
         // SAFETY: as this function; the CPU runs `set`'s class.
         r0 = unsafe { panel::rows(set, w, acts, r0, r1, out, widened) };
+    }
+    if nibbles {
+        // SAFETY: as this function (the CPU runs `isa`, so AVX2).
+        unsafe { iq4::rows_widened(k, w, acts, r0, r1, out, widened) };
+        return true;
     }
     groups::run(k, w, acts, r0, r1, out, w.rows, 0);
     true

@@ -1,5 +1,5 @@
-//! Prefill products of the K encodings (Q4_K, Q5_K, Q6_K) and Q8_0 on row
-//! panels:
+//! Prefill products of the K encodings (Q4_K, Q5_K, Q6_K), Q8_0, and Q4_0
+//! / IQ4_NL (as the Q8_0 blocks of their levels) on row panels:
 //! the i32 lanes of a vector are weight rows (16 with AVX-512 VNNI in
 //! `zmm`, 8 with AVX2 in `ymm`).
 //!
@@ -82,8 +82,21 @@ fn kind(dtype: DType) -> Option<usize> {
         DType::Q5K => Some(1),
         DType::Q6K => Some(2),
         DType::Q8_0 => Some(3),
+        DType::Q4_0 => Some(4),
+        DType::IQ4NL => Some(5),
         _ => None,
     }
+}
+
+/// The 16 signed levels of Q4_0 (`NIB` 1) or IQ4_NL (2), for `pshufb`.
+#[inline(always)]
+unsafe fn levels<const NIB: usize>() -> std::arch::x86_64::__m128i {
+    let table =
+        crate::q8::reference::nibble_levels(if NIB == 1 { DType::Q4_0 } else { DType::IQ4NL });
+    // SAFETY (of the load): 16 bytes; Q8_0 (`NIB` 0) reads no table.
+    table.map_or(std::arch::x86_64::_mm_setzero_si128(), |t| {
+        std::arch::x86_64::_mm_loadu_si128(t.as_ptr().cast())
+    })
 }
 
 /// Up to [`TOKENS`] tokens' quantized activations (unused slots repeat the last).
@@ -126,8 +139,9 @@ pub(super) struct Set {
     rows: usize,
     /// Tokens of one kernel call.
     tokens: usize,
-    /// Q4_K, Q5_K, Q6_K, Q8_0, where the class has them.
-    kinds: [Option<Kind>; 4],
+    /// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL, where the class has them
+    /// (the last two as the Q8_0 blocks of their levels).
+    kinds: [Option<Kind>; 6],
 }
 
 /// `[f(1), .., f(8)]`: a kernel for each token count.
@@ -237,6 +251,8 @@ mod tests {
             (DType::Q6K, 1280),
             (DType::Q8_0, 352),
             (DType::Q8_0, 64),
+            (DType::Q4_0, 352),
+            (DType::IQ4NL, 96),
         ] {
             for fill in [None, Some(0xFFu8), Some(0x80), Some(0x00)] {
                 let rows = 37;

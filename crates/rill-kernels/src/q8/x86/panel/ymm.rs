@@ -325,23 +325,36 @@ panel_entries! {
 /// of the weight goes onto the activation), then `d` as f32.
 const Q80_BYTES: usize = 17 * 32;
 
-/// Rewrite rows `w..` (8 of them, `rb` bytes apart, `nb` Q8_0 blocks each)
-/// as a Q8_0 panel at `dst`.
+/// Rewrite rows `w..` (8 of them, `rb` bytes apart, `nb` blocks each) of
+/// Q8_0 (`NIB` 0), Q4_0 (1) or IQ4_NL (2) as a Q8_0 panel at `dst` (the
+/// 4-bit encodings as the Q8_0 blocks of their levels).
 #[inline(always)]
-unsafe fn pack_q80(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+unsafe fn pack_q80<const NIB: usize>(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+    let bb_bytes = if NIB == 0 { 34 } else { 18 };
+    let levels = super::levels::<NIB>();
+    let quants = |blk: *const u8| -> __m256i {
+        if NIB == 0 {
+            return _mm256_loadu_si256(blk.add(2) as *const __m256i);
+        }
+        let q = _mm_loadu_si128(blk.add(2) as *const __m128i);
+        let nib = _mm_set1_epi8(0x0F);
+        let lo = _mm_shuffle_epi8(levels, _mm_and_si128(q, nib));
+        let hi = _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16::<4>(q), nib));
+        _mm256_set_m128i(hi, lo)
+    };
     for b in 0..nb {
         let pb = dst.add(b * Q80_BYTES);
+        let blk = |r: usize| w.add(r * rb + bb_bytes * b);
         let mut v = [_mm256_setzero_si256(); 8];
         for r in 0..ROWS {
-            v[r] = _mm256_loadu_si256(w.add(r * rb + 34 * b + 2) as *const __m256i);
+            v[r] = quants(blk(r));
         }
         let t = transpose8(v);
         for k in 0..8 {
             _mm256_storeu_si256(pb.add(64 * k) as *mut __m256i, t[k]);
             _mm256_storeu_si256(pb.add(64 * k + 32) as *mut __m256i, _mm256_abs_epi8(t[k]));
         }
-        let h: [u16; 8] =
-            std::array::from_fn(|r| (w.add(r * rb + 34 * b) as *const u16).read_unaligned());
+        let h: [u16; 8] = std::array::from_fn(|r| (blk(r) as *const u16).read_unaligned());
         let d = _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr() as *const __m128i));
         _mm256_storeu_ps(pb.add(512) as *mut f32, d);
     }
@@ -383,8 +396,8 @@ unsafe fn q80_panel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q80_pack(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
-    pack_q80(w, rb, nb, dst)
+unsafe fn q80_pack<const NIB: usize>(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+    pack_q80::<NIB>(w, rb, nb, dst)
 }
 
 /// The AVX2 panels.
@@ -413,7 +426,19 @@ pub(in crate::q8::x86) static SET: Set = Set {
         Some(Kind {
             values: 32,
             bytes: Q80_BYTES,
-            pack: q80_pack,
+            pack: q80_pack::<0>,
+            kernels: super::by_tokens!(q80_panel),
+        }),
+        Some(Kind {
+            values: 32,
+            bytes: Q80_BYTES,
+            pack: q80_pack::<1>,
+            kernels: super::by_tokens!(q80_panel),
+        }),
+        Some(Kind {
+            values: 32,
+            bytes: Q80_BYTES,
+            pack: q80_pack::<2>,
             kernels: super::by_tokens!(q80_panel),
         }),
     ],

@@ -270,24 +270,40 @@ panel_entries! {
 /// `vpdpbusd`) in 8 vectors of 4-value groups, then `d` as f32.
 const Q80_BYTES: usize = 9 * 64;
 
-/// Rewrite rows `w..` (16 of them, `rb` bytes apart, `nb` Q8_0 blocks
-/// each) as a Q8_0 panel at `dst`: two blocks at a time, 16 dwords a row.
+/// Rewrite rows `w..` (16 of them, `rb` bytes apart, `nb` blocks each) of
+/// Q8_0 (`NIB` 0), Q4_0 (1) or IQ4_NL (2) as a Q8_0 panel at `dst` (the
+/// 4-bit encodings as the Q8_0 blocks of their levels, as the reference
+/// runs them): two blocks at a time, 16 dwords a row.
 #[inline(always)]
-unsafe fn pack_q80(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+unsafe fn pack_q80<const NIB: usize>(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
     let flip = _mm512_set1_epi8(-128);
     let lo16 = _mm512_set1_epi32(0xFFFF);
+    let bb_bytes = if NIB == 0 { 34 } else { 18 };
+    let levels = super::levels::<NIB>();
+    // A block's 32 quants (Q4_0 / IQ4_NL: byte j's low nibble is element
+    // j, its high one element j + 16).
+    let quants = |blk: *const u8| -> __m256i {
+        if NIB == 0 {
+            return _mm256_loadu_si256(blk.add(2) as *const __m256i);
+        }
+        let q = _mm_loadu_si128(blk.add(2) as *const __m128i);
+        let nib = _mm_set1_epi8(0x0F);
+        let lo = _mm_shuffle_epi8(levels, _mm_and_si128(q, nib));
+        let hi = _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16::<4>(q), nib));
+        _mm256_set_m128i(hi, lo)
+    };
     let mut b = 0;
     while b < nb {
         let two = b + 1 < nb;
-        let q = |r: usize, bb: usize| w.add(r * rb + 34 * bb + 2) as *const __m256i;
+        let blk = |r: usize, bb: usize| w.add(r * rb + bb_bytes * bb);
         let mut v = [_mm512_setzero_si512(); 16];
         for r in 0..ROWS {
             let hi = if two {
-                _mm256_loadu_si256(q(r, b + 1))
+                quants(blk(r, b + 1))
             } else {
                 _mm256_setzero_si256()
             };
-            v[r] = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(_mm256_loadu_si256(q(r, b))), hi);
+            v[r] = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(quants(blk(r, b))), hi);
         }
         let t = transpose16(v);
         for (half, bb) in [(0, b), (1, b + 1)] {
@@ -301,9 +317,8 @@ unsafe fn pack_q80(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
                     _mm512_xor_si512(t[8 * half + k], flip),
                 );
             }
-            let h: [u32; 16] = std::array::from_fn(|r| {
-                (w.add(r * rb + 34 * bb) as *const u16).read_unaligned() as u32
-            });
+            let h: [u32; 16] =
+                std::array::from_fn(|r| (blk(r, bb) as *const u16).read_unaligned() as u32);
             let h = _mm512_and_si512(_mm512_loadu_si512(h.as_ptr() as *const _), lo16);
             _mm512_storeu_ps(
                 pb.add(512) as *mut f32,
@@ -352,8 +367,8 @@ unsafe fn q80_panel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q80_pack(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
-    pack_q80(w, rb, nb, dst)
+unsafe fn q80_pack<const NIB: usize>(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+    pack_q80::<NIB>(w, rb, nb, dst)
 }
 
 /// The AVX-512 VNNI panels.
@@ -382,7 +397,19 @@ pub(in crate::q8::x86) static SET: Set = Set {
         Some(Kind {
             values: 32,
             bytes: Q80_BYTES,
-            pack: q80_pack,
+            pack: q80_pack::<0>,
+            kernels: super::by_tokens!(q80_panel),
+        }),
+        Some(Kind {
+            values: 32,
+            bytes: Q80_BYTES,
+            pack: q80_pack::<1>,
+            kernels: super::by_tokens!(q80_panel),
+        }),
+        Some(Kind {
+            values: 32,
+            bytes: Q80_BYTES,
+            pack: q80_pack::<2>,
             kernels: super::by_tokens!(q80_panel),
         }),
     ],
