@@ -84,6 +84,7 @@ fn kind(dtype: DType) -> Option<usize> {
         DType::Q8_0 => Some(3),
         DType::Q4_0 => Some(4),
         DType::IQ4NL => Some(5),
+        DType::IQ4XS => Some(6),
         _ => None,
     }
 }
@@ -93,7 +94,7 @@ fn kind(dtype: DType) -> Option<usize> {
 unsafe fn levels<const NIB: usize>() -> std::arch::x86_64::__m128i {
     let table =
         crate::q8::reference::nibble_levels(if NIB == 1 { DType::Q4_0 } else { DType::IQ4NL });
-    // SAFETY (of the load): 16 bytes; Q8_0 (`NIB` 0) reads no table.
+    // (`NIB` 0, Q8_0, gets the IQ4_NL table and never reads it.)
     table.map_or(std::arch::x86_64::_mm_setzero_si128(), |t| {
         std::arch::x86_64::_mm_loadu_si128(t.as_ptr().cast())
     })
@@ -139,9 +140,9 @@ pub(super) struct Set {
     rows: usize,
     /// Tokens of one kernel call.
     tokens: usize,
-    /// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL, where the class has them
-    /// (the last two as the Q8_0 blocks of their levels).
-    kinds: [Option<Kind>; 6],
+    /// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL (these two as the Q8_0 blocks
+    /// of their levels), IQ4_XS, where the class has them.
+    kinds: [Option<Kind>; 7],
 }
 
 /// `[f(1), .., f(8)]`: a kernel for each token count.
@@ -253,6 +254,7 @@ mod tests {
             (DType::Q8_0, 64),
             (DType::Q4_0, 352),
             (DType::IQ4NL, 96),
+            (DType::IQ4XS, 768),
         ] {
             for fill in [None, Some(0xFFu8), Some(0x80), Some(0x00)] {
                 let rows = 37;

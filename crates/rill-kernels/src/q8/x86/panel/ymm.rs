@@ -441,5 +441,6 @@ pub(in crate::q8::x86) static SET: Set = Set {
             pack: q80_pack::<2>,
             kernels: super::by_tokens!(q80_panel),
         }),
+        None,
     ],
 };

@@ -15,12 +15,14 @@ const ROWS: usize = 16;
 const Q4K: Layout = layout(144, 8, true, 64);
 const Q5K: Layout = layout(176, 8, true, 64);
 const Q6K: Layout = layout(210, 16, false, 64);
+const IQ4XS: Layout = layout(136, 8, false, 64);
 
 const fn layout_of(kind: usize) -> Layout {
     match kind {
         0 => Q4K,
         1 => Q5K,
-        _ => Q6K,
+        2 => Q6K,
+        _ => IQ4XS,
     }
 }
 
@@ -61,6 +63,20 @@ unsafe fn transpose16(a: [__m512i; 16]) -> [__m512i; 16] {
 unsafe fn chunk<const KIND: usize>(blk: *const u8, m: usize) -> __m512i {
     if KIND == 2 {
         return q6k_quants_z(blk, m);
+    }
+    if KIND == 3 {
+        // IQ4_XS: sub-block j's 16 bytes hold elements e (low nibbles) and
+        // 16 + e (high); chunk m is sub-blocks 2m, 2m + 1. The levels + 128
+        // (unsigned for vpdpbusd; the sums take the 128 off again).
+        let nib = _mm256_set1_epi8(0x0F);
+        let q = _mm256_loadu_si256(blk.add(8 + 32 * m) as *const __m256i);
+        let lo = _mm256_and_si256(q, nib);
+        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), nib);
+        let v = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+        // [lo of 2m, hi of 2m, lo of 2m + 1, hi of 2m + 1]
+        let v = _mm512_shuffle_i32x4::<0xD8>(v, v);
+        let levels = _mm_xor_si128(super::levels::<2>(), _mm_set1_epi8(-128));
+        return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(levels), v);
     }
     let z = _mm512_setzero_si512();
     let qs_at = if KIND == 1 { 48 } else { 16 };
@@ -109,7 +125,19 @@ unsafe fn pack<const KIND: usize>(w: *const u8, rb: usize, nb: usize, dst: *mut 
 #[inline(always)]
 unsafe fn scales<const KIND: usize>(blk: &impl Fn(usize) -> *const u8, pb: *mut u8, l: Layout) {
     let mut a = [_mm512_setzero_si512(); 16];
-    if KIND == 2 {
+    if KIND == 3 {
+        // IQ4_XS: ls_j = (4 bits of scales_l | 2 bits of scales_h << 4) − 32.
+        let sh4 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0);
+        let sh2 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+        for r in 0..ROWS {
+            let sl = _mm512_set1_epi32((blk(r).add(4) as *const i32).read_unaligned());
+            let sh = _mm512_set1_epi32((blk(r).add(2) as *const u16).read_unaligned() as i32);
+            let lo = _mm512_and_si512(_mm512_srlv_epi32(sl, sh4), _mm512_set1_epi32(0x0F));
+            let hi = _mm512_and_si512(_mm512_srlv_epi32(sh, sh2), _mm512_set1_epi32(3));
+            let ls = _mm512_or_si512(lo, _mm512_slli_epi32::<4>(hi));
+            a[r] = _mm512_sub_epi32(ls, _mm512_set1_epi32(32));
+        }
+    } else if KIND == 2 {
         // Q6_K: 16 signed 8-bit scales.
         for r in 0..ROWS {
             a[r] = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk(r).add(192) as *const __m128i));
@@ -152,6 +180,16 @@ unsafe fn scales<const KIND: usize>(blk: &impl Fn(usize) -> *const u8, pb: *mut 
                 _mm512_or_si512(_mm512_and_si512(e, lo16), _mm512_slli_epi32::<16>(f)),
             );
         }
+    } else if KIND == 3 {
+        // (−128·ls_j, −128·ls_j) against the sums of sub-block j's halves.
+        for j in 0..8 {
+            store(l.sc + 64 * j, o[j]);
+            let n = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<7>(o[j]));
+            store(
+                l.pairs + 64 * j,
+                _mm512_or_si512(_mm512_and_si512(n, lo16), _mm512_slli_epi32::<16>(n)),
+            );
+        }
     } else {
         for j in 0..8 {
             store(l.sc + 64 * j, o[j]);
@@ -166,6 +204,8 @@ unsafe fn scales<const KIND: usize>(blk: &impl Fn(usize) -> *const u8, pb: *mut 
     let h: [u32; 16] = std::array::from_fn(|r| {
         if KIND == 2 {
             (blk(r).add(208) as *const u16).read_unaligned() as u32
+        } else if KIND == 3 {
+            (blk(r) as *const u16).read_unaligned() as u32
         } else {
             (blk(r) as *const u32).read_unaligned()
         }
@@ -173,7 +213,7 @@ unsafe fn scales<const KIND: usize>(blk: &impl Fn(usize) -> *const u8, pb: *mut 
     let h = _mm512_loadu_si512(h.as_ptr() as *const _);
     let f16s = |v: __m512i| _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_and_si512(v, lo16)));
     _mm512_storeu_ps(pb.add(l.d) as *mut f32, f16s(h));
-    if KIND != 2 {
+    if KIND < 2 {
         _mm512_storeu_ps(
             pb.add(l.d + 64) as *mut f32,
             f16s(_mm512_srli_epi32::<16>(h)),
@@ -216,7 +256,8 @@ unsafe fn body<const KIND: usize, const T: usize>(
                 acc[t] = _mm512_add_epi32(acc[t], _mm512_mullo_epi32(s[t], sc));
             }
         }
-        // Q4_K / Q5_K: m = Σ_j min_j·S32_j; Q6_K: the −32 offsets into acc.
+        // Q4_K / Q5_K: m = Σ_j min_j·S32_j; Q6_K: the −32 offsets into
+        // acc; IQ4_XS: the +128 of its levels taken off.
         let mut m = [z; T];
         for q in 0..8 {
             let pv = _mm512_loadu_si512(pb.add(l.pairs + 64 * q) as *const _);
@@ -228,7 +269,7 @@ unsafe fn body<const KIND: usize, const T: usize>(
         let d = _mm512_loadu_ps(pb.add(l.d) as *const f32);
         for t in 0..T {
             let dx = _mm512_set1_ps(*x.d[t].add(b));
-            let term = if KIND == 2 {
+            let term = if KIND >= 2 {
                 let i = _mm512_add_epi32(acc[t], m[t]);
                 _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(i))
             } else {
@@ -264,6 +305,7 @@ panel_entries! {
     q4k_panel, q4k_pack = 0;
     q5k_panel, q5k_pack = 1;
     q6k_panel, q6k_pack = 2;
+    iq4xs_panel, iq4xs_pack = 3;
 }
 
 /// Q8_0 panel bytes per block: the 16 rows' quants + 128 (unsigned, for
@@ -411,6 +453,12 @@ pub(in crate::q8::x86) static SET: Set = Set {
             bytes: Q80_BYTES,
             pack: q80_pack::<2>,
             kernels: super::by_tokens!(q80_panel),
+        }),
+        Some(Kind {
+            values: 256,
+            bytes: IQ4XS.bytes,
+            pack: iq4xs_pack,
+            kernels: super::by_tokens!(iq4xs_panel),
         }),
     ],
 };
