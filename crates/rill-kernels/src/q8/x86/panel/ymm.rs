@@ -1,4 +1,5 @@
-//! The AVX2 panel kernels: 8 rows. (Q8_0: see [`body_q80`].) Without `vpdpbusd`, a 4-value group is
+//! The AVX2 panel kernels: 8 rows. (Q8_0 and IQ4_XS, whose quants are
+//! signed: see [`body_q80`] and [`body_iq4xs`].) Without `vpdpbusd`, a 4-value group is
 //! one `vpmaddubsw` (two pair sums per row lane, each ≤ 2·63·127) added in
 //! i16 over a chain of groups, then one `vpmaddwd` with the sub-block's
 //! `(sc, sc)` pairs sums the row's halves and applies the scale at once.
@@ -400,6 +401,109 @@ unsafe fn q80_pack<const NIB: usize>(w: *const u8, rb: usize, nb: usize, dst: *m
     pack_q80::<NIB>(w, rb, nb, dst)
 }
 
+/// IQ4_XS panel bytes per block: per 4-value group the 8 rows' signed
+/// levels and their magnitudes, then per sub-block the `(ls, ls)` pairs,
+/// then `d` as f32.
+const IQ4XS_BYTES: usize = 64 * 64 + 8 * 32 + 32;
+
+/// Rewrite rows `w..` (8 of them, `rb` bytes apart, `nb` IQ4_XS blocks
+/// each) as an IQ4_XS panel at `dst`.
+#[inline(always)]
+unsafe fn pack_iq4xs(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+    let levels = super::levels::<2>();
+    let nib = _mm_set1_epi8(0x0F);
+    for b in 0..nb {
+        let pb = dst.add(b * IQ4XS_BYTES);
+        let blk = |r: usize| w.add(r * rb + 136 * b);
+        // Sub-block u: byte e holds element e (low nibble) and 16 + e.
+        for u in 0..8 {
+            let mut v = [_mm256_setzero_si256(); 8];
+            for r in 0..ROWS {
+                let q = _mm_loadu_si128(blk(r).add(8 + 16 * u) as *const __m128i);
+                let lo = _mm_shuffle_epi8(levels, _mm_and_si128(q, nib));
+                let hi = _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16::<4>(q), nib));
+                v[r] = _mm256_set_m128i(hi, lo);
+            }
+            let t = transpose8(v);
+            for k in 0..8 {
+                let at = pb.add(64 * (8 * u + k));
+                _mm256_storeu_si256(at as *mut __m256i, t[k]);
+                _mm256_storeu_si256(at.add(32) as *mut __m256i, _mm256_abs_epi8(t[k]));
+            }
+        }
+        // ls_j = (4 bits of scales_l | 2 bits of scales_h << 4) − 32.
+        let sh4 = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+        let sh2 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+        let mut a = [_mm256_setzero_si256(); 8];
+        for r in 0..ROWS {
+            let sl = _mm256_set1_epi32((blk(r).add(4) as *const i32).read_unaligned());
+            let sh = _mm256_set1_epi32((blk(r).add(2) as *const u16).read_unaligned() as i32);
+            let lo = _mm256_and_si256(_mm256_srlv_epi32(sl, sh4), _mm256_set1_epi32(0x0F));
+            let hi = _mm256_and_si256(_mm256_srlv_epi32(sh, sh2), _mm256_set1_epi32(3));
+            let ls = _mm256_or_si256(lo, _mm256_slli_epi32::<4>(hi));
+            a[r] = _mm256_sub_epi32(ls, _mm256_set1_epi32(32));
+        }
+        let o = transpose8(a);
+        for j in 0..8 {
+            _mm256_storeu_si256(pb.add(4096 + 32 * j) as *mut __m256i, pair_of(o[j]));
+        }
+        let h: [u16; 8] = std::array::from_fn(|r| (blk(r) as *const u16).read_unaligned());
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr() as *const __m128i));
+        _mm256_storeu_ps(pb.add(4096 + 256) as *mut f32, d);
+    }
+}
+
+/// The IQ4_XS panel at `panel` (`nb` blocks) × `T` tokens: per group
+/// `|L|·(x with L's sign)` (pair sums ≤ 2·127·127, exact in i16), then
+/// `vpmaddwd` with the sub-block's `(ls, ls)`: `i = Σ_j ls_j·Σ L·q`.
+#[inline(always)]
+unsafe fn body_iq4xs<const T: usize>(
+    panel: *const u8,
+    nb: usize,
+    x: &Toks8,
+) -> [[f32; 16]; TOKENS] {
+    let z = _mm256_setzero_si256();
+    let mut p = [[_mm256_setzero_ps(); 8]; T];
+    for b in 0..nb {
+        let pb = panel.add(b * IQ4XS_BYTES);
+        let mut acc = [z; T];
+        for j in 0..8 {
+            let sc = _mm256_loadu_si256(pb.add(4096 + 32 * j) as *const __m256i);
+            for kk in 0..8 {
+                let k = 8 * j + kk;
+                let wv = _mm256_loadu_si256(pb.add(64 * k) as *const __m256i);
+                let wa = _mm256_loadu_si256(pb.add(64 * k + 32) as *const __m256i);
+                for t in 0..T {
+                    let xs = _mm256_sign_epi8(bcast(x.qs[t].add(256 * b + 4 * k)), wv);
+                    let pairs = _mm256_maddubs_epi16(wa, xs);
+                    acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(pairs, sc));
+                }
+            }
+        }
+        let d = _mm256_loadu_ps(pb.add(4096 + 256) as *const f32);
+        for t in 0..T {
+            let dx = _mm256_set1_ps(*x.d[t].add(b));
+            let term = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(acc[t]));
+            p[t][b % 8] = _mm256_add_ps(p[t][b % 8], term);
+        }
+    }
+    finish(&p)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4xs_panel<const T: usize>(
+    panel: *const u8,
+    nb: usize,
+    x: &Toks8,
+) -> [[f32; 16]; TOKENS] {
+    body_iq4xs::<T>(panel, nb, x)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4xs_pack(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+    pack_iq4xs(w, rb, nb, dst)
+}
+
 /// The AVX2 panels.
 pub(in crate::q8::x86) static SET: Set = Set {
     rows: ROWS,
@@ -441,6 +545,11 @@ pub(in crate::q8::x86) static SET: Set = Set {
             pack: q80_pack::<2>,
             kernels: super::by_tokens!(q80_panel),
         }),
-        None,
+        Some(Kind {
+            values: 256,
+            bytes: IQ4XS_BYTES,
+            pack: iq4xs_pack,
+            kernels: super::by_tokens!(iq4xs_panel),
+        }),
     ],
 };
