@@ -162,6 +162,8 @@ pub(super) unsafe fn check_kernels(table: impl Fn(rill_dtype::DType) -> Option<&
         (DType::Q6K, 2560),
         (DType::Q8_0, 352),
         (DType::Q8_0, 96),
+        (DType::Q4_0, 352),
+        (DType::IQ4NL, 288),
         (DType::IQ4XS, 768),
     ] {
         // a path without kernels for an encoding runs the reference
@@ -179,7 +181,7 @@ pub(super) unsafe fn check_kernels(table: impl Fn(rill_dtype::DType) -> Option<&
                 let s = (rnd() % 1000) as f32 / 1e4;
                 let (d_at, dmin) = match dtype {
                     DType::Q6K => (208, None),
-                    DType::Q8_0 | DType::IQ4XS => (0, None),
+                    DType::Q8_0 | DType::IQ4XS | DType::Q4_0 | DType::IQ4NL => (0, None),
                     _ => (0, Some(2)),
                 };
                 blk[d_at..d_at + 2].copy_from_slice(&f16(s));

@@ -378,9 +378,9 @@ impl Q8Acts {
 pub(crate) struct RowScratch {
     #[cfg(target_arch = "x86_64")]
     amx: amx::Scratch,
-    /// Q4_0 / IQ4_NL rows widened to Q8_0 blocks (x86 in-register path).
+    /// Rows rewritten as a panel (x86 in-register path, many tokens).
     #[cfg(target_arch = "x86_64")]
-    widened: Vec<u8>,
+    panel: Vec<u8>,
 }
 
 /// `out[t·rows + r] = row r · activations t` for rows `r0..r1` of `w` and
@@ -417,7 +417,7 @@ pub(crate) unsafe fn rows(
     // plus AVX-512F/BW/VL for the wide classes); the rest is this
     // function's own contract.
     #[cfg(target_arch = "x86_64")]
-    if isa != Isa::Scalar && unsafe { x86::rows(isa, w, acts, r0, r1, out, &mut scratch.widened) } {
+    if isa != Isa::Scalar && unsafe { x86::rows(isa, w, acts, r0, r1, out, &mut scratch.panel) } {
         return;
     }
     // SAFETY: the caller checked that the CPU runs NEON, `usable()` that it

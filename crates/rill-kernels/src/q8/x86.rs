@@ -148,11 +148,9 @@ pub(super) unsafe fn rows(
     r0: usize,
     r1: usize,
     out: SharedMut<f32>,
-    widened: &mut Vec<u8>,
+    panel_buf: &mut Vec<u8>,
 ) -> bool {
-    // Q4_0 / IQ4_NL run as the Q8_0 blocks of their levels.
-    let nibbles = crate::q8::reference::nibble_levels(w.dtype).is_some();
-    let Some(k) = table(isa.wide(), if nibbles { DType::Q8_0 } else { w.dtype }) else {
+    let Some(k) = table(isa.wide(), w.dtype) else {
         return false;
     };
     // Many tokens: row panels (the rows past the last whole panel on the
@@ -166,37 +164,38 @@ pub(super) unsafe fn rows(
     };
     if let Some(set) = panels.filter(|_| acts.n() >= panel::MIN_TOKENS) {
         // SAFETY: as this function; the CPU runs `set`'s class.
-        r0 = unsafe { panel::rows(set, w, acts, r0, r1, out, widened) };
-    }
-    if nibbles {
-        // SAFETY: as this function (the CPU runs `isa`, so AVX2).
-        unsafe { iq4::rows_widened(k, w, acts, r0, r1, out, widened) };
-        return true;
+        r0 = unsafe { panel::rows(set, w, acts, r0, r1, out, panel_buf) };
     }
     groups::run(k, w, acts, r0, r1, out, w.rows, 0);
     true
 }
 
-static Z_VNNI: [Table; 5] = [
+static Z_VNNI: [Table; 7] = [
     with_decode(shapes!(q4k_zv), q4k_zv1),
     with_decode(shapes!(q5k_zv), q5k_zv1),
     with_decode(shapes!(q6k_zv), q6k_zv1),
     shapes!(q80_zv),
     shapes!(iq4xs_zv),
+    shapes!(q40_zv),
+    shapes!(iq4nl_zv),
 ];
-static Z: [Table; 5] = [
+static Z: [Table; 7] = [
     with_decode(shapes!(q4k_z), q4k_z1),
     with_decode(shapes!(q5k_z), q5k_z1),
     with_decode(shapes!(q6k_z), q6k_z1),
     shapes!(q80_z),
     shapes!(iq4xs_zn),
+    shapes!(q40_z),
+    shapes!(iq4nl_z),
 ];
-static Y: [Table; 5] = [
+static Y: [Table; 7] = [
     with_decode(shapes!(q4k_y), q4k_y1),
     with_decode(shapes!(q5k_y), q5k_y1),
     with_decode(shapes!(q6k_y), q6k_y1),
     shapes!(q80_y),
     shapes!(iq4xs_yk),
+    shapes!(q40_y),
+    shapes!(iq4nl_y),
 ];
 
 /// `t` with its 4-row, 1-token shape (decode) run by `k`.
@@ -219,6 +218,8 @@ fn table(avx512: bool, dtype: DType) -> Option<&'static Table> {
         Q6K => &set[2],
         Q8_0 => &set[3],
         IQ4XS => &set[4],
+        Q4_0 => &set[5],
+        IQ4NL => &set[6],
         _ => return None,
     })
 }
@@ -227,14 +228,18 @@ entry! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c":
     q4k_zv = kmin_z::<false, true>;
     q5k_zv = kmin_z::<true, true>;
     q6k_zv = q6k_z_body::<true>;
-    q80_zv = q80_z_body::<true>;
+    q80_zv = q80_z_body::<true, 0>;
+    q40_zv = q80_z_body::<true, 1>;
+    iq4nl_zv = q80_z_body::<true, 2>;
     iq4xs_zv = iq4xs_z::<true>;
 }
 entry! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c":
     q4k_z = kmin_z::<false, false>;
     q5k_z = kmin_z::<true, false>;
     q6k_z = q6k_z_body::<false>;
-    q80_z = q80_z_body::<false>;
+    q80_z = q80_z_body::<false, 0>;
+    q40_z = q80_z_body::<false, 1>;
+    iq4nl_z = q80_z_body::<false, 2>;
     iq4xs_zn = iq4xs_z::<false>;
 }
 decode_entry! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c":
@@ -256,7 +261,9 @@ entry! {"avx2,fma,f16c":
     q4k_y = kmin_y::<false>;
     q5k_y = kmin_y::<true>;
     q6k_y = q6k_y_body::<>;
-    q80_y = q80_y_body::<>;
+    q80_y = q80_y_body::<0>;
+    q40_y = q80_y_body::<1>;
+    iq4nl_y = q80_y_body::<2>;
     iq4xs_yk = iq4xs_y::<>;
 }
 
@@ -368,10 +375,44 @@ pub(super) unsafe fn q80_idot(w: *const u8, x: *const i8) -> i32 {
     i
 }
 
-/// The f16 scales of the 8 Q8_0 blocks at `g`, as f32 (AVX2: scalar loads).
+/// Bytes of a block of the Q8_0 kernels' encoding `NIB`: Q8_0 (0), or
+/// Q4_0 (1) / IQ4_NL (2), whose blocks the kernels widen in registers to
+/// the Q8_0 blocks of their levels.
+pub(super) const fn block_bytes(nib: usize) -> usize {
+    if nib == 0 {
+        34
+    } else {
+        18
+    }
+}
+
+/// The 16 signed levels of encoding `NIB` (1 or 2), for `pshufb`.
 #[inline(always)]
-pub(super) unsafe fn q80_scales(g: *const u8) -> __m256 {
-    let h = |k: usize| (g.add(34 * k) as *const i16).read_unaligned();
+pub(super) unsafe fn nib_levels<const NIB: usize>() -> __m128i {
+    let t = crate::q8::reference::nibble_levels(if NIB == 1 { DType::Q4_0 } else { DType::IQ4NL });
+    t.map_or(_mm_setzero_si128(), |t| _mm_loadu_si128(t.as_ptr().cast()))
+}
+
+/// The 32 quants of the block at `blk` as signed bytes: Q8_0's own, or the
+/// levels of a Q4_0 / IQ4_NL block (byte `j`: element `j` in its low
+/// nibble, `j + 16` in its high one).
+#[inline(always)]
+pub(super) unsafe fn q80_quants<const NIB: usize>(blk: *const u8, levels: __m128i) -> __m256i {
+    if NIB == 0 {
+        return _mm256_loadu_si256(blk.add(2) as *const __m256i);
+    }
+    let q = _mm_loadu_si128(blk.add(2) as *const __m128i);
+    let nib = _mm_set1_epi8(0x0F);
+    let lo = _mm_shuffle_epi8(levels, _mm_and_si128(q, nib));
+    let hi = _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16::<4>(q), nib));
+    _mm256_set_m128i(hi, lo)
+}
+
+/// The f16 scales of the 8 blocks at `g` (`bb` bytes apart), as f32
+/// (AVX2: scalar loads).
+#[inline(always)]
+pub(super) unsafe fn q80_scales(g: *const u8, bb: usize) -> __m256 {
+    let h = |k: usize| (g.add(bb * k) as *const i16).read_unaligned();
     _mm256_cvtph_ps(_mm_setr_epi16(
         h(0),
         h(1),
@@ -387,7 +428,7 @@ pub(super) unsafe fn q80_scales(g: *const u8) -> __m256 {
 /// Add the Q8_0 terms of leftover blocks `b0..nb` into `p` (lane `b mod 8`
 /// of each pair's partials, as the reference's `p[b % 8] += t`).
 #[inline(always)]
-pub(super) unsafe fn q80_rest<const R: usize, const T: usize>(
+pub(super) unsafe fn q80_rest<const R: usize, const T: usize, const NIB: usize>(
     w: *const u8,
     rb: usize,
     x: &Toks,
@@ -395,9 +436,18 @@ pub(super) unsafe fn q80_rest<const R: usize, const T: usize>(
     nb: usize,
     p: &mut [[[f32; 8]; T]; R],
 ) {
+    let dtype = [DType::Q8_0, DType::Q4_0, DType::IQ4NL][NIB];
     for b in b0..nb {
         for r in 0..R {
-            let blk = w.add(r * rb + 34 * b);
+            let src = w.add(r * rb + block_bytes(NIB) * b);
+            let wide;
+            let blk = if NIB == 0 {
+                src
+            } else {
+                let block = std::slice::from_raw_parts(src, 18);
+                wide = crate::q8::reference::widen_nibbles(dtype, block);
+                wide.as_ptr()
+            };
             let d = half::f16::from_bits((blk as *const u16).read_unaligned()).to_f32();
             for t in 0..T {
                 let i = q80_idot(blk.add(2), x.qs[t].add(32 * b));
@@ -462,6 +512,8 @@ mod tests {
                 DType::Q6K,
                 DType::Q8_0,
                 DType::IQ4XS,
+                DType::Q4_0,
+                DType::IQ4NL,
             ]
             .iter()
             .position(|&x| x == d)

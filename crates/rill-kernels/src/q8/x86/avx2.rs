@@ -7,7 +7,10 @@
 
 use std::arch::x86_64::*;
 
-use super::{dx4, halves, prefetch, q80_finish, q80_rest, q80_scales, sums32, to_partials, Toks};
+use super::{
+    block_bytes, dx4, halves, nib_levels, prefetch, q80_finish, q80_quants, q80_rest, q80_scales,
+    sums32, to_partials, Toks,
+};
 
 #[inline(always)]
 pub(super) unsafe fn bc256(v: __m128i) -> __m256i {
@@ -294,23 +297,22 @@ unsafe fn reduce_blocks_y(a: [__m256i; 8]) -> __m256i {
 
 /// Q8_0 on AVX2, 8 blocks at a time: `|w|` times `q` with `w`'s sign.
 #[inline(always)]
-pub(super) unsafe fn q80_y_body<const R: usize, const T: usize>(
+pub(super) unsafe fn q80_y_body<const R: usize, const T: usize, const NIB: usize>(
     w: *const u8,
     rb: usize,
     x: &Toks,
     nb: usize,
 ) -> [f32; 16] {
     let ones = _mm256_set1_epi16(1);
+    let (bb, levels) = (block_bytes(NIB), nib_levels::<NIB>());
     let mut p = [[_mm256_setzero_ps(); T]; R];
     let ng = nb / 8;
     for g in 0..ng {
-        prefetch::<R>(w, rb, 272 * g, 272);
+        prefetch::<R>(w, rb, 8 * bb * g, 8 * bb);
         for r in 0..R {
-            let base = w.add(r * rb + 272 * g);
-            let d = q80_scales(base);
-            let wv: [__m256i; 8] = arr!(8, |k| _mm256_loadu_si256(
-                base.add(34 * k + 2) as *const __m256i
-            ));
+            let base = w.add(r * rb + 8 * bb * g);
+            let d = q80_scales(base, bb);
+            let wv: [__m256i; 8] = arr!(8, |k| q80_quants::<NIB>(base.add(bb * k), levels));
             let wa: [__m256i; 8] = arr!(8, |k| _mm256_abs_epi8(wv[k]));
             for t in 0..T {
                 let a: [__m256i; 8] = arr!(8, |k| {
@@ -328,6 +330,6 @@ pub(super) unsafe fn q80_y_body<const R: usize, const T: usize>(
         }
     }
     let mut pa = to_partials(&p);
-    q80_rest::<R, T>(w, rb, x, 8 * ng, nb, &mut pa);
+    q80_rest::<R, T, NIB>(w, rb, x, 8 * ng, nb, &mut pa);
     q80_finish(pa)
 }

@@ -8,7 +8,8 @@
 use std::arch::x86_64::*;
 
 use super::{
-    dx4, halves, prefetch, q80_finish, q80_rest, sums32, to_partials, Toks, K4_IDX, Q6_IDX,
+    block_bytes, dx4, halves, nib_levels, prefetch, q80_finish, q80_rest, sums32, to_partials,
+    Toks, K4_IDX, Q6_IDX,
 };
 
 /// Insert `x` as 128-bit chunk `r` of `v`.
@@ -353,16 +354,23 @@ const Z_ORDER: [usize; 8] = [0, 2, 4, 6, 1, 3, 5, 7];
 /// Put together in general registers: `vpinsrw` would load port 5, which
 /// the AVX-512 shuffles need.
 #[inline(always)]
-unsafe fn q80_scales_z(g: *const u8) -> __m256 {
-    let h = |k: usize| (g.add(34 * Z_ORDER[k]) as *const u16).read_unaligned() as u64;
+unsafe fn q80_scales_z(g: *const u8, bb: usize) -> __m256 {
+    let h = |k: usize| (g.add(bb * Z_ORDER[k]) as *const u16).read_unaligned() as u64;
     let four = |k: usize| h(k) | h(k + 1) << 16 | h(k + 2) << 32 | h(k + 3) << 48;
     _mm256_cvtph_ps(_mm_set_epi64x(four(4) as i64, four(0) as i64))
 }
 
 /// Q8_0 on AVX-512, 8 blocks (272 bytes) of a row at a time: 64-value
-/// vectors `[block 2k | 2k+1]`, lanes of the tail = the 8 blocks.
+/// vectors `[block 2k | 2k+1]`, lanes of the tail = the 8 blocks. `NIB`
+/// 1 / 2: Q4_0 / IQ4_NL blocks, widened in registers to the Q8_0 blocks of
+/// their levels.
 #[inline(always)]
-pub(super) unsafe fn q80_z_body<const R: usize, const T: usize, const VNNI: bool>(
+pub(super) unsafe fn q80_z_body<
+    const R: usize,
+    const T: usize,
+    const VNNI: bool,
+    const NIB: usize,
+>(
     w: *const u8,
     rb: usize,
     x: &Toks,
@@ -372,9 +380,11 @@ pub(super) unsafe fn q80_z_body<const R: usize, const T: usize, const VNNI: bool
     let (b80, ones) = (_mm512_set1_epi8(-128), _mm512_set1_epi16(1));
     let order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
     let mut p = [[_mm256_setzero_ps(); T]; R];
+    let (bb, nib) = (block_bytes(NIB), _mm512_set1_epi8(0x0F));
+    let levels = _mm512_broadcast_i32x4(nib_levels::<NIB>());
     let ng = nb / 8;
     for g in 0..ng {
-        prefetch::<R>(w, rb, 272 * g, 272);
+        prefetch::<R>(w, rb, 8 * bb * g, 8 * bb);
         let mut xs = [[z; 4]; T];
         let mut neg = [[z; 4]; T];
         let mut dx = [_mm256_setzero_ps(); T];
@@ -389,16 +399,26 @@ pub(super) unsafe fn q80_z_body<const R: usize, const T: usize, const VNNI: bool
             dx[t] = _mm256_permutevar8x32_ps(_mm256_loadu_ps(x.d[t].add(8 * g)), order);
         }
         for r in 0..R {
-            let base = w.add(r * rb + 272 * g);
-            let d = q80_scales_z(base);
-            // Block 2k's quants, then block 2k+1's by a masked load (no
-            // port-5 insert) from 32 bytes before them.
-            let q = |j: usize| base.add(34 * j + 2);
-            let wv: [__m512i; 4] = arr!(4, |k| _mm512_mask_loadu_epi64(
-                _mm512_castsi256_si512(_mm256_loadu_si256(q(2 * k) as *const __m256i)),
-                0xF0,
-                q(2 * k + 1).sub(32) as *const i64
-            ));
+            let base = w.add(r * rb + 8 * bb * g);
+            let d = q80_scales_z(base, bb);
+            let q = |j: usize| base.add(bb * j + 2);
+            let wv: [__m512i; 4] = arr!(4, |k| if NIB == 0 {
+                // Block 2k's quants, then block 2k+1's by a masked load (no
+                // port-5 insert) from 32 bytes before them.
+                _mm512_mask_loadu_epi64(
+                    _mm512_castsi256_si512(_mm256_loadu_si256(q(2 * k) as *const __m256i)),
+                    0xF0,
+                    q(2 * k + 1).sub(32) as *const i64,
+                )
+            } else {
+                // [nibbles of 2k | of 2k+1] → [lo 2k, hi 2k, lo 2k+1, hi 2k+1]
+                let y = _mm256_loadu2_m128i(q(2 * k + 1) as *const _, q(2 * k) as *const _);
+                let y = _mm512_castsi256_si512(y);
+                let v =
+                    _mm512_inserti64x4::<1>(y, _mm512_castsi512_si256(_mm512_srli_epi16::<4>(y)));
+                let v = _mm512_shuffle_i32x4::<0xD8>(v, v);
+                _mm512_shuffle_epi8(levels, _mm512_and_si512(v, nib))
+            });
             let wu: [__m512i; 4] = arr!(4, |k| _mm512_xor_si512(wv[k], b80));
             let wa: [__m512i; 4] = arr!(4, |k| _mm512_abs_epi8(wv[k]));
             let wneg: [__mmask64; 4] = arr!(4, |k| _mm512_movepi8_mask(wv[k]));
@@ -425,6 +445,6 @@ pub(super) unsafe fn q80_z_body<const R: usize, const T: usize, const VNNI: bool
             }
         }
     }
-    q80_rest::<R, T>(w, rb, x, 8 * ng, nb, &mut pa);
+    q80_rest::<R, T, NIB>(w, rb, x, 8 * ng, nb, &mut pa);
     q80_finish(pa)
 }

@@ -20,7 +20,6 @@ use std::arch::x86_64::*;
 use super::avx2::{reduce_pairs_y, row_lanes_y, tree_y};
 use super::avx512::{dot16, reduce_pairs, row_lanes_z, tree_z};
 use super::{dx4, halves, prefetch, Toks};
-use crate::q8::reference::nibble_levels;
 use crate::quant::iq4::IQ4_NL_VALUES;
 
 const BLOCK: usize = 136;
@@ -153,64 +152,4 @@ pub(super) unsafe fn iq4xs_y<const R: usize, const T: usize>(
         }
     }
     tree_y(&p)
-}
-
-/// Bytes of widened rows per slab: they stay in L2 while every token goes by.
-const SLAB_BYTES: usize = 64 * 1024;
-
-/// Rows `r0..r1` of a Q4_0 / IQ4_NL matrix × every token, on the Q8_0
-/// kernels `k`: slab by slab, the rows are widened once into `buf` (the
-/// Q8_0 block of each block's levels, 34 bytes a block), then the Q8_0
-/// driver runs on the slab for every token group. The term is the
-/// reference's (`reference.rs` runs such a block the same way).
-///
-/// # Safety
-/// As `q8::rows`; the CPU runs AVX2 and the kernels of `k`.
-#[target_feature(enable = "avx2")]
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn rows_widened(
-    k: &super::Table,
-    w: crate::matmul::MatRef<'_>,
-    acts: crate::q8::Q8Rows<'_>,
-    r0: usize,
-    r1: usize,
-    out: crate::threads::SharedMut<f32>,
-    buf: &mut Vec<u8>,
-) {
-    let Some(table) = nibble_levels(w.dtype) else {
-        return;
-    };
-    let levels = _mm_loadu_si128(table.as_ptr().cast());
-    let nib = _mm_set1_epi8(0x0F);
-    let nb = w.cols / 32;
-    let wrb = 34 * nb;
-    let slab = (SLAB_BYTES / wrb.max(1)).max(4) / 4 * 4;
-    let need = slab.min(r1 - r0) * wrb;
-    if buf.len() < need {
-        buf.resize(need, 0);
-    }
-    let mut s0 = r0;
-    while s0 < r1 {
-        let s1 = (s0 + slab).min(r1);
-        for r in s0..s1 {
-            let row = w.row(r);
-            let dst = &mut buf[(r - s0) * wrb..(r - s0 + 1) * wrb];
-            for (src, d) in row.chunks_exact(18).zip(dst.chunks_exact_mut(34)) {
-                d[..2].copy_from_slice(&src[..2]);
-                let q = _mm_loadu_si128(src[2..18].as_ptr().cast());
-                let lo = _mm_shuffle_epi8(levels, _mm_and_si128(q, nib));
-                let hi = _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16::<4>(q), nib));
-                _mm_storeu_si128(d[2..18].as_mut_ptr().cast(), lo);
-                _mm_storeu_si128(d[18..34].as_mut_ptr().cast(), hi);
-            }
-        }
-        let view = crate::matmul::MatRef::new(
-            rill_dtype::DType::Q8_0,
-            s1 - s0,
-            w.cols,
-            &buf[..(s1 - s0) * wrb],
-        );
-        super::groups::run(k, view, acts, 0, s1 - s0, out, w.rows, s0);
-        s0 = s1;
-    }
 }
