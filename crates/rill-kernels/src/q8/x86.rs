@@ -153,8 +153,8 @@ pub(super) unsafe fn rows(
     let Some(k) = table(isa.wide(), w.dtype) else {
         return false;
     };
-    // Many tokens: row panels (the rows past the last whole panel on the
-    // 4-row kernels). AVX-512 without VNNI keeps its 4-row kernels (not
+    // Several tokens: row panels (the rows past the last whole panel on
+    // the 4-row kernels). AVX-512 without VNNI keeps its 4-row kernels (not
     // measured).
     let mut r0 = r0;
     let panels = match (isa.wide(), vnni()) {
@@ -162,7 +162,7 @@ pub(super) unsafe fn rows(
         (false, _) => Some(&panel::AVX2),
         (true, false) => None,
     };
-    if let Some(set) = panels.filter(|_| acts.n() >= panel::MIN_TOKENS) {
+    if let Some(set) = panels.filter(|s| acts.n() >= s.min_tokens) {
         // SAFETY: as this function; the CPU runs `set`'s class.
         r0 = unsafe { panel::rows(set, w, acts, r0, r1, out, panel_buf) };
     }

@@ -37,9 +37,6 @@ mod zmm;
 
 /// Tokens of one kernel call at most.
 const TOKENS: usize = 8;
-/// Fewer tokens than this run on the 4 × 4 kernels: the panel's rewrite
-/// would not pay for itself.
-pub(super) const MIN_TOKENS: usize = 8;
 
 /// What a panel holds of each block, by encoding: byte offsets within the
 /// block's part of the panel (every vector `v` bytes: 64 for AVX-512, 32 for AVX2).
@@ -140,6 +137,11 @@ pub(super) struct Set {
     rows: usize,
     /// Tokens of one kernel call.
     tokens: usize,
+    /// Fewer tokens than this run on the 4-row kernels: the panel's rewrite
+    /// does not pay for itself (`matmul_bench`, 512 × 2048 Q4_K on Zen 4,
+    /// 1 thread: AVX-512 panels lose at 2 tokens, tie at 4, win by 20-27%
+    /// from 5; AVX2 panels tie at 2 and win by 15-30% from 3).
+    pub(super) min_tokens: usize,
     /// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL (these two as the Q8_0 blocks
     /// of their levels), IQ4_XS, where the class has them.
     kinds: [Option<Kind>; 7],
@@ -228,7 +230,7 @@ mod tests {
     /// panels, the rows after them and starts inside a panel) has the
     /// reference's bits: random blocks and blocks at the bounds (largest
     /// quants, scales and mins; Q6_K scales −1 and −128), activations random
-    /// or all ±1, 8 to 19 tokens.
+    /// or all ±1, 3 to 19 tokens.
     #[test]
     fn panels_give_the_reference_bits() {
         let mut classes = vec![];
@@ -271,7 +273,7 @@ mod tests {
                     }
                 }
                 let w = MatRef::new(dtype, rows, cols, &data);
-                for n in [8, 13, 19] {
+                for n in [3, 5, 8, 13, 19] {
                     let xf: Vec<f32> = (0..n * cols)
                         .map(|i| match (fill, (i / cols) % 3) {
                             (Some(_), 0) => 1.0,

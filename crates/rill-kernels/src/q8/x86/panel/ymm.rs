@@ -507,6 +507,7 @@ unsafe fn iq4xs_pack(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
 /// The AVX2 panels.
 pub(in crate::q8::x86) static SET: Set = Set {
     rows: ROWS,
+    min_tokens: 3,
     tokens: CALL_TOKENS,
     kinds: [
         Some(Kind {

@@ -416,6 +416,7 @@ unsafe fn q80_pack<const NIB: usize>(w: *const u8, rb: usize, nb: usize, dst: *m
 /// The AVX-512 VNNI panels.
 pub(in crate::q8::x86) static SET: Set = Set {
     rows: ROWS,
+    min_tokens: 5,
     tokens: TOKENS,
     kinds: [
         Some(Kind {
