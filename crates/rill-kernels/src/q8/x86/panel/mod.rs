@@ -37,6 +37,10 @@ mod zmm;
 
 /// Tokens of one kernel call at most.
 const TOKENS: usize = 8;
+/// Token groups of one pass over the rows: more tokens than this many
+/// groups hold pack every panel again per pass (512 tokens on AVX-512, 576
+/// on AVX2 fit one).
+const GROUPS: usize = 96;
 
 /// What a panel holds of each block, by encoding: byte offsets within the
 /// block's part of the panel (every vector `v` bytes: 64 for AVX-512, 32 for AVX2).
@@ -98,6 +102,7 @@ unsafe fn levels<const NIB: usize>() -> std::arch::x86_64::__m128i {
 }
 
 /// Up to [`TOKENS`] tokens' quantized activations (unused slots repeat the last).
+#[derive(Clone, Copy)]
 struct Toks8 {
     qs: [*const i8; TOKENS],
     d: [*const f32; TOKENS],
@@ -105,6 +110,12 @@ struct Toks8 {
 }
 
 impl Toks8 {
+    const NONE: Toks8 = Toks8 {
+        qs: [std::ptr::null(); TOKENS],
+        d: [std::ptr::null(); TOKENS],
+        sums: [std::ptr::null(); TOKENS],
+    };
+
     fn new(acts: Q8Rows<'_>, t0: usize, nt: usize) -> Toks8 {
         let row = |t: usize| acts.row(t0 + t.min(nt - 1));
         Toks8 {
@@ -187,35 +198,49 @@ pub(super) unsafe fn rows(
     }
     let at = buf.as_ptr().align_offset(64).min(64);
     let panel = buf.as_mut_ptr().add(at);
-    // The token groups' activations, found once for every panel.
-    let groups: Vec<(usize, usize, Toks8)> = (0..n)
-        .step_by(set.tokens)
-        .map(|t0| {
-            let nt = (n - t0).min(set.tokens);
-            (t0, nt, Toks8::new(acts, t0, nt))
-        })
-        .collect();
-    let mut r = r0;
-    while r + rows <= r1 {
-        // SAFETY: rows r..r + rows are whole rows of `w`; the panel holds
-        // `bytes`.
-        (k.pack)(w.data.as_ptr().add(r * rb), rb, nb, panel);
-        // The next panel's rows come from DRAM while this one is used:
-        // packing waited on them (~85% of its time) without this.
-        let next = w.data.as_ptr().wrapping_add((r + rows) * rb);
-        for o in (0..rows * rb).step_by(64) {
-            _mm_prefetch(next.wrapping_add(o) as *const i8, _MM_HINT_T2);
+    // The token groups' activations, found once for every panel (finding
+    // them per panel cost ~15% of the experts' time), for up to
+    // [`GROUPS`] groups at a time: on the stack, since a decode step must
+    // not allocate.
+    let mut groups = [(0usize, 0usize, Toks8::NONE); GROUPS];
+    let mut c0 = 0;
+    while c0 < n {
+        let c1 = (c0 + GROUPS * set.tokens).min(n);
+        let mut ng = 0;
+        let mut t0 = c0;
+        while t0 < c1 {
+            let nt = (c1 - t0).min(set.tokens);
+            groups[ng] = (t0, nt, Toks8::new(acts, t0, nt));
+            ng += 1;
+            t0 += nt;
         }
-        for &(t0, nt, ref toks) in &groups {
-            let res = (k.kernels[nt - 1])(panel, nb, toks);
-            for t in 0..nt {
-                // SAFETY: rows r..r + rows of the output are this caller's.
-                std::ptr::copy_nonoverlapping(res[t].as_ptr(), out.at((t0 + t) * w.rows + r), rows);
+        let mut r = r0;
+        while r + rows <= r1 {
+            // SAFETY: rows r..r + rows are whole rows of `w`; the panel holds
+            // `bytes`.
+            (k.pack)(w.data.as_ptr().add(r * rb), rb, nb, panel);
+            // The next panel's rows come from DRAM while this one is used:
+            // packing waited on them (~85% of its time) without this.
+            let next = w.data.as_ptr().wrapping_add((r + rows) * rb);
+            for o in (0..rows * rb).step_by(64) {
+                _mm_prefetch(next.wrapping_add(o) as *const i8, _MM_HINT_T2);
             }
+            for &(t0, nt, ref toks) in &groups[..ng] {
+                let res = (k.kernels[nt - 1])(panel, nb, toks);
+                for t in 0..nt {
+                    // SAFETY: rows r..r + rows of the output are this caller's.
+                    std::ptr::copy_nonoverlapping(
+                        res[t].as_ptr(),
+                        out.at((t0 + t) * w.rows + r),
+                        rows,
+                    );
+                }
+            }
+            r += rows;
         }
-        r += rows;
+        c0 = c1;
     }
-    r
+    r0 + (r1 - r0) / rows * rows
 }
 
 #[cfg(test)]
@@ -242,6 +267,52 @@ mod tests {
         }
         for isa in classes {
             check_panels(isa);
+        }
+    }
+
+    /// More tokens than one pass over the rows holds ([`super::GROUPS`]
+    /// groups): every pass gives the reference's bits too.
+    #[test]
+    fn long_batches_pass_over_the_rows_again() {
+        let mut rnd = crate::test_util::xorshift(0x0DD_BA11);
+        let (rows, cols, n) = (20, 256, 800);
+        let mut data: Vec<u8> = (0..rows * 144).map(|_| rnd() as u8).collect();
+        for blk in data.chunks_exact_mut(144) {
+            blk[..2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
+        }
+        let w = MatRef::new(DType::Q4K, rows, cols, &data);
+        let xf: Vec<f32> = (0..n * cols)
+            .map(|_| (rnd() % 2001) as f32 / 100.0 - 10.0)
+            .collect();
+        let mut acts = Q8Acts::default();
+        acts.quantize(ActFormat::K256, &xf, n, cols);
+        for isa in [Isa::Avx2, Isa::Avx512] {
+            if !(isa.is_available() && (isa == Isa::Avx2 || super::super::vnni())) {
+                continue;
+            }
+            let mut out = vec![f32::NAN; n * rows];
+            // SAFETY: the CPU runs `isa` (checked); the output holds n · rows.
+            unsafe {
+                super::super::rows(
+                    isa,
+                    w,
+                    (&acts).into(),
+                    0,
+                    rows,
+                    SharedMut::new(&mut out),
+                    &mut Vec::new(),
+                )
+            };
+            for t in 0..n {
+                for r in 0..rows {
+                    let want = dot_ref(DType::Q4K, w.row(r), acts.row(t));
+                    assert_eq!(
+                        out[t * rows + r].to_bits(),
+                        want.to_bits(),
+                        "{isa:?} {t} {r}"
+                    );
+                }
+            }
         }
     }
 
