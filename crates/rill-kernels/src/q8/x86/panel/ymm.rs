@@ -401,6 +401,75 @@ unsafe fn q80_pack<const NIB: usize>(w: *const u8, rb: usize, nb: usize, dst: *m
     pack_q80::<NIB>(w, rb, nb, dst)
 }
 
+/// Q4_0 panel bytes per block: the 8 rows' unsigned 4-bit indices per
+/// 4-value group (`w = index − 8`), then `d` as f32.
+const Q40_BYTES: usize = 9 * 32;
+
+/// Rewrite rows `w..` (8 of them, `rb` bytes apart, `nb` Q4_0 blocks each)
+/// as a Q4_0 panel at `dst`.
+#[inline(always)]
+unsafe fn pack_q40(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+    let nib = _mm_set1_epi8(0x0F);
+    for b in 0..nb {
+        let pb = dst.add(b * Q40_BYTES);
+        let blk = |r: usize| w.add(r * rb + 18 * b);
+        let mut v = [_mm256_setzero_si256(); 8];
+        for r in 0..ROWS {
+            let q = _mm_loadu_si128(blk(r).add(2) as *const __m128i);
+            let hi = _mm_and_si128(_mm_srli_epi16::<4>(q), nib);
+            v[r] = _mm256_set_m128i(hi, _mm_and_si128(q, nib));
+        }
+        let t = transpose8(v);
+        for k in 0..8 {
+            _mm256_storeu_si256(pb.add(32 * k) as *mut __m256i, t[k]);
+        }
+        let h: [u16; 8] = std::array::from_fn(|r| (blk(r) as *const u16).read_unaligned());
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr() as *const __m128i));
+        _mm256_storeu_ps(pb.add(256) as *mut f32, d);
+    }
+}
+
+/// The Q4_0 panel at `panel` (`nb` blocks) × `T` tokens: the unsigned
+/// indices (≤ 15) against the activations in one i16 chain per block (16
+/// products a lane, ≤ 30480), `vpmaddwd` with ones, then `−8·Σx` from the
+/// activations' sums: `Σ (idx − 8)·x`, the reference's integer.
+#[inline(always)]
+unsafe fn body_q40<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
+    let z = _mm256_setzero_si256();
+    let ones = _mm256_set1_epi16(1);
+    let mut p = [[_mm256_setzero_ps(); 8]; T];
+    for b in 0..nb {
+        let pb = panel.add(b * Q40_BYTES);
+        let mut s = [z; T];
+        for k in 0..8 {
+            let wv = _mm256_loadu_si256(pb.add(32 * k) as *const __m256i);
+            for t in 0..T {
+                let xk = bcast(x.qs[t].add(32 * b + 4 * k));
+                s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(wv, xk));
+            }
+        }
+        let d = _mm256_loadu_ps(pb.add(256) as *const f32);
+        for t in 0..T {
+            let sum = *x.sums[t].add(2 * b) as i32 + *x.sums[t].add(2 * b + 1) as i32;
+            let i = _mm256_sub_epi32(_mm256_madd_epi16(s[t], ones), _mm256_set1_epi32(8 * sum));
+            let dx = _mm256_set1_ps(*x.d[t].add(b));
+            let term = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(i));
+            p[t][b % 8] = _mm256_add_ps(p[t][b % 8], term);
+        }
+    }
+    finish(&p)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q40_panel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
+    body_q40::<T>(panel, nb, x)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q40_pack(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+    pack_q40(w, rb, nb, dst)
+}
+
 /// IQ4_XS panel bytes per block: per 4-value group the 8 rows' signed
 /// levels and their magnitudes, then per sub-block the `(ls, ls)` pairs,
 /// then `d` as f32.
@@ -536,9 +605,9 @@ pub(in crate::q8::x86) static SET: Set = Set {
         }),
         Some(Kind {
             values: 32,
-            bytes: Q80_BYTES,
-            pack: q80_pack::<1>,
-            kernels: super::by_tokens!(q80_panel),
+            bytes: Q40_BYTES,
+            pack: q40_pack,
+            kernels: super::by_tokens!(q40_panel),
         }),
         Some(Kind {
             values: 32,
