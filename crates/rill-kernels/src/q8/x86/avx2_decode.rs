@@ -177,11 +177,23 @@ pub(super) unsafe fn kmin_y1<const Q5: bool>(
     finish(p)
 }
 
+/// Lane `i` of each 128-bit half of `v` in all four lanes of that half.
+#[inline(always)]
+unsafe fn lane_bcast(v: __m256i, i: usize) -> __m256i {
+    match i {
+        0 => _mm256_shuffle_epi32::<0x00>(v),
+        1 => _mm256_shuffle_epi32::<0x55>(v),
+        2 => _mm256_shuffle_epi32::<0xAA>(v),
+        _ => _mm256_shuffle_epi32::<0xFF>(v),
+    }
+}
+
 /// Q6_K, 4 rows × 1 token.
 #[inline(always)]
 pub(super) unsafe fn q6k_body_y1(w: *const u8, rb: usize, x: &Toks, nb: usize) -> [f32; 16] {
     let z = _mm256_setzero_si256();
     let (nib, hib) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
+    let even_odd = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
     let offs = scale_offsets(rb, 210);
     let mut p = [[_mm256_setzero_ps(); 2]; 2];
     let mut b0 = 0;
@@ -199,19 +211,20 @@ pub(super) unsafe fn q6k_body_y1(w: *const u8, rb: usize, x: &Toks, nb: usize) -
             let mut acc = [z; 4];
             for r in 0..4 {
                 let base = blk(r);
-                let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(base.add(192) as *const __m128i));
-                let dup = [
-                    _mm256_unpacklo_epi16(sc16, sc16),
-                    _mm256_unpackhi_epi16(sc16, sc16),
-                ];
+                let raw = _mm_loadu_si128(base.add(192) as *const __m128i);
+                let sc16 = _mm256_cvtepi8_epi16(raw);
+                // Even scales in the low half, odd ones in the high, as
+                // (s, s) pairs: [s0 s2 s4 s6 | s1 s3 s5 s7] and [s8 .. |
+                // s9 ..]. Vector u needs s(2u) low and s(2u + 1) high, one
+                // in-lane `vpshufd` away (a lane-crossing `vpermd` costs
+                // several times more on Zen 1 and 2).
+                let eo = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(raw, even_odd));
+                let ef = [_mm256_unpacklo_epi16(eo, eo), _mm256_unpackhi_epi16(eo, eo)];
                 let scn = _mm256_sub_epi16(z, _mm256_slli_epi16::<5>(sc16));
                 acc[r] = _mm256_madd_epi16(s16, scn);
                 for u in 0..8 {
                     let wv = q6k_quants_y!(base, u, nib, hib);
-                    let pos = |j: usize| ((j / 8) * 4 + j % 4) as i32;
-                    let (a, c) = (pos(2 * u), pos(2 * u + 1));
-                    let idx = _mm256_setr_epi32(a, a, a, a, c, c, c, c);
-                    let sv = _mm256_permutevar8x32_epi32(dup[(2 * u % 8) / 4], idx);
+                    let sv = lane_bcast(ef[u / 4], u % 4);
                     let xv = _mm256_loadu_si256(x.qs[0].add(256 * b + 32 * u) as *const __m256i);
                     let d = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), sv);
                     acc[r] = _mm256_add_epi32(acc[r], d);
