@@ -34,35 +34,24 @@ unsafe fn block_mask(nj: usize) -> __m256i {
 }
 
 /// The 32 bits at `g + r·rb + j·bb` for the rows of vector `h` (lane
-/// `4(r mod 2) + j`, 0 where `j ≥ nj`).
+/// `4(r mod 2) + j`, 0 where `j ≥ nj`). Loaded one by one and put
+/// together in general registers: `vpgatherdd` is microcoded on AMD Zen 1
+/// and 2 (about 20 µops), where these kernels are bound by vector µops.
 #[inline(always)]
-unsafe fn gather_scales(g: *const u8, offs: [__m256i; 2], nj: usize) -> [__m256i; 2] {
-    let m = block_mask(nj);
-    let z = _mm256_setzero_si256();
-    [
-        _mm256_mask_i32gather_epi32::<1>(z, g as *const i32, offs[0], m),
-        _mm256_mask_i32gather_epi32::<1>(z, g as *const i32, offs[1], m),
-    ]
-}
-
-/// Lane offsets `r·rb + j·bb` of [`gather_scales`].
-#[inline(always)]
-unsafe fn scale_offsets(rb: usize, bb: usize) -> [__m256i; 2] {
-    let (rb, bb) = (rb as i32, bb as i32);
-    let at = |h: i32| {
-        let (r0, r1) = (2 * h * rb, (2 * h + 1) * rb);
-        _mm256_setr_epi32(
-            r0,
-            r0 + bb,
-            r0 + 2 * bb,
-            r0 + 3 * bb,
-            r1,
-            r1 + bb,
-            r1 + 2 * bb,
-            r1 + 3 * bb,
-        )
+unsafe fn gather_scales(g: *const u8, rb: usize, bb: usize, nj: usize) -> [__m256i; 2] {
+    let at = |r: usize, j: usize| -> u64 {
+        if j < nj {
+            (g.add(r * rb + j * bb) as *const u32).read_unaligned() as u64
+        } else {
+            0
+        }
     };
-    [at(0), at(1)]
+    let two = |r: usize, j: usize| (at(r, j) | at(r, j + 1) << 32) as i64;
+    let half = |r: usize| _mm_set_epi64x(two(r, 2), two(r, 0));
+    [
+        _mm256_set_m128i(half(1), half(0)),
+        _mm256_set_m128i(half(3), half(2)),
+    ]
 }
 
 /// The low and high f16 of each 32-bit lane of `v`, as f32.
@@ -109,7 +98,6 @@ pub(super) unsafe fn kmin_y1<const Q5: bool>(
     let (bb, qs_at) = if Q5 { (176, 48) } else { (144, 16) };
     let z = _mm256_setzero_si256();
     let (nib, b16) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(16));
-    let offs = scale_offsets(rb, bb);
     let mut p = [[_mm256_setzero_ps(); 2]; 2];
     let mut b0 = 0;
     while b0 < nb {
@@ -162,7 +150,7 @@ pub(super) unsafe fn kmin_y1<const Q5: bool>(
                 fi[h][j] = fold2(acc[2 * h], acc[2 * h + 1]);
             }
         }
-        let g = gather_scales(w.add(b0 * bb), offs, nj);
+        let g = gather_scales(w.add(b0 * bb), rb, bb, nj);
         let dx = dx_lanes(x, b0, nj);
         let pg = (b0 / 4) % 2;
         for h in 0..2 {
@@ -194,7 +182,6 @@ pub(super) unsafe fn q6k_body_y1(w: *const u8, rb: usize, x: &Toks, nb: usize) -
     let z = _mm256_setzero_si256();
     let (nib, hib) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
     let even_odd = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-    let offs = scale_offsets(rb, 210);
     let mut p = [[_mm256_setzero_ps(); 2]; 2];
     let mut b0 = 0;
     while b0 < nb {
@@ -235,7 +222,7 @@ pub(super) unsafe fn q6k_body_y1(w: *const u8, rb: usize, x: &Toks, nb: usize) -
             }
         }
         // `d` is the block's last 16 bits: read with the 16 before them.
-        let g = gather_scales(w.add(b0 * 210 + 206), offs, nj);
+        let g = gather_scales(w.add(b0 * 210 + 206), rb, 210, nj);
         let dx = dx_lanes(x, b0, nj);
         let pg = (b0 / 4) % 2;
         for h in 0..2 {
