@@ -423,12 +423,16 @@ pub(super) unsafe fn q80_quants<const NIB: usize>(blk: *const u8, levels: __m128
     _mm256_set_m128i(hi, lo)
 }
 
-/// The f16 scales of the 8 blocks at `g` (`bb` bytes apart), as f32.
-/// Put together in general registers: a chain of 8 `vpinsrw` costs 16
-/// vector µops on Zen 1 and 2, where the decode kernels are bound by them.
+/// Blocks in their own order: lane `k` holds block `k`.
+pub(super) const IN_ORDER: [usize; 8] = [0, 1, 2, 3, 4, 5, 6, 7];
+
+/// The f16 scales of 8 blocks at `g` (`bb` bytes apart), block `order[k]`
+/// in lane `k`, as f32. Put together in general registers: a chain of 8
+/// `vpinsrw` costs 16 vector µops on Zen 1 and 2, where the decode kernels
+/// are bound by them, and would load port 5, which the AVX-512 shuffles need.
 #[inline(always)]
-pub(super) unsafe fn q80_scales(g: *const u8, bb: usize) -> __m256 {
-    let h = |k: usize| (g.add(bb * k) as *const u16).read_unaligned() as u64;
+pub(super) unsafe fn q80_scales(g: *const u8, bb: usize, order: [usize; 8]) -> __m256 {
+    let h = |k: usize| (g.add(bb * order[k]) as *const u16).read_unaligned() as u64;
     let four = |k: usize| h(k) | h(k + 1) << 16 | h(k + 2) << 32 | h(k + 3) << 48;
     _mm256_cvtph_ps(_mm_set_epi64x(four(4) as i64, four(0) as i64))
 }

@@ -8,8 +8,8 @@
 use std::arch::x86_64::*;
 
 use super::{
-    block_bytes, dx4, halves, nib_levels, prefetch, q80_finish, q80_rest, sums32, to_partials,
-    Toks, K4_IDX, Q6_IDX,
+    block_bytes, dx4, halves, nib_levels, prefetch, q80_finish, q80_rest, q80_scales, sums32,
+    to_partials, Toks, K4_IDX, Q6_IDX,
 };
 
 /// Insert `x` as 128-bit chunk `r` of `v`.
@@ -350,16 +350,6 @@ unsafe fn reduce_blocks_z(a: [__m512i; 4]) -> __m256i {
 /// The block of each lane of [`reduce_blocks_z`]'s result.
 const Z_ORDER: [usize; 8] = [0, 2, 4, 6, 1, 3, 5, 7];
 
-/// The f16 scales of the 8 Q8_0 blocks at `g` as f32, in [`Z_ORDER`].
-/// Put together in general registers: `vpinsrw` would load port 5, which
-/// the AVX-512 shuffles need.
-#[inline(always)]
-unsafe fn q80_scales_z(g: *const u8, bb: usize) -> __m256 {
-    let h = |k: usize| (g.add(bb * Z_ORDER[k]) as *const u16).read_unaligned() as u64;
-    let four = |k: usize| h(k) | h(k + 1) << 16 | h(k + 2) << 32 | h(k + 3) << 48;
-    _mm256_cvtph_ps(_mm_set_epi64x(four(4) as i64, four(0) as i64))
-}
-
 /// Q8_0 on AVX-512, 8 blocks (272 bytes) of a row at a time: 64-value
 /// vectors `[block 2k | 2k+1]`, lanes of the tail = the 8 blocks. `NIB`
 /// 1 / 2: Q4_0 / IQ4_NL blocks, widened in registers to the Q8_0 blocks of
@@ -400,7 +390,7 @@ pub(super) unsafe fn q80_z_body<
         }
         for r in 0..R {
             let base = w.add(r * rb + 8 * bb * g);
-            let d = q80_scales_z(base, bb);
+            let d = q80_scales(base, bb, Z_ORDER);
             let q = |j: usize| base.add(bb * j + 2);
             let wv: [__m512i; 4] = arr!(4, |k| if NIB == 0 {
                 // Block 2k's quants, then block 2k+1's by a masked load (no
