@@ -255,9 +255,22 @@ unsafe fn fused_rows(
         Isa::Neon => |d, w, nr, x, nt, c, o| unsafe { neon::canon_tile(d, w, nr, x, nt, c, o) },
         _ => return false,
     };
-    // Separate scale tensors are multiplied in as rows are decoded (the
-    // blocked path).
-    if n == 0 || n > CANON_TOKENS || w.cols == 0 || w.scales != crate::Scales::None {
+    if n == 0 || n > CANON_TOKENS || w.cols == 0 {
+        return false;
+    }
+    // Separate scale tensors (FP8, NVFP4 checkpoints) have kernels of their
+    // own that read the scales where they lie: (avx512, w, r0, nr, x, nt, out).
+    type ScaledTile = unsafe fn(bool, &MatRef<'_>, usize, usize, &[f32], usize, &mut [f32]) -> bool;
+    #[cfg(target_arch = "x86_64")]
+    let scaled: Option<(ScaledTile, bool)> = match isa {
+        Isa::Avx2 | Isa::AvxVnni => Some((x86::canon_scaled_tile, false)),
+        Isa::Avx512 | Isa::Amx => Some((x86::canon_scaled_tile, true)),
+        _ => None,
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let scaled: Option<(ScaledTile, bool)> = None;
+    let with_scales = w.scales != crate::Scales::None;
+    if with_scales && scaled.is_none() {
         return false;
     }
     let mut res = [0f32; CANON_ROWS * CANON_TOKENS];
@@ -267,9 +280,25 @@ unsafe fn fused_rows(
         let re = (ra + CANON_ROWS).min(r1);
         let nr = re - ra;
         // SAFETY: `w` holds whole rows ra..re, `x` holds n ≤ CANON_TOKENS
-        // tokens, `res` CANON_ROWS · CANON_TOKENS values.
-        let wr = &w.data[ra * rb..re * rb];
-        if !unsafe { canon(w.dtype, wr, nr, x, n, w.cols, &mut res) } {
+        // tokens, `res` CANON_ROWS · CANON_TOKENS values; the callers of
+        // `fused_rows` checked the CPU.
+        let done = match scaled {
+            Some((tile, avx512)) if with_scales => unsafe {
+                tile(avx512, &w, ra, nr, x, n, &mut res)
+            },
+            _ => unsafe {
+                canon(
+                    w.dtype,
+                    &w.data[ra * rb..re * rb],
+                    nr,
+                    x,
+                    n,
+                    w.cols,
+                    &mut res,
+                )
+            },
+        };
+        if !done {
             // No such kernel for this encoding: nothing was written yet.
             return false;
         }

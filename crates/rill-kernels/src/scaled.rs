@@ -12,7 +12,7 @@ use rill_dtype::DType;
 
 /// Scale `i` of a row of scales stored as `dtype`.
 #[inline(always)]
-fn scale_at(data: &[u8], dtype: DType, i: usize) -> f32 {
+pub(crate) fn scale_at(data: &[u8], dtype: DType, i: usize) -> f32 {
     match dtype {
         DType::F32 => f32::from_le_bytes(data[4 * i..4 * i + 4].try_into().unwrap()),
         DType::BF16 => {

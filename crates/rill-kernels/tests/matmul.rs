@@ -19,12 +19,15 @@ mod common;
 use common::{dot_f64, dot_tolerance, matrix, Rng};
 
 /// The encodings whose products are checked, with a column count each
-/// (floats: not a multiple of 8 or 16, so the element-wise tail runs).
-const CASES: [(DType, usize); 12] = [
+/// (floats: not a multiple of 8 or 16, so the element-wise tail runs; and
+/// whole blocks of 16, which few tokens decode in registers).
+const CASES: [(DType, usize); 14] = [
     (DType::F32, 203),
     (DType::F32, 7),
     (DType::BF16, 200),
     (DType::F16, 136),
+    (DType::BF16, 256),
+    (DType::F16, 320),
     (DType::Q8_0, 224),
     (DType::Q4_0, 96),
     (DType::Q4K, 512),

@@ -177,7 +177,11 @@ macro_rules! canon_acc {
 mod avx2_blocks;
 mod avx512;
 mod float;
+mod float_canon;
 pub(crate) mod gemm;
+mod scaled;
+
+pub(crate) use scaled::canon_tile as canon_scaled_tile;
 
 /// Sum of the 8 lanes.
 #[inline]
@@ -426,10 +430,22 @@ pub(crate) unsafe fn canon_tile(
         };
     }
     use DType::*;
+    // BF16 / F16 rows of whole blocks of 16 values, in either order (F32
+    // rows are read in place by the blocked path, nothing to decode).
+    if matches!(dtype, BF16 | F16) {
+        if !cols.is_multiple_of(16) {
+            return false;
+        }
+        return match (dtype, avx512) {
+            (BF16, false) => shapes!(float_canon::canon_bf16),
+            (BF16, true) => shapes!(float_canon::canon16_bf16),
+            (_, false) => shapes!(float_canon::canon_f16),
+            (_, true) => shapes!(float_canon::canon16_f16),
+        };
+    }
     if avx512 {
         // Encodings with only an AVX2 decoder keep the 16-lane order in
-        // pairs of 8-lane halves (Q5_0, Q5_1, Q2_K, Q3_K); the float ones
-        // use the blocked path.
+        // pairs of 8-lane halves (Q5_0, Q5_1, Q2_K, Q3_K).
         by_dtype!(avx512, {canon16_q5_0, canon16_q5_1, canon16_q2_k, canon16_q3_k})
     } else {
         by_dtype!(avx2_blocks, {canon_q5_0, canon_q5_1, canon_q2_k, canon_q3_k})
