@@ -136,6 +136,9 @@ impl<'a> MatRef<'a> {
     /// Decode row `r` into `out` (`cols` values) on kernel class `isa`,
     /// its separate scales multiplied in.
     pub fn dequantize_row(&self, isa: Isa, r: usize, out: &mut [f32]) {
+        if crate::scaled::dequantize_row_with(isa, self, r, out) {
+            return;
+        }
         quant::dequantize_with(isa, self.dtype, self.row(r), out);
         crate::scaled::apply(self.scales, r, out);
     }

@@ -7,7 +7,8 @@
 //! `(code · scale) · global` for NVFP4 groups.
 
 use crate::quant::fp8::E4M3;
-use crate::Scales;
+use crate::simd::Isa;
+use crate::{MatRef, Scales};
 use rill_dtype::DType;
 
 /// Scale `i` of a row of scales stored as `dtype`.
@@ -24,6 +25,24 @@ pub(crate) fn scale_at(data: &[u8], dtype: DType, i: usize) -> f32 {
         DType::F8E4M3 => E4M3[data[i] as usize],
         other => panic!("rill-kernels: scales stored as {other}"),
     }
+}
+
+/// Row `r` of `w` (a matrix with separate scales) decoded with them into
+/// `out` by a SIMD kernel of `isa`, the values [`apply`] gives after the
+/// scalar decoder. `false`: no such kernel (nothing written).
+pub(crate) fn dequantize_row_with(isa: Isa, w: &MatRef<'_>, r: usize, out: &mut [f32]) -> bool {
+    if w.scales == Scales::None || r >= w.rows || out.len() != w.cols {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar {
+        isa.check();
+        // SAFETY: the CPU runs `isa` (checked), every x86 class has
+        // AVX2+FMA+F16C; `r` and `out` are in range (checked above).
+        return unsafe { crate::simd::x86::dequantize_scaled_row(w, r, out) };
+    }
+    let _ = isa;
+    false
 }
 
 /// Multiply row `r`'s scales into its decoded values `out`.

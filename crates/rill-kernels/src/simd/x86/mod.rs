@@ -181,7 +181,7 @@ mod float_canon;
 pub(crate) mod gemm;
 mod scaled;
 
-pub(crate) use scaled::canon_tile as canon_scaled_tile;
+pub(crate) use scaled::{canon_tile as canon_scaled_tile, dequantize_row as dequantize_scaled_row};
 
 /// Sum of the 8 lanes.
 #[inline]

@@ -200,7 +200,7 @@ unsafe fn rows<A: RowAcc<T> + Emit, const R: usize, const T: usize>(
                         prefetch::<R>(row, c / 2, rb);
                     }
                     let s = E4M3[scales[(r0 + r) * gb + c / 16] as usize];
-                    let [v0, v1] = nvfp4_chunk(row.add(c / 2), s, g);
+                    let [v0, v1] = nvfp4_chunk::<false>(row.add(c / 2), s, g);
                     e[r].at_block(xp.add(c));
                     e[r].put(0, v0, 0);
                     e[r].put(8, v1, 0);
@@ -214,6 +214,58 @@ unsafe fn rows<A: RowAcc<T> + Emit, const R: usize, const T: usize>(
         out[r] = e[r].sums();
     }
     out
+}
+
+/// Row `r` of `w` decoded with its scales into `out` (`cols` values): the
+/// blocked path's rows (prefill), the same values as the scalar decoder
+/// followed by [`crate::scaled::apply`]. `false`: not a layout these
+/// kernels decode (nothing written).
+///
+/// # Safety
+/// The CPU must have AVX2+FMA+F16C; `r < w.rows`, `out.len() == w.cols`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dequantize_row(w: &MatRef<'_>, r: usize, out: &mut [f32]) -> bool {
+    let Some(layout) = Layout::of(w) else {
+        return false;
+    };
+    let (cols, o) = (w.cols, out.as_mut_ptr());
+    let store = |c: usize, [v0, v1]: [__m256; 2]| {
+        _mm256_storeu_ps(o.add(c), v0);
+        _mm256_storeu_ps(o.add(c + 8), v1);
+    };
+    match layout {
+        Layout::Fp8 {
+            scales,
+            dtype,
+            tile_rows,
+            tile_cols,
+            row0,
+        } => {
+            let per_row = cols.div_ceil(tile_cols);
+            let t = (row0 + r) / tile_rows;
+            let row_scales = &scales[t * per_row * dtype.block_bytes()..];
+            let code = w.data.as_ptr().add(r * cols);
+            for k in 0..per_row {
+                let s = scale_at(row_scales, dtype, k);
+                let c1 = ((k + 1) * tile_cols).min(cols);
+                for c in (k * tile_cols..c1).step_by(16) {
+                    store(c, fp8_chunk(code.add(c), s, s * 256.0));
+                }
+            }
+        }
+        Layout::Nvfp4 { scales, global } => {
+            let g = _mm256_set1_ps(global);
+            let row = w.data.as_ptr().add(r * cols / 2);
+            let gs = &scales[r * cols / 16..(r + 1) * cols / 16];
+            for (k, &sb) in gs.iter().enumerate() {
+                store(
+                    16 * k,
+                    nvfp4_chunk::<true>(row.add(8 * k), E4M3[sb as usize], g),
+                );
+            }
+        }
+    }
+    true
 }
 
 /// Prefetch the line [`AHEAD`] bytes past `off` of a `len`-byte row of
@@ -258,9 +310,13 @@ unsafe fn fp8_chunk(p: *const u8, s: f32, s256: f32) -> [__m256; 2] {
 }
 
 /// 16 E2M1 codes (8 bytes at `p`, low nibble first) times the group scale
-/// `s`, then the global `g`.
+/// `s`, then the global `g`. The table of twice the levels has no −0, the
+/// value of code 8: with `NEG_ZERO` its sign is put back (the stored rows
+/// are the scalar decoder's bit for bit); without, the `+0` it leaves adds
+/// the same to an accumulator that starts at `+0`, which a product never
+/// turns into `−0`.
 #[inline(always)]
-unsafe fn nvfp4_chunk(p: *const u8, s: f32, g: __m256) -> [__m256; 2] {
+unsafe fn nvfp4_chunk<const NEG_ZERO: bool>(p: *const u8, s: f32, g: __m256) -> [__m256; 2] {
     let b = _mm_loadl_epi64(p as *const __m128i);
     let nib = _mm_set1_epi8(0x0F);
     let codes = _mm_unpacklo_epi8(
@@ -271,11 +327,23 @@ unsafe fn nvfp4_chunk(p: *const u8, s: f32, g: __m256) -> [__m256; 2] {
         _mm_loadu_si128(E2M1_DOUBLED.as_ptr() as *const __m128i),
         codes,
     );
+    // Each code's sign bit (bit 3) at the top of its byte.
+    let signs = _mm_slli_epi16::<4>(codes);
     // s / 2 is exact (s is an E4M3 value), and so is 2E · s / 2.
     let half = _mm256_set1_ps(s * 0.5);
-    let v = |q: __m128i| {
-        let es = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), half);
-        _mm256_mul_ps(es, g)
+    let v = |q: __m128i, sg: __m128i| {
+        let mut lv = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+        if NEG_ZERO {
+            let bit = _mm256_slli_epi32::<24>(_mm256_cvtepi8_epi32(_mm_and_si128(
+                sg,
+                _mm_set1_epi8(-128),
+            )));
+            lv = _mm256_or_ps(lv, _mm256_castsi256_ps(bit));
+        }
+        _mm256_mul_ps(_mm256_mul_ps(lv, half), g)
     };
-    [v(twice), v(_mm_srli_si128::<8>(twice))]
+    [
+        v(twice, signs),
+        v(_mm_srli_si128::<8>(twice), _mm_srli_si128::<8>(signs)),
+    ]
 }
