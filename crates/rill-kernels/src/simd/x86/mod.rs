@@ -323,14 +323,22 @@ pub(crate) use super::{CANON_ROWS, CANON_TOKENS};
 const PREFETCH_AHEAD: usize = 384;
 
 /// Prefetch the bytes `PREFETCH_AHEAD` past the block at `off..off + bb`
-/// of the encoded row at `row` (clamped to the row): several rows stream
-/// from DRAM at once, and the hardware prefetcher alone does not keep up.
+/// of the encoded row at `row`, one of a group of `R` consecutive rows:
+/// several rows stream from DRAM at once, and the hardware prefetcher
+/// alone does not keep up. Past the row's end, the same place of the row
+/// `R` further on, which the next group reads first (prefetches never
+/// fault, so the address may lie past the matrix).
 #[inline(always)]
-unsafe fn prefetch_ahead(row: *const u8, off: usize, bb: usize, row_bytes: usize) {
+unsafe fn prefetch_ahead<const R: usize>(row: *const u8, off: usize, bb: usize, row_bytes: usize) {
     let mut o = 0;
     while o < bb {
-        let at = (off + PREFETCH_AHEAD + o).min(row_bytes - 1);
-        _mm_prefetch(row.add(at) as *const i8, _MM_HINT_T0);
+        let a = off + PREFETCH_AHEAD + o;
+        let at = if a < row_bytes {
+            a
+        } else {
+            a + (R - 1) * row_bytes
+        };
+        _mm_prefetch(row.wrapping_add(at) as *const i8, _MM_HINT_T0);
         o += 64;
     }
 }
@@ -365,7 +373,7 @@ pub(super) unsafe fn canon_rows<A: RowAcc<T>, const R: usize, const T: usize>(
     for i in 0..n {
         #[allow(clippy::needless_range_loop)]
         for r in 0..R {
-            prefetch_ahead(w.add(r * row_bytes), i * bb, bb, row_bytes);
+            prefetch_ahead::<R>(w.add(r * row_bytes), i * bb, bb, row_bytes);
             e[r].at_block(x.add(i * bl));
             block(w.add(r * row_bytes + i * bb), &mut e[r]);
         }
