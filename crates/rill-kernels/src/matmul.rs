@@ -214,7 +214,7 @@ pub fn matmul_many_with(isa: Isa, threads: &Threads, jobs: &mut [MatJob]) {
 /// [`matmul_many_with`] with the given activation [`Precision`].
 ///
 /// With [`Precision::Q8`], the jobs whose weights have integer kernels
-/// ([`ActFormat::for_weights`]) take 8-bit activations (see [`crate::q8`]),
+/// ([`ActFormat::for_mat`]) take 8-bit activations (see [`crate::q8`]),
 /// quantized once per distinct input and format; the others run exactly.
 ///
 /// Makes no heap allocation once the staging buffers that `threads` owns
@@ -454,7 +454,7 @@ impl QuantizedX {
         self.at.clear();
         self.placed.clear();
         for (k, j) in jobs.iter().enumerate() {
-            let at = ActFormat::for_weights(j.w.dtype).map(|f| {
+            let at = ActFormat::for_mat(&j.w).map(|f| {
                 match self
                     .placed
                     .iter()

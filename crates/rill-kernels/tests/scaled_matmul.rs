@@ -6,8 +6,11 @@
 //! f64 reference of the scalar decoding.
 
 use rill_dtype::DType;
+use rill_kernels::q8::{ActFormat, Q8Acts};
 use rill_kernels::simd::Isa;
-use rill_kernels::{matmul_many_with, matmul_with, MatJob, MatRef, Scales, Threads};
+use rill_kernels::{
+    matmul_many_with, matmul_on, matmul_with, MatJob, MatRef, Precision, Scales, Threads,
+};
 
 mod common;
 use common::{dot_f64, dot_tolerance, Rng};
@@ -267,5 +270,94 @@ fn a_nan_code_gives_nan_on_every_path() {
         let one = run(isa, 1, w, &x[..256], 1);
         assert!(one[3].is_nan() && all[3].is_nan(), "{isa:?}");
         assert_bits(&one, token(&all, 0), &format!("{isa:?}"));
+    }
+}
+
+fn run_q8(isa: Isa, threads: usize, w: MatRef, x: &[f32], n: usize) -> Vec<f32> {
+    let mut out = vec![f32::NAN; n * w.rows];
+    matmul_on(
+        isa,
+        Precision::Q8,
+        &Threads::new(threads),
+        w,
+        x,
+        n,
+        &mut out,
+    );
+    out
+}
+
+/// NVFP4 with 8-bit activations: every path gives the scalar reference's
+/// bits (so a token's result does not depend on its batch), rows of whole
+/// 128-value blocks on the SIMD kernel and others on the reference, and
+/// the result stays within the activations' rounding of the exact one.
+#[test]
+fn nvfp4_with_8_bit_activations_gives_the_reference_bits() {
+    let mut rng = Rng(12);
+    // 1040 = 8 · 128 + 16: not whole blocks of 32 either, stays exact.
+    for case in [
+        nvfp4(256, &mut rng),
+        nvfp4(1024, &mut rng),
+        nvfp4(1056, &mut rng),
+        nvfp4(1040, &mut rng),
+    ] {
+        let (w, cols) = (case.mat(), case.cols);
+        let q8 = ActFormat::for_mat(&w);
+        assert_eq!(
+            q8.is_some(),
+            cfg!(target_arch = "x86_64") && cols % 32 == 0,
+            "{}",
+            case.what
+        );
+        let n = 11;
+        let x: Vec<f32> = (0..n * cols)
+            .map(|i| rng.f32() * [0.3f32, 1.0, 4.0][i % 3])
+            .collect();
+        let want = run_q8(Isa::Scalar, 1, w, &x, n);
+        for isa in Isa::available() {
+            // Without integer kernels: the exact path of the class itself.
+            let want = match q8 {
+                Some(_) => want.clone(),
+                None => run(isa, 1, w, &x, n),
+            };
+            for m in [1, 2, 3, 4, 5, 11] {
+                for threads in [1, 2] {
+                    let got = run_q8(isa, threads, w, &x[..m * cols], m);
+                    assert_bits(
+                        &got,
+                        &want[..m * ROWS],
+                        &format!("{} {isa:?} n {m}", case.what),
+                    );
+                }
+            }
+        }
+        if q8.is_none() {
+            continue;
+        }
+        let mut acts = Q8Acts::default();
+        acts.quantize(ActFormat::B32, &x, n, cols);
+        let mut wr = vec![0f32; cols];
+        for r in 0..ROWS {
+            w.dequantize_row(Isa::Scalar, r, &mut wr);
+            for t in 0..n {
+                let d = acts.row(t).d;
+                let (truth, mag) = dot_f64(&wr, &x[t * cols..(t + 1) * cols]);
+                // Half a step of each activation, plus the scale's f16
+                // rounding (2⁻¹¹ of 127 steps).
+                let bound: f64 = wr
+                    .iter()
+                    .enumerate()
+                    .map(|(c, &a)| (a as f64).abs() * d[c / 32] as f64 * (0.5 + 127.0 / 2048.0))
+                    .sum::<f64>()
+                    * 1.001
+                    + 1e-5 * mag;
+                let err = (want[t * ROWS + r] as f64 - truth).abs();
+                assert!(
+                    err <= bound,
+                    "{} row {r} token {t}: {err:e} over {bound:e}",
+                    case.what
+                );
+            }
+        }
     }
 }

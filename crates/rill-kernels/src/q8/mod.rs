@@ -36,6 +36,7 @@
 //! | Q4_K, Q5_K | `i = Σ_j sc_j·Σ_{j} w·q`, `m = Σ_j min_j·S32_j` | `(d_w·d_x)·f(i) − (dmin_w·d_x)·f(m)` |
 //! | Q4_0, IQ4_NL | as Q8_0 with `w` the block's signed levels (Q4_0: index − 8) | `(d_w·d_x) · f(i)` |
 //! | IQ4_XS | `i = Σ_j ls_j·Σ_{j} L(w)·q` (`L` the signed level of index `w`, `ls_j` in −32..=31) | `(d_w·d_x) · f(i)` |
+//! | NVFP4 (x86; 16-value blocks, E4M3 scale `s` each) | `i = Σ 2E(w)·q` (twice the E2M1 level: an integer in −12..=12) | `(s·d_x) · f(i)`, and the tree's sum times `global / 2` |
 //!
 //! where `w` are the unsigned stored quants, `f` the conversion to f32
 //! (round to nearest even), and `S16_j`/`S32_j` the sums of the quantized
@@ -150,6 +151,16 @@ impl ActFormat {
             DType::Q4_0 | DType::IQ4NL if cfg!(target_arch = "x86_64") => Some(ActFormat::B32),
             _ => None,
         }
+    }
+
+    /// The format the integer kernels of matrix `w` take, if it has them:
+    /// as [`for_weights`](Self::for_weights), and NVFP4 (E2M1 codes with
+    /// E4M3 scales per 16) in the B32 format, on x86.
+    pub fn for_mat(w: &MatRef<'_>) -> Option<ActFormat> {
+        if w.scales == crate::Scales::None {
+            return ActFormat::for_weights(w.dtype);
+        }
+        (cfg!(target_arch = "x86_64") && nvfp4_parts(w).is_some()).then_some(ActFormat::B32)
     }
 
     /// Values per scale.
@@ -371,6 +382,56 @@ impl Q8Acts {
     }
 }
 
+/// An NVFP4 matrix's group scales (E4M3, one per 16 values) and global
+/// scale, when `w` is one whose rows are whole activation blocks.
+pub(crate) fn nvfp4_parts<'a>(w: &MatRef<'a>) -> Option<(&'a [u8], f32)> {
+    match (w.dtype, w.scales) {
+        (
+            DType::E2M1,
+            crate::Scales::Groups {
+                data,
+                dtype: DType::F8E4M3,
+                group: 16,
+                global,
+            },
+        ) if w.cols.is_multiple_of(32) => Some((data, global)),
+        _ => None,
+    }
+}
+
+/// Rows `r0..r1` of an NVFP4 matrix · every row of `acts` (as [`rows`]).
+///
+/// # Safety
+/// As [`rows`].
+unsafe fn nvfp4_rows(
+    isa: Isa,
+    w: MatRef<'_>,
+    acts: Q8Rows<'_>,
+    r0: usize,
+    r1: usize,
+    out: SharedMut<f32>,
+) {
+    let (scales, global) = nvfp4_parts(&w).expect("q8: not an NVFP4 matrix");
+    let gb = w.cols / 16;
+    for r in r0..r1 {
+        let (codes, sc) = (w.row(r), &scales[r * gb..(r + 1) * gb]);
+        // SAFETY: the caller checked that the CPU runs `isa`; `out` as
+        // this function's contract.
+        #[cfg(target_arch = "x86_64")]
+        if isa != Isa::Scalar
+            && unsafe {
+                x86::nvfp4_row(codes, sc, global, acts, |t, v| *out.at(t * w.rows + r) = v)
+            }
+        {
+            continue;
+        }
+        let _ = isa;
+        for t in 0..acts.n() {
+            *out.at(t * w.rows + r) = reference::dot_nvfp4_ref(codes, sc, global, acts.row(t));
+        }
+    }
+}
+
 /// One pool thread's working buffers for the integer kernels (the AMX
 /// kernel's tile layouts; nothing on other machines), owned by the staging
 /// of the product that runs them and only ever grown.
@@ -400,8 +461,13 @@ pub(crate) unsafe fn rows(
     out: SharedMut<f32>,
     scratch: &mut RowScratch,
 ) {
-    debug_assert_eq!(acts.format(), ActFormat::for_weights(w.dtype));
+    debug_assert_eq!(acts.format(), ActFormat::for_mat(&w));
     debug_assert_eq!(acts.cols(), w.cols);
+    if w.dtype == DType::E2M1 {
+        // SAFETY: this function's contract.
+        unsafe { nvfp4_rows(isa, w, acts, r0, r1, out) };
+        return;
+    }
     // Prefill batches on AMX-INT8 tiles (the AMX class).
     // SAFETY: the caller checked that the CPU runs `isa`, which for AMX
     // includes `amx::usable()`; the rest is this function's contract. It

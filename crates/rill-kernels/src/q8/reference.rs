@@ -3,8 +3,10 @@
 //! tested bit for bit against it.
 
 use super::ActRow;
+use crate::quant::fp8::E4M3;
 use crate::quant::iq4::IQ4_NL_VALUES;
 use crate::quant::k_quants::scale_min_k4;
+use crate::quant::mxfp4::E2M1_DOUBLED;
 use crate::quant::{f16_at, QK_K};
 use rill_dtype::DType;
 
@@ -28,6 +30,25 @@ pub fn dot_ref(dtype: DType, row: &[u8], a: ActRow<'_>) -> f32 {
         p[b % 8] += t;
     }
     sum_partials(&p)
+}
+
+/// One NVFP4 row (`codes`: E2M1 codes two a byte, low nibble first;
+/// `scales`: its E4M3 scale per 16 values; `global`) · one activation row
+/// in the B32 format. Per group `g` of 16 values: `i = Σ 2E(w)·q` (twice
+/// the level is an integer), term `(s_g · d_x) · f(i)` into `p[g mod 8]`;
+/// the tree, then times `global / 2`.
+pub fn dot_nvfp4_ref(codes: &[u8], scales: &[u8], global: f32, a: ActRow<'_>) -> f32 {
+    let mut p = [0f32; 8];
+    for (g, (c8, &sb)) in codes.chunks_exact(8).zip(scales).enumerate() {
+        let x = &a.qs[16 * g..16 * g + 16];
+        let mut i = 0i32;
+        for (k, &b) in c8.iter().enumerate() {
+            i += E2M1_DOUBLED[(b & 0x0F) as usize] as i32 * x[2 * k] as i32;
+            i += E2M1_DOUBLED[(b >> 4) as usize] as i32 * x[2 * k + 1] as i32;
+        }
+        p[g % 8] += (E4M3[sb as usize] * a.d[g / 2]) * i as f32;
+    }
+    sum_partials(&p) * (global * 0.5)
 }
 
 /// The fixed tree that ends every canonical sum.

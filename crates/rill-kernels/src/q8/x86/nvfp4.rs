@@ -1,0 +1,186 @@
+//! NVFP4 rows (E2M1 codes two a byte, low nibble first; one E4M3 scale
+//! per 16 values; a global scale) · 8-bit activations (B32), AVX2, in the
+//! canonical order of `q8` (`reference::dot_nvfp4_ref`).
+//!
+//! Twice an E2M1 level is a small integer (−12..=12), so `pshufb` of a
+//! table gives the weights as signed bytes; their magnitudes go through
+//! `vpmaddubsw` with the sign moved onto the activations: eight i16 pair
+//! sums per 16-value group. Every 128 values the eight groups' pairs are
+//! folded by three `vphaddw` and one `vpmaddwd` by ones into one vector of
+//! i32, lanes `[g0 g2 g4 g6 | g1 g3 g5 g7]` — exactly the partial sums
+//! `p[g mod 8]` of the canonical order, so one multiply-add per 128 values
+//! and token.
+//! The group scales are decoded through their f16 bit pattern (E4M3/256,
+//! the 256 folded into the activations' scale, exactly).
+
+use std::arch::x86_64::*;
+
+use crate::q8::Q8Rows;
+use crate::quant::mxfp4::E2M1_DOUBLED;
+
+/// Bytes ahead that each row prefetches into L2 (the other integer
+/// kernels' distance).
+const AHEAD: usize = 6144;
+
+/// `put(t, row · token t)` for every token of `acts`, one NVFP4 row of
+/// `codes` with group `scales` and `global`. `false`: the row is not whole
+/// blocks of 128 values, or a scale is NaN (the reference computes those);
+/// nothing was put.
+///
+/// # Safety
+/// The CPU must have AVX2+FMA+F16C; `codes` and `scales` are one row of
+/// `acts.cols()` values, `acts` in the B32 format.
+pub(crate) unsafe fn row(
+    codes: &[u8],
+    scales: &[u8],
+    global: f32,
+    acts: Q8Rows<'_>,
+    mut put: impl FnMut(usize, f32),
+) -> bool {
+    let cols = acts.cols();
+    if !cols.is_multiple_of(128) || scales.iter().any(|&b| b & 0x7F == 0x7F) {
+        return false;
+    }
+    debug_assert!(codes.len() == cols / 2 && scales.len() == cols / 16);
+    let h = global * 0.5;
+    // Several token groups: the row's levels and magnitudes decoded once,
+    // into a buffer on the stack, and read by every group.
+    // (Not zeroed: `levels` writes every byte that is read.)
+    let mut pre = std::mem::MaybeUninit::<[u8; 2 * MAX_PRE]>::uninit();
+    let pre = if acts.n() > 4 && cols <= MAX_PRE {
+        let at = pre.as_mut_ptr() as *mut u8;
+        levels(codes.as_ptr(), cols, at);
+        at as *const u8
+    } else {
+        std::ptr::null()
+    };
+    let mut t = 0;
+    while t < acts.n() {
+        let left = acts.n() - t;
+        macro_rules! tokens {
+            ($T:literal) => {{
+                let xs: [_; $T] = std::array::from_fn(|k| acts.row(t + k));
+                let qs = xs.map(|a| a.qs.as_ptr());
+                let ds = xs.map(|a| a.d.as_ptr());
+                let sums = if pre.is_null() {
+                    body::<$T, false>(codes.as_ptr(), scales.as_ptr(), cols, qs, ds, pre)
+                } else {
+                    body::<$T, true>(codes.as_ptr(), scales.as_ptr(), cols, qs, ds, pre)
+                };
+                for (k, s) in sums.into_iter().enumerate() {
+                    put(t + k, s * h);
+                }
+                $T
+            }};
+        }
+        t += match left {
+            1 => tokens!(1),
+            2 => tokens!(2),
+            3 => tokens!(3),
+            _ => tokens!(4),
+        };
+    }
+    true
+}
+
+/// Longest row whose levels [`row`] decodes once for all token groups.
+const MAX_PRE: usize = 16384;
+
+/// The signed levels (twice the E2M1 value) and their magnitudes of the
+/// 32 codes at `w`, in value order.
+#[inline(always)]
+unsafe fn decode32(w: *const u8) -> (__m256i, __m256i) {
+    let lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(E2M1_DOUBLED.as_ptr() as *const __m128i));
+    let nib = _mm_set1_epi8(0x0F);
+    let b = _mm_loadu_si128(w as *const __m128i);
+    let (lo, hi) = (
+        _mm_and_si128(b, nib),
+        _mm_and_si128(_mm_srli_epi16::<4>(b), nib),
+    );
+    let ordered = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+    let lv = _mm256_shuffle_epi8(lut, ordered);
+    (lv, _mm256_abs_epi8(lv))
+}
+
+/// A row's levels into `out[..cols]` and their magnitudes into
+/// `out[cols..2 · cols]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn levels(codes: *const u8, cols: usize, out: *mut u8) {
+    for c in (0..cols).step_by(32) {
+        let (lv, mag) = decode32(codes.add(c / 2));
+        _mm256_storeu_si256(out.add(c) as *mut __m256i, lv);
+        _mm256_storeu_si256(out.add(cols + c) as *mut __m256i, mag);
+    }
+}
+
+/// The tree of the partials of one row × `T` tokens (before the global);
+/// with `PRE`, the levels are read from `pre` (see [`levels`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn body<const T: usize, const PRE: bool>(
+    codes: *const u8,
+    scales: *const u8,
+    cols: usize,
+    qs: [*const i8; T],
+    ds: [*const f32; T],
+    pre: *const u8,
+) -> [f32; T] {
+    let ones = _mm256_set1_epi16(1);
+    let even_odd = _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+    let keep = _mm_set1_epi16(0xBFFFu16 as i16);
+    let k256 = _mm256_set1_ps(256.0);
+    let mut p = [_mm256_setzero_ps(); T];
+    let mut c = 0;
+    while c < cols {
+        let w = codes.add(c / 2);
+        if !PRE {
+            _mm_prefetch(w.wrapping_add(AHEAD) as *const i8, _MM_HINT_T2);
+        }
+        let mut v = [[_mm256_setzero_si256(); 4]; T];
+        for u in 0..4 {
+            let (lv, mag) = if PRE {
+                let at = pre.add(c + 32 * u);
+                (
+                    _mm256_loadu_si256(at as *const __m256i),
+                    _mm256_loadu_si256(at.add(cols) as *const __m256i),
+                )
+            } else {
+                decode32(w.add(16 * u))
+            };
+            for k in 0..T {
+                let x = _mm256_loadu_si256(qs[k].add(c + 32 * u) as *const __m256i);
+                v[k][u] = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(x, lv));
+            }
+        }
+        // The 8 group scales in the lanes' order, as E4M3 / 256.
+        let sb = _mm_shuffle_epi8(
+            _mm_loadl_epi64(scales.add(c / 16) as *const __m128i),
+            even_odd,
+        );
+        let half = _mm_and_si128(
+            _mm_srai_epi16::<1>(_mm_unpacklo_epi8(_mm_setzero_si128(), sb)),
+            keep,
+        );
+        let s = _mm256_cvtph_ps(half);
+        for k in 0..T {
+            // i16 sums stay exact: a pair is at most 2·12·127 = 3048, a
+            // group's quarter after two `vphaddw` at most 4 pairs = 12192.
+            let g = _mm256_madd_epi16(
+                _mm256_hadd_epi16(
+                    _mm256_hadd_epi16(v[k][0], v[k][1]),
+                    _mm256_hadd_epi16(v[k][2], v[k][3]),
+                ),
+                ones,
+            );
+            // d_x of blocks c/32 .. c/32 + 4 in both halves, times 256.
+            let dx = _mm256_broadcast_ps(&*(ds[k].add(c / 32) as *const __m128));
+            let sd = _mm256_mul_ps(s, _mm256_mul_ps(dx, k256));
+            p[k] = _mm256_add_ps(p[k], _mm256_mul_ps(sd, _mm256_cvtepi32_ps(g)));
+        }
+        c += 128;
+    }
+    p.map(|v| {
+        let l: [f32; 8] = std::mem::transmute(v);
+        // Lanes hold p0 p2 p4 p6 | p1 p3 p5 p7: the canonical tree.
+        ((l[0] + l[2]) + (l[1] + l[3])) + ((l[4] + l[6]) + (l[5] + l[7]))
+    })
+}
