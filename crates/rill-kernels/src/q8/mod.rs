@@ -15,7 +15,7 @@
 //! * [`ActFormat::K256`], for the K encodings (Q4_K, Q5_K, Q6_K) and IQ4_XS: one f32
 //!   scale per 256 values, and the sum of each 16 quantized values (the
 //!   weights' mins and offsets act on those sums).
-//! * [`ActFormat::B32`], for Q8_0 (and Q4_0 / IQ4_NL): one scale per 32 values, rounded to f16
+//! * [`ActFormat::B32`], for Q8_0 (and Q4_0 / IQ4_NL, and NVFP4): one scale per 32 values, rounded to f16
 //!   (llama.cpp's Q8_0 activations).
 //!
 //! A block of values `x` becomes `q = round(x · 127 / amax)` (half to
@@ -73,7 +73,7 @@ pub enum Precision {
     #[default]
     Exact,
     /// 8-bit activations for the encodings that have integer kernels
-    /// (Q4_K, Q5_K, Q6_K, Q8_0; IQ4_XS, Q4_0, IQ4_NL on x86; the others stay exact): llama.cpp's
+    /// (Q4_K, Q5_K, Q6_K, Q8_0; IQ4_XS, Q4_0, IQ4_NL and NVFP4 on x86; the others stay exact): llama.cpp's
     /// numerics, and faster.
     Q8,
 }
