@@ -107,3 +107,14 @@ pub fn dot_f64(w: &[f32], x: &[f32]) -> (f64, f64) {
 pub fn dot_tolerance(mag: f64) -> f64 {
     1e-5 * mag + f64::from(f32::MIN_POSITIVE)
 }
+
+/// `got` and `want` hold the same bits, element by element.
+pub fn assert_bits(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            g.to_bits() == w.to_bits(),
+            "{what}: element {i}: {g:e} vs {w:e}"
+        );
+    }
+}

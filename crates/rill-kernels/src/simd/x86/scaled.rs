@@ -37,15 +37,34 @@ const AHEAD: usize = 6144;
 #[derive(Clone, Copy)]
 enum Layout<'a> {
     /// E4M3 codes, tile scales.
-    Fp8 {
-        scales: &'a [u8],
-        dtype: DType,
-        tile_rows: usize,
-        tile_cols: usize,
-        row0: usize,
-    },
+    Fp8(Tiles<'a>),
     /// E2M1 codes, E4M3 scales per 16, a global.
     Nvfp4 { scales: &'a [u8], global: f32 },
+}
+
+/// FP8 tile scales: one per `tile_rows × tile_cols`, row-major, each
+/// `dtype`; row 0 of the matrix lies `row0` rows into its first tile.
+#[derive(Clone, Copy)]
+struct Tiles<'a> {
+    scales: &'a [u8],
+    dtype: DType,
+    tile_rows: usize,
+    tile_cols: usize,
+    row0: usize,
+}
+
+impl Tiles<'_> {
+    /// The scale of row `r`'s tile `k` in a matrix of `cols` columns.
+    #[inline(always)]
+    fn scale(&self, cols: usize, r: usize, k: usize) -> f32 {
+        let t = (self.row0 + r) / self.tile_rows;
+        let per_row = cols.div_ceil(self.tile_cols);
+        scale_at(
+            &self.scales[t * per_row * self.dtype.block_bytes()..],
+            self.dtype,
+            k,
+        )
+    }
 }
 
 impl<'a> Layout<'a> {
@@ -66,13 +85,13 @@ impl<'a> Layout<'a> {
                     row0,
                 },
             ) if tile_rows > 0 && tile_cols.is_multiple_of(16) && tile_cols > 0 => {
-                Some(Layout::Fp8 {
+                Some(Layout::Fp8(Tiles {
                     scales: data,
                     dtype,
                     tile_rows,
                     tile_cols,
                     row0,
-                })
+                }))
             }
             (
                 DType::E2M1,
@@ -154,22 +173,14 @@ unsafe fn rows<A: RowAcc<T> + Emit, const R: usize, const T: usize>(
     let xp = x.as_ptr();
     let mut e: [A; R] = [(); R].map(|_| A::start(xp, cols));
     match layout {
-        Layout::Fp8 {
-            scales,
-            dtype,
-            tile_rows,
-            tile_cols,
-            row0,
-        } => {
-            let per_row = cols.div_ceil(tile_cols);
+        Layout::Fp8(tiles) => {
             let code = |r: usize| w.data.as_ptr().add((r0 + r) * cols);
             let mut c0 = 0;
-            for k in 0..per_row {
-                let c1 = (c0 + tile_cols).min(cols);
+            for k in 0..cols.div_ceil(tiles.tile_cols) {
+                let c1 = (c0 + tiles.tile_cols).min(cols);
                 let (mut s, mut s256) = ([0f32; R], [0f32; R]);
                 for r in 0..R {
-                    let t = (row0 + r0 + r) / tile_rows;
-                    s[r] = scale_at(&scales[t * per_row * dtype.block_bytes()..], dtype, k);
+                    s[r] = tiles.scale(cols, r0 + r, k);
                     s256[r] = s[r] * 256.0;
                 }
                 let mut c = c0;
@@ -234,21 +245,12 @@ pub(crate) unsafe fn dequantize_row(w: &MatRef<'_>, r: usize, out: &mut [f32]) -
         _mm256_storeu_ps(o.add(c + 8), v1);
     };
     match layout {
-        Layout::Fp8 {
-            scales,
-            dtype,
-            tile_rows,
-            tile_cols,
-            row0,
-        } => {
-            let per_row = cols.div_ceil(tile_cols);
-            let t = (row0 + r) / tile_rows;
-            let row_scales = &scales[t * per_row * dtype.block_bytes()..];
+        Layout::Fp8(tiles) => {
             let code = w.data.as_ptr().add(r * cols);
-            for k in 0..per_row {
-                let s = scale_at(row_scales, dtype, k);
-                let c1 = ((k + 1) * tile_cols).min(cols);
-                for c in (k * tile_cols..c1).step_by(16) {
+            let tc = tiles.tile_cols;
+            for k in 0..cols.div_ceil(tc) {
+                let s = tiles.scale(cols, r, k);
+                for c in (k * tc..((k + 1) * tc).min(cols)).step_by(16) {
                     store(c, fp8_chunk(code.add(c), s, s * 256.0));
                 }
             }
