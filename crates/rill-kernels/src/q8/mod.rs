@@ -410,9 +410,18 @@ unsafe fn nvfp4_rows(
     r0: usize,
     r1: usize,
     out: SharedMut<f32>,
+    scratch: &mut RowScratch,
 ) {
     let (scales, global) = nvfp4_parts(&w).expect("q8: not an NVFP4 matrix");
     let gb = w.cols / 16;
+    // Many tokens: the activations plus 128, once for this task's rows.
+    #[cfg(target_arch = "x86_64")]
+    let offset = (isa != Isa::Scalar && acts.n() > 4).then(|| {
+        x86::nvfp4_offset_acts(acts, &mut scratch.panel);
+        &scratch.panel[..]
+    });
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = scratch;
     for r in r0..r1 {
         let (codes, sc) = (w.row(r), &scales[r * gb..(r + 1) * gb]);
         // SAFETY: the caller checked that the CPU runs `isa`; `out` as
@@ -420,7 +429,9 @@ unsafe fn nvfp4_rows(
         #[cfg(target_arch = "x86_64")]
         if isa != Isa::Scalar
             && unsafe {
-                x86::nvfp4_row(codes, sc, global, acts, |t, v| *out.at(t * w.rows + r) = v)
+                x86::nvfp4_row(codes, sc, global, acts, offset, |t, v| {
+                    *out.at(t * w.rows + r) = v
+                })
             }
         {
             continue;
@@ -465,7 +476,7 @@ pub(crate) unsafe fn rows(
     debug_assert_eq!(acts.cols(), w.cols);
     if w.dtype == DType::E2M1 {
         // SAFETY: this function's contract.
-        unsafe { nvfp4_rows(isa, w, acts, r0, r1, out) };
+        unsafe { nvfp4_rows(isa, w, acts, r0, r1, out, scratch) };
         return;
     }
     // Prefill batches on AMX-INT8 tiles (the AMX class).

@@ -131,7 +131,7 @@ use avx2_decode::{kmin_y1, q6k_body_y1};
 use avx512::{kmin_z, q6k_z_body, q80_z_body};
 use avx512_decode::{kmin_z1, q6k_body_z1};
 use iq4::{iq4xs_y, iq4xs_z};
-pub(super) use nvfp4::row as nvfp4_row;
+pub(super) use nvfp4::{offset_acts as nvfp4_offset_acts, row as nvfp4_row};
 
 /// Whether the CPU has AVX-512 VNNI (detected once).
 fn vnni() -> bool {

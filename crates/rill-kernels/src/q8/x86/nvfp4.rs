@@ -12,6 +12,12 @@
 //! and token.
 //! The group scales are decoded through their f16 bit pattern (E4M3/256,
 //! the 256 folded into the activations' scale, exactly).
+//!
+//! With more than 4 tokens a row's levels are decoded once into a buffer,
+//! and the activations come offset by 128 (unsigned, made once per call):
+//! `vpmaddubsw` then takes them as they are, with no `vpsignb` per token,
+//! and each group's `128 · ΣL`, computed with the levels, is taken off.
+//! The same integers, so the same bits.
 
 use std::arch::x86_64::*;
 
@@ -27,6 +33,9 @@ const AHEAD: usize = 6144;
 /// blocks of 128 values, or a scale is NaN (the reference computes those);
 /// nothing was put.
 ///
+/// `offset`: every row of `acts` plus 128 as bytes, token-major (see
+/// [`offset_acts`]), for calls with more than 4 tokens.
+///
 /// # Safety
 /// The CPU must have AVX2+FMA+F16C; `codes` and `scales` are one row of
 /// `acts.cols()` values, `acts` in the B32 format.
@@ -35,6 +44,7 @@ pub(crate) unsafe fn row(
     scales: &[u8],
     global: f32,
     acts: Q8Rows<'_>,
+    offset: Option<&[u8]>,
     mut put: impl FnMut(usize, f32),
 ) -> bool {
     let cols = acts.cols();
@@ -43,11 +53,12 @@ pub(crate) unsafe fn row(
     }
     debug_assert!(codes.len() == cols / 2 && scales.len() == cols / 16);
     let h = global * 0.5;
-    // Several token groups: the row's levels and magnitudes decoded once,
-    // into a buffer on the stack, and read by every group.
+    // Several token groups: the row's levels and each group's 128 · ΣL
+    // decoded once, into a buffer on the stack, and read by every group.
     // (Not zeroed: `levels` writes every byte that is read.)
-    let mut pre = std::mem::MaybeUninit::<[u8; 2 * MAX_PRE]>::uninit();
-    let pre = if acts.n() > 4 && cols <= MAX_PRE {
+    let mut pre = std::mem::MaybeUninit::<[u8; MAX_PRE + MAX_PRE / 4]>::uninit();
+    let offset = offset.filter(|o| acts.n() > 4 && cols <= MAX_PRE && o.len() >= acts.n() * cols);
+    let pre = if offset.is_some() {
         let at = pre.as_mut_ptr() as *mut u8;
         levels(codes.as_ptr(), cols, at);
         at as *const u8
@@ -60,7 +71,10 @@ pub(crate) unsafe fn row(
         macro_rules! tokens {
             ($T:literal) => {{
                 let xs: [_; $T] = std::array::from_fn(|k| acts.row(t + k));
-                let qs = xs.map(|a| a.qs.as_ptr());
+                let qs: [*const i8; $T] = match offset {
+                    Some(o) => std::array::from_fn(|k| o[(t + k) * cols..].as_ptr() as *const i8),
+                    None => xs.map(|a| a.qs.as_ptr()),
+                };
                 let ds = xs.map(|a| a.d.as_ptr());
                 let sums = if pre.is_null() {
                     body::<$T, false>(codes.as_ptr(), scales.as_ptr(), cols, qs, ds, pre)
@@ -102,19 +116,41 @@ unsafe fn decode32(w: *const u8) -> (__m256i, __m256i) {
     (lv, _mm256_abs_epi8(lv))
 }
 
-/// A row's levels into `out[..cols]` and their magnitudes into
-/// `out[cols..2 · cols]`.
+/// A row's levels into `out[..cols]`, and after them, per 128 values, the
+/// eight groups' `128 · ΣL` as i32 in the lanes' order of [`body`].
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn levels(codes: *const u8, cols: usize, out: *mut u8) {
-    for c in (0..cols).step_by(32) {
-        let (lv, mag) = decode32(codes.add(c / 2));
-        _mm256_storeu_si256(out.add(c) as *mut __m256i, lv);
-        _mm256_storeu_si256(out.add(cols + c) as *mut __m256i, mag);
+    let (one, ones) = (_mm256_set1_epi8(1), _mm256_set1_epi16(1));
+    for c in (0..cols).step_by(128) {
+        let mut pairs = [_mm256_setzero_si256(); 4];
+        for (u, pair) in pairs.iter_mut().enumerate() {
+            let (lv, _) = decode32(codes.add(c / 2 + 16 * u));
+            _mm256_storeu_si256(out.add(c + 32 * u) as *mut __m256i, lv);
+            *pair = _mm256_maddubs_epi16(one, lv);
+        }
+        let sums = fold(pairs, ones);
+        _mm256_storeu_si256(
+            out.add(cols + c / 4) as *mut __m256i,
+            _mm256_slli_epi32::<7>(sums),
+        );
     }
 }
 
+/// The i32 sums of the eight 16-value groups of four vectors of i16 pair
+/// sums (vector `u`: group `2u` in the low half, `2u + 1` in the high),
+/// lanes `[g0 g2 g4 g6 | g1 g3 g5 g7]`. The i16 stay exact below 32768 / 4
+/// per pair.
+#[inline(always)]
+unsafe fn fold(v: [__m256i; 4], ones: __m256i) -> __m256i {
+    _mm256_madd_epi16(
+        _mm256_hadd_epi16(_mm256_hadd_epi16(v[0], v[1]), _mm256_hadd_epi16(v[2], v[3])),
+        ones,
+    )
+}
+
 /// The tree of the partials of one row × `T` tokens (before the global);
-/// with `PRE`, the levels are read from `pre` (see [`levels`]).
+/// with `PRE`, the levels are read from `pre` (see [`levels`]) and `qs`
+/// are the activations plus 128.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn body<const T: usize, const PRE: bool>(
     codes: *const u8,
@@ -137,18 +173,20 @@ unsafe fn body<const T: usize, const PRE: bool>(
         }
         let mut v = [[_mm256_setzero_si256(); 4]; T];
         for u in 0..4 {
-            let (lv, mag) = if PRE {
-                let at = pre.add(c + 32 * u);
-                (
-                    _mm256_loadu_si256(at as *const __m256i),
-                    _mm256_loadu_si256(at.add(cols) as *const __m256i),
-                )
+            if PRE {
+                let lv = _mm256_loadu_si256(pre.add(c + 32 * u) as *const __m256i);
+                for k in 0..T {
+                    let x = _mm256_loadu_si256(qs[k].add(c + 32 * u) as *const __m256i);
+                    // x + 128 ≤ 255 times |L| ≤ 12: a pair at most 6120.
+                    v[k][u] = _mm256_maddubs_epi16(x, lv);
+                }
             } else {
-                decode32(w.add(16 * u))
-            };
-            for k in 0..T {
-                let x = _mm256_loadu_si256(qs[k].add(c + 32 * u) as *const __m256i);
-                v[k][u] = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(x, lv));
+                let (lv, mag) = decode32(w.add(16 * u));
+                for k in 0..T {
+                    let x = _mm256_loadu_si256(qs[k].add(c + 32 * u) as *const __m256i);
+                    // At most 2·12·127 = 3048 a pair.
+                    v[k][u] = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(x, lv));
+                }
             }
         }
         // The 8 group scales in the lanes' order, as E4M3 / 256.
@@ -162,15 +200,11 @@ unsafe fn body<const T: usize, const PRE: bool>(
         );
         let s = _mm256_cvtph_ps(half);
         for k in 0..T {
-            // i16 sums stay exact: a pair is at most 2·12·127 = 3048, a
-            // group's quarter after two `vphaddw` at most 4 pairs = 12192.
-            let g = _mm256_madd_epi16(
-                _mm256_hadd_epi16(
-                    _mm256_hadd_epi16(v[k][0], v[k][1]),
-                    _mm256_hadd_epi16(v[k][2], v[k][3]),
-                ),
-                ones,
-            );
+            let mut g = fold(v[k], ones);
+            if PRE {
+                let corr = pre.add(cols + c / 4) as *const __m256i;
+                g = _mm256_sub_epi32(g, _mm256_loadu_si256(corr));
+            }
             // d_x of blocks c/32 .. c/32 + 4 in both halves, times 256.
             let dx = _mm256_broadcast_ps(&*(ds[k].add(c / 32) as *const __m128));
             let sd = _mm256_mul_ps(s, _mm256_mul_ps(dx, k256));
@@ -183,4 +217,13 @@ unsafe fn body<const T: usize, const PRE: bool>(
         // Lanes hold p0 p2 p4 p6 | p1 p3 p5 p7: the canonical tree.
         ((l[0] + l[2]) + (l[1] + l[3])) + ((l[4] + l[6]) + (l[5] + l[7]))
     })
+}
+
+/// Every row of `acts` plus 128, as bytes, token-major, into `buf`: the
+/// activations [`row`] takes for more than 4 tokens.
+pub(crate) fn offset_acts(acts: Q8Rows<'_>, buf: &mut Vec<u8>) {
+    buf.clear();
+    for t in 0..acts.n() {
+        buf.extend(acts.row(t).qs.iter().map(|&q| q as u8 ^ 0x80));
+    }
 }
