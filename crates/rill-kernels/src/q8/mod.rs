@@ -446,13 +446,26 @@ unsafe fn nvfp4_rows(
 /// One pool thread's working buffers for the integer kernels (the AMX
 /// kernel's tile layouts; nothing on other machines), owned by the staging
 /// of the product that runs them and only ever grown.
-#[derive(Default)]
 pub(crate) struct RowScratch {
     #[cfg(target_arch = "x86_64")]
     amx: amx::Scratch,
     /// Rows rewritten as a panel (x86 in-register path, many tokens).
     #[cfg(target_arch = "x86_64")]
     panel: Vec<u8>,
+}
+
+impl Default for RowScratch {
+    /// The panel buffer is made at its usual size at once, for every slot:
+    /// which slot runs which rows changes from step to step, and one that
+    /// met no panel before would otherwise allocate in a later decode step.
+    fn default() -> RowScratch {
+        RowScratch {
+            #[cfg(target_arch = "x86_64")]
+            amx: amx::Scratch::default(),
+            #[cfg(target_arch = "x86_64")]
+            panel: vec![0; x86::PANEL_BUF_MIN],
+        }
+    }
 }
 
 /// `out[t·rows + r] = row r · activations t` for rows `r0..r1` of `w` and

@@ -132,6 +132,7 @@ use avx512::{kmin_z, q6k_z_body, q80_z_body};
 use avx512_decode::{kmin_z1, q6k_body_z1};
 use iq4::{iq4xs_y, iq4xs_z};
 pub(super) use nvfp4::{offset_acts as nvfp4_offset_acts, row as nvfp4_row};
+pub(super) use panel::MIN_PANEL_BUF as PANEL_BUF_MIN;
 
 /// Whether the CPU has AVX-512 VNNI (detected once).
 fn vnni() -> bool {

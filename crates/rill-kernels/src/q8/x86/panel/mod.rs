@@ -168,6 +168,10 @@ macro_rules! by_tokens {
 }
 use by_tokens;
 
+/// Smallest panel buffer a slot allocates: a panel of 16 rows of 4096
+/// values (and their scales) fits.
+pub(in crate::q8) const MIN_PANEL_BUF: usize = 80 * 1024;
+
 pub(super) use ymm::SET as AVX2;
 pub(super) use zmm::SET as AVX512_VNNI;
 
@@ -193,6 +197,8 @@ pub(super) unsafe fn rows(
     let rows = set.rows;
     let (rb, nb, n) = (w.row_bytes(), w.cols / k.values, acts.n());
     let bytes = nb * k.bytes;
+    // Every slot's buffer starts at MIN_PANEL_BUF (`RowScratch`); a wider
+    // panel grows it.
     if buf.len() < bytes + 64 {
         buf.resize(bytes + 64, 0);
     }
