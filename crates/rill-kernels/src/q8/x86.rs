@@ -96,28 +96,6 @@ macro_rules! k4_unpack {
     }};
 }
 
-/// AVX2: Q6_K block `base`'s unsigned quants of 32-value vector `u`: half
-/// `h = u/4`, quarter `s = u%4`: nibble `s/2` of `ql[64h + 32(s%2)..]`,
-/// bits `2s..2s+1` of `qh[32h..]` (`nib` = 0x0F, `hib` = 0x30 bytes).
-/// Used by `q6k_y_body` (in a closure) and `q6k_body_y1` (inline). A macro,
-/// not an `#[inline(always)]` function: as one, LLVM no longer specialized
-/// `q6k_y_body`'s shifts per chunk parity (more branches in its release
-/// code); expanded, each kernel compiles to its former instructions.
-macro_rules! q6k_quants_y {
-    ($base:expr, $u:expr, $nib:expr, $hib:expr) => {{
-        let (h, s) = ($u / 4, $u % 4);
-        let ql = _mm256_loadu_si256($base.add(64 * h + 32 * (s % 2)) as *const __m256i);
-        let lo = if s < 2 {
-            ql
-        } else {
-            _mm256_srli_epi16::<4>(ql)
-        };
-        let qh = _mm256_loadu_si256($base.add(128 + 32 * h) as *const __m256i);
-        let hi = _mm256_and_si256(shift16_y(qh, 4 - 2 * s as i32), $hib);
-        _mm256_or_si256(_mm256_and_si256(lo, $nib), hi)
-    }};
-}
-
 mod avx2;
 mod avx2_decode;
 mod avx512;

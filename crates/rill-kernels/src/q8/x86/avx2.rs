@@ -217,6 +217,44 @@ pub(super) unsafe fn kmin_y<const R: usize, const T: usize, const Q5: bool>(
     tree_y(&p)
 }
 
+/// Q6_K block `base`'s unsigned quants of half `h`: the four 32-value
+/// vectors `u = 4h + s` (nibble `s/2` of `ql[64h + 32(s%2)..]`, bits `2s..2s+1` of
+/// `qh[32h..]`). The high bits of quarters 0
+/// and 1 are looked up (`vpshufb` of `qh`'s low nibble) instead of shifted:
+/// on AMD Zen 1 one pipe does all vector shifts, two do shuffles.
+#[inline(always)]
+pub(super) unsafe fn q6k_half_y(
+    base: *const u8,
+    h: usize,
+    nib: __m256i,
+    hib: __m256i,
+) -> [__m256i; 4] {
+    // Nibble n = bits 0..3 of a qh byte → quarter 0's bits (n & 3) and
+    // quarter 1's (n >> 2), at bits 4..5.
+    let lut0 = bc256(_mm_setr_epi8(
+        0, 16, 32, 48, 0, 16, 32, 48, 0, 16, 32, 48, 0, 16, 32, 48,
+    ));
+    let lut1 = bc256(_mm_setr_epi8(
+        0, 0, 0, 0, 16, 16, 16, 16, 32, 32, 32, 32, 48, 48, 48, 48,
+    ));
+    let ql0 = _mm256_loadu_si256(base.add(64 * h) as *const __m256i);
+    let ql1 = _mm256_loadu_si256(base.add(64 * h + 32) as *const __m256i);
+    let qh = _mm256_loadu_si256(base.add(128 + 32 * h) as *const __m256i);
+    let q4 = _mm256_and_si256(qh, nib);
+    [
+        _mm256_or_si256(_mm256_and_si256(ql0, nib), _mm256_shuffle_epi8(lut0, q4)),
+        _mm256_or_si256(_mm256_and_si256(ql1, nib), _mm256_shuffle_epi8(lut1, q4)),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), nib),
+            _mm256_and_si256(qh, hib),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), nib),
+            _mm256_and_si256(_mm256_srli_epi16::<2>(qh), hib),
+        ),
+    ]
+}
+
 /// Q6_K on AVX2: 32-value vector `u` = half `u/4`, quarter `s = u%4`:
 /// nibble `s/2` of `ql[64h + 32(s%2)..]`, bits `2s..2s+1` of `qh[32h..]`.
 #[inline(always)]
@@ -242,11 +280,14 @@ pub(super) unsafe fn q6k_y_body<const R: usize, const T: usize>(
                 _mm256_permute4x64_epi64::<0xEE>(sc16),
             ];
             let scn = _mm256_sub_epi16(z, _mm256_slli_epi16::<5>(sc16));
-            let wv = |u: usize| q6k_quants_y!(base, u, nib, hib);
             // Vectors u = 2k, 2k + 1 in one `vpmaddwd` (`pair_sums2`): the
             // low halves hold sub-blocks 4k, 4k + 2, the high 4k + 1, 4k + 3.
+            let mut quarters = [z; 4];
             for k in 0..4 {
-                let (wa, wb) = (wv(2 * k), wv(2 * k + 1));
+                if k % 2 == 0 {
+                    quarters = q6k_half_y(base, k / 2, nib, hib);
+                }
+                let (wa, wb) = (quarters[2 * (k % 2)], quarters[2 * (k % 2) + 1]);
                 let pair = |j: i32| {
                     let (a, c) = (2 * j, 2 * j + 4);
                     a | ((a + 1) << 8) | (c << 16) | ((c + 1) << 24)

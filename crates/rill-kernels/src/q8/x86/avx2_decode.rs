@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{bc256, fold2, k4_row_scales_y, k4_scales_y, shift16_y, tsum4_y};
+use super::avx2::{bc256, fold2, k4_row_scales_y, k4_scales_y, q6k_half_y, shift16_y, tsum4_y};
 use super::{prefetch, sums32, Toks};
 
 /// Lane masks of the first `nj` blocks of a group, per 128-bit half.
@@ -206,11 +206,21 @@ pub(super) unsafe fn q6k_body_y1(w: *const u8, rb: usize, x: &Toks, nb: usize) -
                 // in-lane `vpshufd` away (a lane-crossing `vpermd` costs
                 // several times more on Zen 1 and 2).
                 let eo = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(raw, even_odd));
-                let ef = [_mm256_unpacklo_epi16(eo, eo), _mm256_unpackhi_epi16(eo, eo)];
+                // Hidden from LLVM (`black_box`): it would fold each unpack
+                // into every `vpshufd` that reads it, as `vpshuflw` +
+                // `vpshufd`: two shuffles per vector instead of one.
+                let ef = std::hint::black_box([
+                    _mm256_unpacklo_epi16(eo, eo),
+                    _mm256_unpackhi_epi16(eo, eo),
+                ]);
                 let scn = _mm256_sub_epi16(z, _mm256_slli_epi16::<5>(sc16));
                 acc[r] = _mm256_madd_epi16(s16, scn);
+                let mut quarters = [z; 4];
                 for u in 0..8 {
-                    let wv = q6k_quants_y!(base, u, nib, hib);
+                    if u % 4 == 0 {
+                        quarters = q6k_half_y(base, u / 4, nib, hib);
+                    }
+                    let wv = quarters[u % 4];
                     let sv = lane_bcast(ef[u / 4], u % 4);
                     let xv = _mm256_loadu_si256(x.qs[0].add(256 * b + 32 * u) as *const __m256i);
                     let d = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), sv);
