@@ -21,7 +21,7 @@ use crate::prefix_cache::PrefixCache;
 use crate::request::{Done, Event, Failure, Request, SubmitError};
 use crate::sequence::{Sequence, Submitted, TokenContext};
 use crate::speculation::SpecConfig;
-use rill_grammar::{Constraint, GrammarError, GrammarSpec, Grammars};
+use rill_grammar::{Constraint, GrammarError, GrammarSpec, Grammars, MaskTiming};
 use rill_kernels::{Isa, Precision, Threads};
 use rill_model::{BatchItem, KvConfig, Model, Runner, SequenceState, StepOutputs};
 use rill_sampler::Sampler;
@@ -318,11 +318,26 @@ impl Engine {
         })
     }
 
+    /// Masks ahead on a helper thread where the forward passes leave a
+    /// core to it, else on demand (see [`MaskTiming`]).
+    fn mask_timing(&self) -> MaskTiming {
+        let cores = std::thread::available_parallelism().map_or(1, |p| p.get());
+        let busy = match self.config.threads {
+            0 => cores,
+            n => n,
+        };
+        if busy < cores {
+            MaskTiming::Ahead
+        } else {
+            MaskTiming::OnDemand
+        }
+    }
+
     /// A constraint for `grammar` on this engine's vocabulary.
     pub fn compile(&self, grammar: &GrammarSpec) -> Result<Constraint, GrammarError> {
         let grammars = self
             .grammars
-            .get_or_init(|| Grammars::new(self.tok.clone()))
+            .get_or_init(|| Grammars::new(self.tok.clone(), self.mask_timing()))
             .as_ref()
             .map_err(Clone::clone)?;
         grammars.compile(grammar)

@@ -40,6 +40,11 @@ impl Helper {
         }
     }
 
+    /// No thread: masks are computed when they are needed.
+    pub fn none() -> Helper {
+        Helper { jobs: None }
+    }
+
     pub fn ask(&self, job: Job) {
         if let Some(tx) = &self.jobs {
             let _ = tx.send(job);

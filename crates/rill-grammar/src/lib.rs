@@ -48,8 +48,24 @@ pub struct GrammarError(pub String);
 pub struct Grammars {
     factory: ParserFactory,
     /// The thread that computes each constraint's next mask while the
-    /// forward pass runs.
+    /// forward pass runs ([`MaskTiming::Ahead`]); none with
+    /// [`MaskTiming::OnDemand`].
     helper: helper::Helper,
+}
+
+/// When a constraint's masks are computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MaskTiming {
+    /// Each state's mask on a helper thread as soon as the state is
+    /// reached, while the next forward pass runs: free where a core is
+    /// spare, and then no sampler ever waits for one.
+    Ahead,
+    /// Only when a sampler needs one (a greedy pick the grammar refuses,
+    /// a sampled draw): where every core runs the forward pass, a helper
+    /// thread would take its time from the pass, and most greedy picks
+    /// are checked by one token's walk without a mask
+    /// ([`Constraint::allows`]).
+    OnDemand,
 }
 
 /// The tokenizer seen from llguidance.
@@ -69,7 +85,7 @@ impl TokenizerEnv for Env {
 }
 
 impl Grammars {
-    pub fn new(tok: Arc<Tokenizer>) -> Result<Grammars, GrammarError> {
+    pub fn new(tok: Arc<Tokenizer>, timing: MaskTiming) -> Result<Grammars, GrammarError> {
         let n = tok.vocab_size();
         // Special tokens are marked so that grammar text never matches them.
         let words: Vec<Vec<u8>> = (0..n as u32)
@@ -109,7 +125,10 @@ impl Grammars {
         factory.quiet();
         Ok(Grammars {
             factory,
-            helper: helper::Helper::start(),
+            helper: match timing {
+                MaskTiming::Ahead => helper::Helper::start(),
+                MaskTiming::OnDemand => helper::Helper::none(),
+            },
         })
     }
 

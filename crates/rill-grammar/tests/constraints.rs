@@ -1,7 +1,7 @@
 //! Constraints on the fixture vocabulary: whatever a sampler picks among the
 //! allowed tokens, the text obeys the grammar, and bad grammars are refused.
 
-use rill_grammar::{GrammarSpec, Grammars};
+use rill_grammar::{GrammarSpec, Grammars, MaskTiming};
 use rill_load::{LoadOptions, ModelSource};
 use rill_tokenizer::Tokenizer;
 use std::path::PathBuf;
@@ -57,7 +57,12 @@ fn generate(g: &Grammars, tok: &Tokenizer, spec: &GrammarSpec, seed: u64) -> Str
 #[test]
 fn json_schema_output_validates() {
     let tok = tokenizer();
-    let g = Grammars::new(tok.clone()).unwrap();
+    for timing in [MaskTiming::Ahead, MaskTiming::OnDemand] {
+        json_schema_output_validates_with(&tok, &Grammars::new(tok.clone(), timing).unwrap());
+    }
+}
+
+fn json_schema_output_validates_with(tok: &Arc<Tokenizer>, g: &Grammars) {
     let schema = serde_json::json!({
         "type": "object",
         "properties": {
@@ -69,7 +74,7 @@ fn json_schema_output_validates() {
         "additionalProperties": false
     });
     for seed in 0..6 {
-        let text = generate(&g, &tok, &GrammarSpec::JsonSchema(schema.clone()), seed);
+        let text = generate(g, tok, &GrammarSpec::JsonSchema(schema.clone()), seed);
         let v: serde_json::Value =
             serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
         let o = v.as_object().expect("an object");
@@ -94,7 +99,7 @@ fn json_schema_output_validates() {
 #[test]
 fn json_object_regex_and_choice() {
     let tok = tokenizer();
-    let g = Grammars::new(tok.clone()).unwrap();
+    let g = Grammars::new(tok.clone(), MaskTiming::OnDemand).unwrap();
     for seed in 0..3 {
         let text = generate(&g, &tok, &GrammarSpec::JsonObject, seed);
         let v: serde_json::Value =
@@ -134,7 +139,7 @@ fn json_object_regex_and_choice() {
 #[test]
 fn bad_grammars_are_refused_with_a_message() {
     let tok = tokenizer();
-    let g = Grammars::new(tok).unwrap();
+    let g = Grammars::new(tok, MaskTiming::Ahead).unwrap();
     let bad = [
         GrammarSpec::JsonSchema(serde_json::json!("not a schema")),
         GrammarSpec::JsonSchema(serde_json::json!({"type": "no-such-type"})),
@@ -169,4 +174,84 @@ fn bad_grammars_are_refused_with_a_message() {
     }
     g.compile(&GrammarSpec::JsonSchema(ok))
         .expect("30 levels compile");
+}
+
+/// `allows` answers from one token's walk through the parser where it can,
+/// instead of the mask: in every state of generations under several
+/// grammars, that answer must be the mask's, for the allowed tokens, for
+/// random others and for the shorter tokens a forced text would tempt.
+#[test]
+fn the_walk_agrees_with_the_mask() {
+    let tok = tokenizer();
+    let g = Grammars::new(tok.clone(), MaskTiming::OnDemand).unwrap();
+    let n = tok.vocab_size();
+    let end = tok.token_to_id("<|im_end|>").unwrap();
+    let specs = [
+        GrammarSpec::JsonSchema(serde_json::json!({
+            "type": "object",
+            "properties": {
+                "topic": {"type": "string", "maxLength": 12},
+                "facts": {"type": "array", "items": {"type": "string", "minLength": 3, "maxLength": 9},
+                          "minItems": 2, "maxItems": 3},
+                "n": {"type": "number"},
+                "kind": {"enum": ["alpha", "beta gamma"]}
+            },
+            "required": ["topic", "facts", "n", "kind"],
+            "additionalProperties": false
+        })),
+        GrammarSpec::JsonObject,
+        GrammarSpec::Regex("[0-9]{3}-[a-z]{2,4}( ok)?".into()),
+        GrammarSpec::Choice(vec!["yes".into(), "no".into(), "maybe so".into()]),
+        GrammarSpec::Lark("start: \"(\" NUM (\",\" NUM)* \")\"\nNUM: /[0-9]+/".into()),
+    ];
+    let (mut walked, mut states) = (0usize, 0usize);
+    for (i, spec) in specs.iter().enumerate() {
+        let mut c = g.compile(spec).expect("compiles");
+        let mut rng = rill_sampler::Rng::new(17 + i as u64);
+        for _ in 0..60 {
+            let mut row = vec![0f32; n];
+            c.mask(&mut row).expect("mask");
+            let allowed: Vec<u32> = (0..n as u32).filter(|&t| row[t as usize] == 0.0).collect();
+            let mut ids: Vec<u32> = (0..200).map(|_| rng.below(n) as u32).collect();
+            for k in 0..allowed.len().min(100) {
+                let t = allowed[if allowed.len() <= 100 {
+                    k
+                } else {
+                    rng.below(allowed.len())
+                }];
+                ids.push(t);
+                // Tokens whose text is a prefix of an allowed token's.
+                let text = tok.decode(&[t]).unwrap_or_default();
+                for (cut, _) in text.char_indices().skip(1) {
+                    ids.extend(tok.encode(&text[..cut], false).first().copied());
+                }
+            }
+            ids.push(end);
+            states += 1;
+            let mut here = 0;
+            for &id in &ids {
+                if let Some(answer) = c.allows_by_walk(id) {
+                    here += 1;
+                    assert_eq!(
+                        answer.expect("walk"),
+                        row[id as usize] == 0.0,
+                        "{spec:?}: token {id} {:?} after {} tokens",
+                        tok.decode(&[id]),
+                        states
+                    );
+                }
+            }
+            walked += (here > 0) as usize;
+            // Go on with a random allowed token (the end ends the run).
+            let next = allowed[rng.below(allowed.len())];
+            if next == end || c.commit(next).is_err() || c.is_done() {
+                break;
+            }
+        }
+    }
+    // Most states must have been answered by the walk, or this tests nothing.
+    assert!(
+        walked * 2 > states,
+        "the walk answered in {walked} of {states} states"
+    );
 }

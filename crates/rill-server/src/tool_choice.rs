@@ -446,7 +446,8 @@ mod tests {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../fixtures/models/qwen35moe.f32.gguf");
         let tok = std::sync::Arc::new(rill_tokenizer::Tokenizer::from_gguf_path(&path).unwrap());
-        let grammars = rill_grammar::Grammars::new(tok.clone()).unwrap();
+        let grammars =
+            rill_grammar::Grammars::new(tok.clone(), rill_grammar::MaskTiming::Ahead).unwrap();
         let refs: Vec<&Json> = tools.iter().collect();
         let spec = call_grammar(syntax, &refs, one, thinking).unwrap();
         let mut c = grammars
