@@ -23,7 +23,7 @@ mod common;
 use common::matrix;
 use rill_kernels::{matmul_on, Isa, MatRef, Precision, Threads};
 
-const ALL: [DType; 10] = [
+const ALL: [DType; 11] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -34,6 +34,7 @@ const ALL: [DType; 10] = [
     DType::Q6K,
     DType::Q2K,
     DType::Q3K,
+    DType::MXFP4,
 ];
 
 /// On-CPU time of the calling thread (Linux `/proc/thread-self/schedstat`),

@@ -164,6 +164,8 @@ pub(super) unsafe fn check_kernels(table: impl Fn(rill_dtype::DType) -> Option<&
         (DType::Q8_0, 96),
         (DType::Q4_0, 352),
         (DType::IQ4NL, 288),
+        (DType::MXFP4, 288),
+        (DType::MXFP4, 96),
         (DType::IQ4XS, 768),
     ] {
         // a path without kernels for an encoding runs the reference
@@ -178,6 +180,12 @@ pub(super) unsafe fn check_kernels(table: impl Fn(rill_dtype::DType) -> Option<&
                 .map(|_| fill.unwrap_or(rnd() as u8))
                 .collect();
             for blk in data.chunks_exact_mut(bb) {
+                if dtype == DType::MXFP4 {
+                    // E8M0: the subnormal halves (0, 1), small and unit
+                    // scales, and large ones.
+                    blk[0] = [0u8, 1, 2, 100, 120, 127, 134, 160][(rnd() % 8) as usize];
+                    continue;
+                }
                 let s = (rnd() % 1000) as f32 / 1e4;
                 let (d_at, dmin) = match dtype {
                     DType::Q6K => (208, None),

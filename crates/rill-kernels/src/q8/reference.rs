@@ -6,7 +6,7 @@ use super::ActRow;
 use crate::quant::fp8::E4M3;
 use crate::quant::iq4::IQ4_NL_VALUES;
 use crate::quant::k_quants::scale_min_k4;
-use crate::quant::mxfp4::E2M1_DOUBLED;
+use crate::quant::mxfp4::{e8m0_to_f32_half, E2M1_DOUBLED};
 use crate::quant::{f16_at, QK_K};
 use rill_dtype::DType;
 
@@ -25,6 +25,7 @@ pub fn dot_ref(dtype: DType, row: &[u8], a: ActRow<'_>) -> f32 {
             DType::Q6K => term_q6_k(block, x, dx, &a.sums[16 * b..16 * b + 16]),
             DType::IQ4XS => term_iq4_xs(block, x, dx),
             DType::Q4_0 | DType::IQ4NL => term_q8_0(&widen_nibbles(dtype, block), x, dx),
+            DType::MXFP4 => term_mxfp4(block, x, dx),
             _ => panic!("rill-kernels: no 8-bit-activation kernel for {dtype}"),
         };
         p[b % 8] += t;
@@ -69,6 +70,19 @@ fn term_q8_0(block: &[u8], x: &[i8], dx: f32) -> f32 {
         .zip(x)
         .map(|(&w, &x)| (w as i8) as i32 * x as i32)
         .sum();
+    (d * dx) * i as f32
+}
+
+/// MXFP4: twice each E2M1 level is an integer (−12..=12): `i = Σ 2E(w)·q`
+/// exactly, then `(d_w·d_x)·f(i)` with `d_w` half the block's E8M0 scale
+/// (llama.cpp's `GGML_E8M0_TO_FP32_HALF`, the same product).
+pub(crate) fn term_mxfp4(block: &[u8], x: &[i8], dx: f32) -> f32 {
+    let d = e8m0_to_f32_half(block[0]);
+    let mut i = 0i32;
+    for (j, &q) in block[1..17].iter().enumerate() {
+        i += E2M1_DOUBLED[(q & 0x0F) as usize] as i32 * x[j] as i32;
+        i += E2M1_DOUBLED[(q >> 4) as usize] as i32 * x[j + 16] as i32;
+    }
     (d * dx) * i as f32
 }
 
@@ -167,13 +181,14 @@ fn term_iq4_xs(block: &[u8], x: &[i8], dx: f32) -> f32 {
 /// Q4_0's levels: index − 8.
 static Q4_0_LEVELS: [i8; 16] = [-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7];
 
-/// The 16 signed levels of a 4-bit block encoding of 32 values with one f16
-/// scale at its start (Q4_0, IQ4_NL): the integer kernels run such a block
-/// as the Q8_0 block of its levels.
+/// The 16 signed levels of a 4-bit block encoding of 32 values with one
+/// scale at its start (Q4_0, IQ4_NL: f16; MXFP4: E8M0, its levels doubled):
+/// the integer kernels run such a block as the Q8_0 block of its levels.
 pub(crate) fn nibble_levels(dtype: DType) -> Option<&'static [i8; 16]> {
     match dtype {
         DType::Q4_0 => Some(&Q4_0_LEVELS),
         DType::IQ4NL => Some(&IQ4_NL_VALUES),
+        DType::MXFP4 => Some(&E2M1_DOUBLED),
         _ => None,
     }
 }

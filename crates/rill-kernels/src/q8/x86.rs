@@ -152,7 +152,7 @@ pub(super) unsafe fn rows(
     true
 }
 
-static Z_VNNI: [Table; 7] = [
+static Z_VNNI: [Table; 8] = [
     with_decode(shapes!(q4k_zv), q4k_zv1),
     with_decode(shapes!(q5k_zv), q5k_zv1),
     with_decode(shapes!(q6k_zv), q6k_zv1),
@@ -160,8 +160,9 @@ static Z_VNNI: [Table; 7] = [
     shapes!(iq4xs_zv),
     shapes!(q40_zv),
     shapes!(iq4nl_zv),
+    shapes!(mxfp4_zv),
 ];
-static Z: [Table; 7] = [
+static Z: [Table; 8] = [
     with_decode(shapes!(q4k_z), q4k_z1),
     with_decode(shapes!(q5k_z), q5k_z1),
     with_decode(shapes!(q6k_z), q6k_z1),
@@ -169,8 +170,9 @@ static Z: [Table; 7] = [
     shapes!(iq4xs_zn),
     shapes!(q40_z),
     shapes!(iq4nl_z),
+    shapes!(mxfp4_z),
 ];
-static Y: [Table; 7] = [
+static Y: [Table; 8] = [
     with_decode(shapes!(q4k_y), q4k_y1),
     with_decode(shapes!(q5k_y), q5k_y1),
     with_decode(shapes!(q6k_y), q6k_y1),
@@ -178,6 +180,7 @@ static Y: [Table; 7] = [
     shapes!(iq4xs_yk),
     with_decode(shapes!(q40_y), q80_y_rows1::<1>),
     with_decode(shapes!(iq4nl_y), q80_y_rows1::<2>),
+    with_decode(shapes!(mxfp4_y), q80_y_rows1::<3>),
 ];
 
 /// The 4-row, 1-token shape of the AVX2 Q8_0 kernels (`NIB` as
@@ -203,23 +206,28 @@ const fn with_decode(mut t: Table, k: Kernel) -> Table {
 
 /// The kernels of `dtype` on this path, if any.
 fn table(avx512: bool, dtype: DType) -> Option<&'static Table> {
-    use DType::*;
     let set = match (avx512, avx512 && vnni()) {
         (true, true) => &Z_VNNI,
         (true, false) => &Z,
         _ => &Y,
     };
-    Some(match dtype {
-        Q4K => &set[0],
-        Q5K => &set[1],
-        Q6K => &set[2],
-        Q8_0 => &set[3],
-        IQ4XS => &set[4],
-        Q4_0 => &set[5],
-        IQ4NL => &set[6],
-        _ => return None,
-    })
+    TABLE_DTYPES
+        .iter()
+        .position(|&d| d == dtype)
+        .map(|i| &set[i])
 }
+
+/// The encodings of each kernel table, in its order.
+const TABLE_DTYPES: [DType; 8] = [
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+    DType::Q8_0,
+    DType::IQ4XS,
+    DType::Q4_0,
+    DType::IQ4NL,
+    DType::MXFP4,
+];
 
 entry! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c":
     q4k_zv = kmin_z::<false, true>;
@@ -228,6 +236,7 @@ entry! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c":
     q80_zv = q80_z_body::<true, 0>;
     q40_zv = q80_z_body::<true, 1>;
     iq4nl_zv = q80_z_body::<true, 2>;
+    mxfp4_zv = q80_z_body::<true, 3>;
     iq4xs_zv = iq4xs_z::<true>;
 }
 entry! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c":
@@ -237,6 +246,7 @@ entry! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c":
     q80_z = q80_z_body::<false, 0>;
     q40_z = q80_z_body::<false, 1>;
     iq4nl_z = q80_z_body::<false, 2>;
+    mxfp4_z = q80_z_body::<false, 3>;
     iq4xs_zn = iq4xs_z::<false>;
 }
 decode_entry! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c":
@@ -261,6 +271,7 @@ entry! {"avx2,fma,f16c":
     q80_y = q80_y_body::<0>;
     q40_y = q80_y_body::<1>;
     iq4nl_y = q80_y_body::<2>;
+    mxfp4_y = q80_y_body::<3>;
     iq4xs_yk = iq4xs_y::<>;
 }
 
@@ -372,33 +383,62 @@ pub(super) unsafe fn q80_idot(w: *const u8, x: *const i8) -> i32 {
     i
 }
 
-/// Bytes of a block of the Q8_0 kernels' encoding `NIB`: Q8_0 (0), or
-/// Q4_0 (1) / IQ4_NL (2), whose blocks the kernels widen in registers to
+/// The encodings of the Q8_0 kernels, by `NIB`: Q8_0 (0), or Q4_0 (1) /
+/// IQ4_NL (2) / MXFP4 (3), whose blocks the kernels widen in registers to
 /// the Q8_0 blocks of their levels.
+const NIB_DTYPES: [DType; 4] = [DType::Q8_0, DType::Q4_0, DType::IQ4NL, DType::MXFP4];
+
+/// Bytes of a block of encoding `nib`.
 pub(super) const fn block_bytes(nib: usize) -> usize {
-    if nib == 0 {
-        34
-    } else {
-        18
+    match nib {
+        0 => 34,
+        3 => 17,
+        _ => 18,
     }
 }
 
-/// The 16 signed levels of encoding `NIB` (1 or 2), for `pshufb`.
+/// Where a block of encoding `nib` keeps its quants: after its f16 scale,
+/// or (MXFP4) its E8M0 byte.
+pub(super) const fn quants_at(nib: usize) -> usize {
+    if nib == 3 {
+        1
+    } else {
+        2
+    }
+}
+
+/// The 16 signed levels of encoding `NIB` (1..=3), for `pshufb`.
 #[inline(always)]
 pub(super) unsafe fn nib_levels<const NIB: usize>() -> __m128i {
-    let t = crate::q8::reference::nibble_levels(if NIB == 1 { DType::Q4_0 } else { DType::IQ4NL });
+    let t = crate::q8::reference::nibble_levels(NIB_DTYPES[NIB]);
     t.map_or(_mm_setzero_si128(), |t| _mm_loadu_si128(t.as_ptr().cast()))
 }
 
+/// The scales of 8 blocks of encoding `NIB` at `g` (`bb` bytes apart),
+/// block `order[k]` in lane `k`, as f32: f16 ([`q80_scales`]), or half the
+/// E8M0 scale of MXFP4 (its levels are doubled).
+#[inline(always)]
+pub(super) unsafe fn block_scales<const NIB: usize>(
+    g: *const u8,
+    bb: usize,
+    order: [usize; 8],
+) -> __m256 {
+    if NIB != 3 {
+        return q80_scales(g, bb, order);
+    }
+    let s = |k: usize| crate::quant::mxfp4::e8m0_to_f32_half(*g.add(bb * order[k]));
+    _mm256_setr_ps(s(0), s(1), s(2), s(3), s(4), s(5), s(6), s(7))
+}
+
 /// The 32 quants of the block at `blk` as signed bytes: Q8_0's own, or the
-/// levels of a Q4_0 / IQ4_NL block (byte `j`: element `j` in its low
-/// nibble, `j + 16` in its high one).
+/// levels of a Q4_0 / IQ4_NL / MXFP4 block (byte `j`: element `j` in its
+/// low nibble, `j + 16` in its high one).
 #[inline(always)]
 pub(super) unsafe fn q80_quants<const NIB: usize>(blk: *const u8, levels: __m128i) -> __m256i {
     if NIB == 0 {
         return _mm256_loadu_si256(blk.add(2) as *const __m256i);
     }
-    let q = _mm_loadu_si128(blk.add(2) as *const __m128i);
+    let q = _mm_loadu_si128(blk.add(quants_at(NIB)) as *const __m128i);
     let nib = _mm_set1_epi8(0x0F);
     let lo = _mm_shuffle_epi8(levels, _mm_and_si128(q, nib));
     let hi = _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16::<4>(q), nib));
@@ -430,10 +470,19 @@ pub(super) unsafe fn q80_rest<const R: usize, const T: usize, const NIB: usize>(
     nb: usize,
     p: &mut [[[f32; 8]; T]; R],
 ) {
-    let dtype = [DType::Q8_0, DType::Q4_0, DType::IQ4NL][NIB];
+    let dtype = NIB_DTYPES[NIB];
     for b in b0..nb {
         for r in 0..R {
             let src = w.add(r * rb + block_bytes(NIB) * b);
+            if NIB == 3 {
+                let block = std::slice::from_raw_parts(src, 17);
+                for t in 0..T {
+                    let q = std::slice::from_raw_parts(x.qs[t].add(32 * b), 32);
+                    let dx = *x.d[t].add(b);
+                    p[r][t][b % 8] += crate::q8::reference::term_mxfp4(block, q, dx);
+                }
+                continue;
+            }
             let wide;
             let blk = if NIB == 0 {
                 src
@@ -499,19 +548,7 @@ mod tests {
                 sets.push(&Z_VNNI);
             }
         }
-        let at = |d: DType| {
-            [
-                DType::Q4K,
-                DType::Q5K,
-                DType::Q6K,
-                DType::Q8_0,
-                DType::IQ4XS,
-                DType::Q4_0,
-                DType::IQ4NL,
-            ]
-            .iter()
-            .position(|&x| x == d)
-        };
+        let at = |d: DType| TABLE_DTYPES.iter().position(|&x| x == d);
         for set in sets {
             // SAFETY: the CPU runs the set (checked above).
             unsafe { groups::check_kernels(|d| at(d).map(|i| &set[i])) }

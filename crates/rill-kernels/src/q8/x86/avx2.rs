@@ -8,7 +8,7 @@
 use std::arch::x86_64::*;
 
 use super::{
-    block_bytes, dx4, halves, nib_levels, prefetch, q80_finish, q80_quants, q80_rest, q80_scales,
+    block_bytes, block_scales, dx4, halves, nib_levels, prefetch, q80_finish, q80_quants, q80_rest,
     sums32, to_partials, Toks, IN_ORDER,
 };
 
@@ -352,7 +352,7 @@ pub(super) unsafe fn q80_y_body<const R: usize, const T: usize, const NIB: usize
         prefetch::<R>(w, rb, 8 * bb * g, 8 * bb);
         for r in 0..R {
             let base = w.add(r * rb + 8 * bb * g);
-            let d = q80_scales(base, bb, IN_ORDER);
+            let d = block_scales::<NIB>(base, bb, IN_ORDER);
             let wv: [__m256i; 8] = arr!(8, |k| q80_quants::<NIB>(base.add(bb * k), levels));
             let wa: [__m256i; 8] = arr!(8, |k| _mm256_abs_epi8(wv[k]));
             for t in 0..T {

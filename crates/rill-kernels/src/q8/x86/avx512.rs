@@ -8,8 +8,8 @@
 use std::arch::x86_64::*;
 
 use super::{
-    block_bytes, dx4, halves, nib_levels, prefetch, q80_finish, q80_rest, q80_scales, sums32,
-    to_partials, Toks, K4_IDX, Q6_IDX,
+    block_bytes, block_scales, dx4, halves, nib_levels, prefetch, q80_finish, q80_rest, quants_at,
+    sums32, to_partials, Toks, K4_IDX, Q6_IDX,
 };
 
 /// Insert `x` as 128-bit chunk `r` of `v`.
@@ -390,8 +390,8 @@ pub(super) unsafe fn q80_z_body<
         }
         for r in 0..R {
             let base = w.add(r * rb + 8 * bb * g);
-            let d = q80_scales(base, bb, Z_ORDER);
-            let q = |j: usize| base.add(bb * j + 2);
+            let d = block_scales::<NIB>(base, bb, Z_ORDER);
+            let q = |j: usize| base.add(bb * j + quants_at(NIB));
             let wv: [__m512i; 4] = arr!(4, |k| if NIB == 0 {
                 // Block 2k's quants, then block 2k+1's by a masked load (no
                 // port-5 insert) from 32 bytes before them.

@@ -86,19 +86,27 @@ fn kind(dtype: DType) -> Option<usize> {
         DType::Q4_0 => Some(4),
         DType::IQ4NL => Some(5),
         DType::IQ4XS => Some(6),
+        DType::MXFP4 => Some(7),
         _ => None,
     }
 }
 
-/// The 16 signed levels of Q4_0 (`NIB` 1) or IQ4_NL (2), for `pshufb`.
+/// The 16 signed levels of Q4_0 (`NIB` 1), IQ4_NL (2) or MXFP4 (3), for
+/// `pshufb` (`NIB` 0, Q8_0, never reads them).
 #[inline(always)]
 unsafe fn levels<const NIB: usize>() -> std::arch::x86_64::__m128i {
-    let table =
-        crate::q8::reference::nibble_levels(if NIB == 1 { DType::Q4_0 } else { DType::IQ4NL });
-    // (`NIB` 0, Q8_0, gets the IQ4_NL table and never reads it.)
-    table.map_or(std::arch::x86_64::_mm_setzero_si128(), |t| {
-        std::arch::x86_64::_mm_loadu_si128(t.as_ptr().cast())
-    })
+    super::nib_levels::<NIB>()
+}
+
+/// The scale of the block at `blk` of encoding `NIB` as f32: its f16, or
+/// (MXFP4) half its E8M0 byte, as the reference takes it.
+#[inline(always)]
+unsafe fn block_scale<const NIB: usize>(blk: *const u8) -> f32 {
+    if NIB == 3 {
+        crate::quant::mxfp4::e8m0_to_f32_half(*blk)
+    } else {
+        half::f16::from_bits((blk as *const u16).read_unaligned()).to_f32()
+    }
 }
 
 /// Up to [`TOKENS`] tokens' quantized activations (unused slots repeat the last).
@@ -155,7 +163,7 @@ pub(super) struct Set {
     pub(super) min_tokens: usize,
     /// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL (these two as the Q8_0 blocks
     /// of their levels), IQ4_XS, where the class has them.
-    kinds: [Option<Kind>; 7],
+    kinds: [Option<Kind>; 8],
 }
 
 /// `[f(1), .., f(8)]`: a kernel for each token count.
@@ -334,6 +342,7 @@ mod tests {
             (DType::Q4_0, 352),
             (DType::IQ4NL, 96),
             (DType::IQ4XS, 768),
+            (DType::MXFP4, 288),
         ] {
             for fill in [None, Some(0xFFu8), Some(0x80), Some(0x00)] {
                 let rows = 37;
@@ -342,6 +351,11 @@ mod tests {
                     .map(|_| fill.unwrap_or(rnd() as u8))
                     .collect();
                 for blk in data.chunks_exact_mut(bb) {
+                    if dtype == DType::MXFP4 {
+                        // E8M0, subnormal halves included.
+                        blk[0] = [0u8, 1, 2, 100, 120, 127, 134, 160][(rnd() % 8) as usize];
+                        continue;
+                    }
                     let s = (rnd() % 1000) as f32 / 1e4;
                     let d_at = if dtype == DType::Q6K { 208 } else { 0 };
                     blk[d_at..d_at + 2].copy_from_slice(&f16(s));

@@ -327,17 +327,17 @@ panel_entries! {
 const Q80_BYTES: usize = 17 * 32;
 
 /// Rewrite rows `w..` (8 of them, `rb` bytes apart, `nb` blocks each) of
-/// Q8_0 (`NIB` 0), Q4_0 (1) or IQ4_NL (2) as a Q8_0 panel at `dst` (the
-/// 4-bit encodings as the Q8_0 blocks of their levels).
+/// Q8_0 (`NIB` 0), Q4_0 (1), IQ4_NL (2) or MXFP4 (3) as a Q8_0 panel at
+/// `dst` (the 4-bit encodings as the Q8_0 blocks of their levels).
 #[inline(always)]
 unsafe fn pack_q80<const NIB: usize>(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
-    let bb_bytes = if NIB == 0 { 34 } else { 18 };
+    let bb_bytes = crate::q8::x86::block_bytes(NIB);
     let levels = super::levels::<NIB>();
     let quants = |blk: *const u8| -> __m256i {
         if NIB == 0 {
             return _mm256_loadu_si256(blk.add(2) as *const __m256i);
         }
-        let q = _mm_loadu_si128(blk.add(2) as *const __m128i);
+        let q = _mm_loadu_si128(blk.add(crate::q8::x86::quants_at(NIB)) as *const __m128i);
         let nib = _mm_set1_epi8(0x0F);
         let lo = _mm_shuffle_epi8(levels, _mm_and_si128(q, nib));
         let hi = _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16::<4>(q), nib));
@@ -355,9 +355,8 @@ unsafe fn pack_q80<const NIB: usize>(w: *const u8, rb: usize, nb: usize, dst: *m
             _mm256_storeu_si256(pb.add(64 * k) as *mut __m256i, t[k]);
             _mm256_storeu_si256(pb.add(64 * k + 32) as *mut __m256i, _mm256_abs_epi8(t[k]));
         }
-        let h: [u16; 8] = std::array::from_fn(|r| (blk(r) as *const u16).read_unaligned());
-        let d = _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr() as *const __m128i));
-        _mm256_storeu_ps(pb.add(512) as *mut f32, d);
+        let d: [f32; 8] = std::array::from_fn(|r| super::block_scale::<NIB>(blk(r)));
+        _mm256_storeu_ps(pb.add(512) as *mut f32, _mm256_loadu_ps(d.as_ptr()));
     }
 }
 
@@ -620,6 +619,12 @@ pub(in crate::q8::x86) static SET: Set = Set {
             bytes: IQ4XS_BYTES,
             pack: iq4xs_pack,
             kernels: super::by_tokens!(iq4xs_panel),
+        }),
+        Some(Kind {
+            values: 32,
+            bytes: Q80_BYTES,
+            pack: q80_pack::<3>,
+            kernels: super::by_tokens!(q80_panel),
         }),
     ],
 };

@@ -320,15 +320,15 @@ const Q80_BYTES: usize = 9 * 64;
 unsafe fn pack_q80<const NIB: usize>(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
     let flip = _mm512_set1_epi8(-128);
     let lo16 = _mm512_set1_epi32(0xFFFF);
-    let bb_bytes = if NIB == 0 { 34 } else { 18 };
+    let bb_bytes = crate::q8::x86::block_bytes(NIB);
     let levels = super::levels::<NIB>();
-    // A block's 32 quants (Q4_0 / IQ4_NL: byte j's low nibble is element
-    // j, its high one element j + 16).
+    // A block's 32 quants (Q4_0 / IQ4_NL / MXFP4: byte j's low nibble is
+    // element j, its high one element j + 16).
     let quants = |blk: *const u8| -> __m256i {
         if NIB == 0 {
             return _mm256_loadu_si256(blk.add(2) as *const __m256i);
         }
-        let q = _mm_loadu_si128(blk.add(2) as *const __m128i);
+        let q = _mm_loadu_si128(blk.add(crate::q8::x86::quants_at(NIB)) as *const __m128i);
         let nib = _mm_set1_epi8(0x0F);
         let lo = _mm_shuffle_epi8(levels, _mm_and_si128(q, nib));
         let hi = _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16::<4>(q), nib));
@@ -358,6 +358,11 @@ unsafe fn pack_q80<const NIB: usize>(w: *const u8, rb: usize, nb: usize, dst: *m
                     pb.add(64 * k) as *mut _,
                     _mm512_xor_si512(t[8 * half + k], flip),
                 );
+            }
+            if NIB == 3 {
+                let d: [f32; 16] = std::array::from_fn(|r| super::block_scale::<NIB>(blk(r, bb)));
+                _mm512_storeu_ps(pb.add(512) as *mut f32, _mm512_loadu_ps(d.as_ptr()));
+                continue;
             }
             let h: [u32; 16] =
                 std::array::from_fn(|r| (blk(r, bb) as *const u16).read_unaligned() as u32);
@@ -460,6 +465,12 @@ pub(in crate::q8::x86) static SET: Set = Set {
             bytes: IQ4XS.bytes,
             pack: iq4xs_pack,
             kernels: super::by_tokens!(iq4xs_panel),
+        }),
+        Some(Kind {
+            values: 32,
+            bytes: Q80_BYTES,
+            pack: q80_pack::<3>,
+            kernels: super::by_tokens!(q80_panel),
         }),
     ],
 };
