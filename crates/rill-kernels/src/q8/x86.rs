@@ -426,8 +426,19 @@ pub(super) unsafe fn block_scales<const NIB: usize>(
     if NIB != 3 {
         return q80_scales(g, bb, order);
     }
-    let s = |k: usize| crate::quant::mxfp4::e8m0_to_f32_half(*g.add(bb * order[k]));
+    let s = |k: usize| block_scale::<NIB>(g.add(bb * order[k]));
     _mm256_setr_ps(s(0), s(1), s(2), s(3), s(4), s(5), s(6), s(7))
+}
+
+/// The scale of the block at `blk` of encoding `NIB` as f32: its f16, or
+/// (MXFP4) half its E8M0 byte, as the reference takes it.
+#[inline(always)]
+pub(super) unsafe fn block_scale<const NIB: usize>(blk: *const u8) -> f32 {
+    if NIB == 3 {
+        crate::quant::mxfp4::e8m0_to_f32_half(*blk)
+    } else {
+        half::f16::from_bits((blk as *const u16).read_unaligned()).to_f32()
+    }
 }
 
 /// The 32 quants of the block at `blk` as signed bytes: Q8_0's own, or the

@@ -91,24 +91,6 @@ fn kind(dtype: DType) -> Option<usize> {
     }
 }
 
-/// The 16 signed levels of Q4_0 (`NIB` 1), IQ4_NL (2) or MXFP4 (3), for
-/// `pshufb` (`NIB` 0, Q8_0, never reads them).
-#[inline(always)]
-unsafe fn levels<const NIB: usize>() -> std::arch::x86_64::__m128i {
-    super::nib_levels::<NIB>()
-}
-
-/// The scale of the block at `blk` of encoding `NIB` as f32: its f16, or
-/// (MXFP4) half its E8M0 byte, as the reference takes it.
-#[inline(always)]
-unsafe fn block_scale<const NIB: usize>(blk: *const u8) -> f32 {
-    if NIB == 3 {
-        crate::quant::mxfp4::e8m0_to_f32_half(*blk)
-    } else {
-        half::f16::from_bits((blk as *const u16).read_unaligned()).to_f32()
-    }
-}
-
 /// Up to [`TOKENS`] tokens' quantized activations (unused slots repeat the last).
 #[derive(Clone, Copy)]
 struct Toks8 {
@@ -161,8 +143,9 @@ pub(super) struct Set {
     /// 1 thread: AVX-512 panels lose at 2 tokens, tie at 4, win by 20-27%
     /// from 5; AVX2 panels tie at 2 and win by 15-30% from 3).
     pub(super) min_tokens: usize,
-    /// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL (these two as the Q8_0 blocks
-    /// of their levels), IQ4_XS, where the class has them.
+    /// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL, IQ4_XS, MXFP4 (Q4_0 on AVX-512
+    /// VNNI, IQ4_NL and MXFP4 as the Q8_0 blocks of their levels), where the
+    /// class has them.
     kinds: [Option<Kind>; 8],
 }
 

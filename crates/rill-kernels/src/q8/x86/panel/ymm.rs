@@ -332,17 +332,8 @@ const Q80_BYTES: usize = 17 * 32;
 #[inline(always)]
 unsafe fn pack_q80<const NIB: usize>(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
     let bb_bytes = crate::q8::x86::block_bytes(NIB);
-    let levels = super::levels::<NIB>();
-    let quants = |blk: *const u8| -> __m256i {
-        if NIB == 0 {
-            return _mm256_loadu_si256(blk.add(2) as *const __m256i);
-        }
-        let q = _mm_loadu_si128(blk.add(crate::q8::x86::quants_at(NIB)) as *const __m128i);
-        let nib = _mm_set1_epi8(0x0F);
-        let lo = _mm_shuffle_epi8(levels, _mm_and_si128(q, nib));
-        let hi = _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16::<4>(q), nib));
-        _mm256_set_m128i(hi, lo)
-    };
+    let levels = crate::q8::x86::nib_levels::<NIB>();
+    let quants = |blk: *const u8| crate::q8::x86::q80_quants::<NIB>(blk, levels);
     for b in 0..nb {
         let pb = dst.add(b * Q80_BYTES);
         let blk = |r: usize| w.add(r * rb + bb_bytes * b);
@@ -355,7 +346,7 @@ unsafe fn pack_q80<const NIB: usize>(w: *const u8, rb: usize, nb: usize, dst: *m
             _mm256_storeu_si256(pb.add(64 * k) as *mut __m256i, t[k]);
             _mm256_storeu_si256(pb.add(64 * k + 32) as *mut __m256i, _mm256_abs_epi8(t[k]));
         }
-        let d: [f32; 8] = std::array::from_fn(|r| super::block_scale::<NIB>(blk(r)));
+        let d: [f32; 8] = std::array::from_fn(|r| crate::q8::x86::block_scale::<NIB>(blk(r)));
         _mm256_storeu_ps(pb.add(512) as *mut f32, _mm256_loadu_ps(d.as_ptr()));
     }
 }
@@ -478,7 +469,7 @@ const IQ4XS_BYTES: usize = 64 * 64 + 8 * 32 + 32;
 /// each) as an IQ4_XS panel at `dst`.
 #[inline(always)]
 unsafe fn pack_iq4xs(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
-    let levels = super::levels::<2>();
+    let levels = crate::q8::x86::nib_levels::<2>();
     let nib = _mm_set1_epi8(0x0F);
     for b in 0..nb {
         let pb = dst.add(b * IQ4XS_BYTES);

@@ -75,7 +75,7 @@ unsafe fn chunk<const KIND: usize>(blk: *const u8, m: usize) -> __m512i {
         let v = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
         // [lo of 2m, hi of 2m, lo of 2m + 1, hi of 2m + 1]
         let v = _mm512_shuffle_i32x4::<0xD8>(v, v);
-        let levels = _mm_xor_si128(super::levels::<2>(), _mm_set1_epi8(-128));
+        let levels = _mm_xor_si128(crate::q8::x86::nib_levels::<2>(), _mm_set1_epi8(-128));
         return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(levels), v);
     }
     let z = _mm512_setzero_si512();
@@ -321,19 +321,10 @@ unsafe fn pack_q80<const NIB: usize>(w: *const u8, rb: usize, nb: usize, dst: *m
     let flip = _mm512_set1_epi8(-128);
     let lo16 = _mm512_set1_epi32(0xFFFF);
     let bb_bytes = crate::q8::x86::block_bytes(NIB);
-    let levels = super::levels::<NIB>();
+    let levels = crate::q8::x86::nib_levels::<NIB>();
     // A block's 32 quants (Q4_0 / IQ4_NL / MXFP4: byte j's low nibble is
     // element j, its high one element j + 16).
-    let quants = |blk: *const u8| -> __m256i {
-        if NIB == 0 {
-            return _mm256_loadu_si256(blk.add(2) as *const __m256i);
-        }
-        let q = _mm_loadu_si128(blk.add(crate::q8::x86::quants_at(NIB)) as *const __m128i);
-        let nib = _mm_set1_epi8(0x0F);
-        let lo = _mm_shuffle_epi8(levels, _mm_and_si128(q, nib));
-        let hi = _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16::<4>(q), nib));
-        _mm256_set_m128i(hi, lo)
-    };
+    let quants = |blk: *const u8| crate::q8::x86::q80_quants::<NIB>(blk, levels);
     let mut b = 0;
     while b < nb {
         let two = b + 1 < nb;
@@ -360,7 +351,8 @@ unsafe fn pack_q80<const NIB: usize>(w: *const u8, rb: usize, nb: usize, dst: *m
                 );
             }
             if NIB == 3 {
-                let d: [f32; 16] = std::array::from_fn(|r| super::block_scale::<NIB>(blk(r, bb)));
+                let d: [f32; 16] =
+                    std::array::from_fn(|r| crate::q8::x86::block_scale::<NIB>(blk(r, bb)));
                 _mm512_storeu_ps(pb.add(512) as *mut f32, _mm512_loadu_ps(d.as_ptr()));
                 continue;
             }
