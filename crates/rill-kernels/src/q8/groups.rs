@@ -167,6 +167,8 @@ pub(super) unsafe fn check_kernels(table: impl Fn(rill_dtype::DType) -> Option<&
         (DType::MXFP4, 288),
         (DType::MXFP4, 96),
         (DType::IQ4XS, 768),
+        (DType::Q5_0, 352),
+        (DType::Q5_0, 96),
     ] {
         // a path without kernels for an encoding runs the reference
         let Some(k) = table(dtype) else { continue };
@@ -189,7 +191,9 @@ pub(super) unsafe fn check_kernels(table: impl Fn(rill_dtype::DType) -> Option<&
                 let s = (rnd() % 1000) as f32 / 1e4;
                 let (d_at, dmin) = match dtype {
                     DType::Q6K => (208, None),
-                    DType::Q8_0 | DType::IQ4XS | DType::Q4_0 | DType::IQ4NL => (0, None),
+                    DType::Q8_0 | DType::IQ4XS | DType::Q4_0 | DType::IQ4NL | DType::Q5_0 => {
+                        (0, None)
+                    }
                     _ => (0, Some(2)),
                 };
                 blk[d_at..d_at + 2].copy_from_slice(&f16(s));

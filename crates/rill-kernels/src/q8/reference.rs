@@ -24,7 +24,9 @@ pub fn dot_ref(dtype: DType, row: &[u8], a: ActRow<'_>) -> f32 {
             DType::Q5K => term_q5_k(block, x, dx, &a.sums[16 * b..16 * b + 16]),
             DType::Q6K => term_q6_k(block, x, dx, &a.sums[16 * b..16 * b + 16]),
             DType::IQ4XS => term_iq4_xs(block, x, dx),
-            DType::Q4_0 | DType::IQ4NL => term_q8_0(&widen_nibbles(dtype, block), x, dx),
+            DType::Q4_0 | DType::IQ4NL | DType::Q5_0 => {
+                term_q8_0(&widen_to_q8_0(dtype, block), x, dx)
+            }
             DType::MXFP4 => term_mxfp4(block, x, dx),
             _ => panic!("rill-kernels: no 8-bit-activation kernel for {dtype}"),
         };
@@ -193,12 +195,23 @@ pub(crate) fn nibble_levels(dtype: DType) -> Option<&'static [i8; 16]> {
     }
 }
 
-/// A Q4_0 / IQ4_NL block as the Q8_0 block of its levels (byte `j` holds
-/// element `j` in its low nibble and `j + 16` in its high one).
-pub(crate) fn widen_nibbles(dtype: DType, block: &[u8]) -> [u8; 34] {
-    let levels = nibble_levels(dtype).expect("a 4-bit level encoding");
+/// A Q4_0 / IQ4_NL / Q5_0 block as the Q8_0 block of its levels (byte
+/// `j` of the nibbles holds element `j` in its low nibble and `j + 16` in
+/// its high one; Q5_0 adds bit `i` of its little-endian `qh` as bit 4 of
+/// element `i`, and its level is the 5-bit quant − 16).
+pub(crate) fn widen_to_q8_0(dtype: DType, block: &[u8]) -> [u8; 34] {
     let mut out = [0u8; 34];
     out[..2].copy_from_slice(&block[..2]);
+    if dtype == DType::Q5_0 {
+        let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+        let level = |i: usize, nibble: u8| (nibble | (((qh >> i) & 1) as u8) << 4) as i8 - 16;
+        for (j, &q) in block[6..22].iter().enumerate() {
+            out[2 + j] = level(j, q & 0x0F) as u8;
+            out[18 + j] = level(j + 16, q >> 4) as u8;
+        }
+        return out;
+    }
+    let levels = nibble_levels(dtype).expect("a 4-bit level encoding");
     for (j, &q) in block[2..18].iter().enumerate() {
         out[2 + j] = levels[(q & 0x0F) as usize] as u8;
         out[18 + j] = levels[(q >> 4) as usize] as u8;

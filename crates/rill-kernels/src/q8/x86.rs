@@ -152,7 +152,7 @@ pub(super) unsafe fn rows(
     true
 }
 
-static Z_VNNI: [Table; 8] = [
+static Z_VNNI: [Table; 9] = [
     with_decode(shapes!(q4k_zv), q4k_zv1),
     with_decode(shapes!(q5k_zv), q5k_zv1),
     with_decode(shapes!(q6k_zv), q6k_zv1),
@@ -161,8 +161,9 @@ static Z_VNNI: [Table; 8] = [
     shapes!(q40_zv),
     shapes!(iq4nl_zv),
     shapes!(mxfp4_zv),
+    shapes!(q50_zv),
 ];
-static Z: [Table; 8] = [
+static Z: [Table; 9] = [
     with_decode(shapes!(q4k_z), q4k_z1),
     with_decode(shapes!(q5k_z), q5k_z1),
     with_decode(shapes!(q6k_z), q6k_z1),
@@ -171,8 +172,9 @@ static Z: [Table; 8] = [
     shapes!(q40_z),
     shapes!(iq4nl_z),
     shapes!(mxfp4_z),
+    shapes!(q50_z),
 ];
-static Y: [Table; 8] = [
+static Y: [Table; 9] = [
     with_decode(shapes!(q4k_y), q4k_y1),
     with_decode(shapes!(q5k_y), q5k_y1),
     with_decode(shapes!(q6k_y), q6k_y1),
@@ -181,6 +183,7 @@ static Y: [Table; 8] = [
     with_decode(shapes!(q40_y), q80_y_rows1::<1>),
     with_decode(shapes!(iq4nl_y), q80_y_rows1::<2>),
     with_decode(shapes!(mxfp4_y), q80_y_rows1::<3>),
+    with_decode(shapes!(q50_y), q80_y_rows1::<4>),
 ];
 
 /// The 4-row, 1-token shape of the AVX2 Q8_0 kernels (`NIB` as
@@ -218,7 +221,7 @@ fn table(avx512: bool, dtype: DType) -> Option<&'static Table> {
 }
 
 /// The encodings of each kernel table, in its order.
-const TABLE_DTYPES: [DType; 8] = [
+const TABLE_DTYPES: [DType; 9] = [
     DType::Q4K,
     DType::Q5K,
     DType::Q6K,
@@ -227,6 +230,7 @@ const TABLE_DTYPES: [DType; 8] = [
     DType::Q4_0,
     DType::IQ4NL,
     DType::MXFP4,
+    DType::Q5_0,
 ];
 
 entry! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c":
@@ -237,6 +241,7 @@ entry! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c":
     q40_zv = q80_z_body::<true, 1>;
     iq4nl_zv = q80_z_body::<true, 2>;
     mxfp4_zv = q80_z_body::<true, 3>;
+    q50_zv = q80_z_body::<true, 4>;
     iq4xs_zv = iq4xs_z::<true>;
 }
 entry! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c":
@@ -247,6 +252,7 @@ entry! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c":
     q40_z = q80_z_body::<false, 1>;
     iq4nl_z = q80_z_body::<false, 2>;
     mxfp4_z = q80_z_body::<false, 3>;
+    q50_z = q80_z_body::<false, 4>;
     iq4xs_zn = iq4xs_z::<false>;
 }
 decode_entry! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c":
@@ -272,6 +278,7 @@ entry! {"avx2,fma,f16c":
     q40_y = q80_y_body::<1>;
     iq4nl_y = q80_y_body::<2>;
     mxfp4_y = q80_y_body::<3>;
+    q50_y = q80_y_body::<4>;
     iq4xs_yk = iq4xs_y::<>;
 }
 
@@ -384,30 +391,38 @@ pub(super) unsafe fn q80_idot(w: *const u8, x: *const i8) -> i32 {
 }
 
 /// The encodings of the Q8_0 kernels, by `NIB`: Q8_0 (0), or Q4_0 (1) /
-/// IQ4_NL (2) / MXFP4 (3), whose blocks the kernels widen in registers to
-/// the Q8_0 blocks of their levels.
-const NIB_DTYPES: [DType; 4] = [DType::Q8_0, DType::Q4_0, DType::IQ4NL, DType::MXFP4];
+/// IQ4_NL (2) / MXFP4 (3) / Q5_0 (4), whose blocks the kernels widen in
+/// registers to the Q8_0 blocks of their levels.
+const NIB_DTYPES: [DType; 5] = [
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::IQ4NL,
+    DType::MXFP4,
+    DType::Q5_0,
+];
 
 /// Bytes of a block of encoding `nib`.
 pub(super) const fn block_bytes(nib: usize) -> usize {
     match nib {
         0 => 34,
         3 => 17,
+        4 => 22,
         _ => 18,
     }
 }
 
 /// Where a block of encoding `nib` keeps its quants: after its f16 scale,
-/// or (MXFP4) its E8M0 byte.
+/// its E8M0 byte (MXFP4), or its f16 scale and 32 fifth bits (Q5_0).
 pub(super) const fn quants_at(nib: usize) -> usize {
-    if nib == 3 {
-        1
-    } else {
-        2
+    match nib {
+        3 => 1,
+        4 => 6,
+        _ => 2,
     }
 }
 
-/// The 16 signed levels of encoding `NIB` (1..=3), for `pshufb`.
+/// The 16 signed levels of encoding `NIB` (1..=3; Q5_0 has none), for
+/// `pshufb`.
 #[inline(always)]
 pub(super) unsafe fn nib_levels<const NIB: usize>() -> __m128i {
     let t = crate::q8::reference::nibble_levels(NIB_DTYPES[NIB]);
@@ -442,18 +457,54 @@ pub(super) unsafe fn block_scale<const NIB: usize>(blk: *const u8) -> f32 {
 }
 
 /// The 32 quants of the block at `blk` as signed bytes: Q8_0's own, or the
-/// levels of a Q4_0 / IQ4_NL / MXFP4 block (byte `j`: element `j` in its
-/// low nibble, `j + 16` in its high one).
+/// levels of a Q4_0 / IQ4_NL / MXFP4 / Q5_0 block (byte `j`: element `j`
+/// in its low nibble, `j + 16` in its high one; Q5_0: bit `i` of its
+/// little-endian `qh` is bit 4 of element `i`, and the level is the 5-bit
+/// quant − 16).
 #[inline(always)]
 pub(super) unsafe fn q80_quants<const NIB: usize>(blk: *const u8, levels: __m128i) -> __m256i {
     if NIB == 0 {
         return _mm256_loadu_si256(blk.add(2) as *const __m256i);
     }
+    if NIB == 4 {
+        // quant − 16: the nibble as is where bit 4 is set, else the nibble
+        // with its top half all ones (nibble − 16 as i8).
+        let (nibbles, set) = q5_parts(blk);
+        return _mm256_or_si256(nibbles, _mm256_andnot_si256(set, _mm256_set1_epi8(-16)));
+    }
     let q = _mm_loadu_si128(blk.add(quants_at(NIB)) as *const __m128i);
     let nib = _mm_set1_epi8(0x0F);
-    let lo = _mm_shuffle_epi8(levels, _mm_and_si128(q, nib));
-    let hi = _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16::<4>(q), nib));
-    _mm256_set_m128i(hi, lo)
+    let (lo, hi) = (
+        _mm_and_si128(q, nib),
+        _mm_and_si128(_mm_srli_epi16::<4>(q), nib),
+    );
+    _mm256_set_m128i(_mm_shuffle_epi8(levels, hi), _mm_shuffle_epi8(levels, lo))
+}
+
+/// A Q5_0 block at `blk` as its 32 low nibbles (byte `i`: element `i`'s)
+/// and a mask of the elements whose bit 4 (bit `i` of the little-endian
+/// `qh`) is set (byte `i`: all ones).
+#[inline(always)]
+pub(super) unsafe fn q5_parts(blk: *const u8) -> (__m256i, __m256i) {
+    let q = _mm_loadu_si128(blk.add(6) as *const __m128i);
+    let nib = _mm_set1_epi8(0x0F);
+    let (lo, hi) = (
+        _mm_and_si128(q, nib),
+        _mm_and_si128(_mm_srli_epi16::<4>(q), nib),
+    );
+    // Byte k of each 128-bit lane gets byte k/8 of its half of qh (the low
+    // lane bits 0..15, the high lane 16..31), then its own bit.
+    let qh = _mm256_set1_epi32((blk.add(2) as *const i32).read_unaligned());
+    let spread = _mm256_shuffle_epi8(
+        qh,
+        _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, //
+            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+        ),
+    );
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    (_mm256_set_m128i(hi, lo), set)
 }
 
 /// Blocks in their own order: lane `k` holds block `k`.
@@ -498,8 +549,8 @@ pub(super) unsafe fn q80_rest<const R: usize, const T: usize, const NIB: usize>(
             let blk = if NIB == 0 {
                 src
             } else {
-                let block = std::slice::from_raw_parts(src, 18);
-                wide = crate::q8::reference::widen_nibbles(dtype, block);
+                let block = std::slice::from_raw_parts(src, block_bytes(NIB));
+                wide = crate::q8::reference::widen_to_q8_0(dtype, block);
                 wide.as_ptr()
             };
             let d = half::f16::from_bits((blk as *const u16).read_unaligned()).to_f32();

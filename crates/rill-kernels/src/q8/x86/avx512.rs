@@ -8,8 +8,8 @@
 use std::arch::x86_64::*;
 
 use super::{
-    block_bytes, block_scales, dx4, halves, nib_levels, prefetch, q80_finish, q80_rest, quants_at,
-    sums32, to_partials, Toks, K4_IDX, Q6_IDX,
+    block_bytes, block_scales, dx4, halves, nib_levels, prefetch, q80_finish, q80_quants, q80_rest,
+    quants_at, sums32, to_partials, Toks, K4_IDX, Q6_IDX,
 };
 
 /// Insert `x` as 128-bit chunk `r` of `v`.
@@ -352,8 +352,8 @@ const Z_ORDER: [usize; 8] = [0, 2, 4, 6, 1, 3, 5, 7];
 
 /// Q8_0 on AVX-512, 8 blocks (272 bytes) of a row at a time: 64-value
 /// vectors `[block 2k | 2k+1]`, lanes of the tail = the 8 blocks. `NIB`
-/// 1 / 2: Q4_0 / IQ4_NL blocks, widened in registers to the Q8_0 blocks of
-/// their levels.
+/// 1 / 2 / 3 / 4: Q4_0 / IQ4_NL / MXFP4 / Q5_0 blocks, widened in registers
+/// to the Q8_0 blocks of their levels.
 #[inline(always)]
 pub(super) unsafe fn q80_z_body<
     const R: usize,
@@ -400,6 +400,12 @@ pub(super) unsafe fn q80_z_body<
                     0xF0,
                     q(2 * k + 1).sub(32) as *const i64,
                 )
+            } else if NIB == 4 {
+                // Q5_0: each block's levels as AVX2 widens them.
+                let blk = |j: usize| base.add(bb * j);
+                let lo = q80_quants::<NIB>(blk(2 * k), _mm_setzero_si128());
+                let hi = q80_quants::<NIB>(blk(2 * k + 1), _mm_setzero_si128());
+                _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
             } else {
                 // [nibbles of 2k | of 2k+1] → [lo 2k, hi 2k, lo 2k+1, hi 2k+1]
                 let y = _mm256_loadu2_m128i(q(2 * k + 1) as *const _, q(2 * k) as *const _);

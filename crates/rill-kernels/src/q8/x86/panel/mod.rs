@@ -1,5 +1,6 @@
-//! Prefill products of the K encodings (Q4_K, Q5_K, Q6_K), Q8_0, and Q4_0
-//! / IQ4_NL (as the Q8_0 blocks of their levels) on row panels:
+//! Prefill products of the K encodings (Q4_K, Q5_K, Q6_K), Q8_0, IQ4_XS,
+//! and Q4_0 / IQ4_NL / MXFP4 / Q5_0 (as the Q8_0 blocks of their levels) on
+//! row panels:
 //! the i32 lanes of a vector are weight rows (16 with AVX-512 VNNI in
 //! `zmm`, 8 with AVX2 in `ymm`).
 //!
@@ -87,6 +88,7 @@ fn kind(dtype: DType) -> Option<usize> {
         DType::IQ4NL => Some(5),
         DType::IQ4XS => Some(6),
         DType::MXFP4 => Some(7),
+        DType::Q5_0 => Some(8),
         _ => None,
     }
 }
@@ -143,10 +145,10 @@ pub(super) struct Set {
     /// 1 thread: AVX-512 panels lose at 2 tokens, tie at 4, win by 20-27%
     /// from 5; AVX2 panels tie at 2 and win by 15-30% from 3).
     pub(super) min_tokens: usize,
-    /// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL, IQ4_XS, MXFP4 (Q4_0 on AVX-512
-    /// VNNI, IQ4_NL and MXFP4 as the Q8_0 blocks of their levels), where the
-    /// class has them.
-    kinds: [Option<Kind>; 8],
+    /// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL, IQ4_XS, MXFP4, Q5_0 (Q4_0 on
+    /// AVX-512 VNNI, IQ4_NL, MXFP4 and Q5_0 as the Q8_0 blocks of their
+    /// levels), where the class has them.
+    kinds: [Option<Kind>; 9],
 }
 
 /// `[f(1), .., f(8)]`: a kernel for each token count.
@@ -326,6 +328,7 @@ mod tests {
             (DType::IQ4NL, 96),
             (DType::IQ4XS, 768),
             (DType::MXFP4, 288),
+            (DType::Q5_0, 352),
         ] {
             for fill in [None, Some(0xFFu8), Some(0x80), Some(0x00)] {
                 let rows = 37;

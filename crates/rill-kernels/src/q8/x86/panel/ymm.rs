@@ -327,7 +327,7 @@ panel_entries! {
 const Q80_BYTES: usize = 17 * 32;
 
 /// Rewrite rows `w..` (8 of them, `rb` bytes apart, `nb` blocks each) of
-/// Q8_0 (`NIB` 0), Q4_0 (1), IQ4_NL (2) or MXFP4 (3) as a Q8_0 panel at
+/// Q8_0 (`NIB` 0), Q4_0 (1), IQ4_NL (2), MXFP4 (3) or Q5_0 (4) as a Q8_0 panel at
 /// `dst` (the 4-bit encodings as the Q8_0 blocks of their levels).
 #[inline(always)]
 unsafe fn pack_q80<const NIB: usize>(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
@@ -391,23 +391,30 @@ unsafe fn q80_pack<const NIB: usize>(w: *const u8, rb: usize, nb: usize, dst: *m
     pack_q80::<NIB>(w, rb, nb, dst)
 }
 
-/// Q4_0 panel bytes per block: the 8 rows' unsigned 4-bit indices per
-/// 4-value group (`w = index − 8`), then `d` as f32.
+/// Q4_0 / Q5_0 panel bytes per block: the 8 rows' unsigned quants per
+/// 4-value group (`w = quant − 8`, Q5_0: `− 16`), then `d` as f32.
 const Q40_BYTES: usize = 9 * 32;
 
-/// Rewrite rows `w..` (8 of them, `rb` bytes apart, `nb` Q4_0 blocks each)
-/// as a Q4_0 panel at `dst`.
+/// Rewrite rows `w..` (8 of them, `rb` bytes apart, `nb` blocks each) of
+/// Q4_0 (`FIVE` false) or Q5_0 (`FIVE`) as an unsigned-quants panel at
+/// `dst`.
 #[inline(always)]
-unsafe fn pack_q40(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+unsafe fn pack_q40<const FIVE: bool>(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
     let nib = _mm_set1_epi8(0x0F);
+    let bb = if FIVE { 22 } else { 18 };
     for b in 0..nb {
         let pb = dst.add(b * Q40_BYTES);
-        let blk = |r: usize| w.add(r * rb + 18 * b);
+        let blk = |r: usize| w.add(r * rb + bb * b);
         let mut v = [_mm256_setzero_si256(); 8];
         for r in 0..ROWS {
-            let q = _mm_loadu_si128(blk(r).add(2) as *const __m128i);
-            let hi = _mm_and_si128(_mm_srli_epi16::<4>(q), nib);
-            v[r] = _mm256_set_m128i(hi, _mm_and_si128(q, nib));
+            v[r] = if FIVE {
+                let (nibbles, set) = crate::q8::x86::q5_parts(blk(r));
+                _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(16)))
+            } else {
+                let q = _mm_loadu_si128(blk(r).add(2) as *const __m128i);
+                let hi = _mm_and_si128(_mm_srli_epi16::<4>(q), nib);
+                _mm256_set_m128i(hi, _mm_and_si128(q, nib))
+            };
         }
         let t = transpose8(v);
         for k in 0..8 {
@@ -419,29 +426,42 @@ unsafe fn pack_q40(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
     }
 }
 
-/// The Q4_0 panel at `panel` (`nb` blocks) × `T` tokens: the unsigned
-/// indices (≤ 15) against the activations in one i16 chain per block (16
-/// products a lane, ≤ 30480), `vpmaddwd` with ones, then `−8·Σx` from the
-/// activations' sums: `Σ (idx − 8)·x`, the reference's integer.
+/// The Q4_0 / Q5_0 panel at `panel` (`nb` blocks) × `T` tokens: the
+/// unsigned quants against the activations in i16 chains (Q4_0: one per
+/// block, 16 products ≤ 15·127 a lane, ≤ 30480; Q5_0: two, 8 products ≤
+/// 31·127, ≤ 31496), `vpmaddwd` with ones, then `−OFF·Σx` from the
+/// activations' sums: `Σ (quant − OFF)·x`, the reference's integer.
 #[inline(always)]
-unsafe fn body_q40<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
+unsafe fn body_q40<const T: usize, const OFF: i32>(
+    panel: *const u8,
+    nb: usize,
+    x: &Toks8,
+) -> [[f32; 16]; TOKENS] {
     let z = _mm256_setzero_si256();
     let ones = _mm256_set1_epi16(1);
+    // Groups of one i16 chain.
+    let chain = if OFF == 8 { 8 } else { 4 };
     let mut p = [[_mm256_setzero_ps(); 8]; T];
     for b in 0..nb {
         let pb = panel.add(b * Q40_BYTES);
         let mut s = [z; T];
-        for k in 0..8 {
-            let wv = _mm256_loadu_si256(pb.add(32 * k) as *const __m256i);
+        for k0 in (0..8).step_by(chain) {
+            let mut s16 = [z; T];
+            for k in k0..k0 + chain {
+                let wv = _mm256_loadu_si256(pb.add(32 * k) as *const __m256i);
+                for t in 0..T {
+                    let xk = bcast(x.qs[t].add(32 * b + 4 * k));
+                    s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(wv, xk));
+                }
+            }
             for t in 0..T {
-                let xk = bcast(x.qs[t].add(32 * b + 4 * k));
-                s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(wv, xk));
+                s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(s16[t], ones));
             }
         }
         let d = _mm256_loadu_ps(pb.add(256) as *const f32);
         for t in 0..T {
             let sum = *x.sums[t].add(2 * b) as i32 + *x.sums[t].add(2 * b + 1) as i32;
-            let i = _mm256_sub_epi32(_mm256_madd_epi16(s[t], ones), _mm256_set1_epi32(8 * sum));
+            let i = _mm256_sub_epi32(s[t], _mm256_set1_epi32(OFF * sum));
             let dx = _mm256_set1_ps(*x.d[t].add(b));
             let term = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(i));
             p[t][b % 8] = _mm256_add_ps(p[t][b % 8], term);
@@ -452,12 +472,17 @@ unsafe fn body_q40<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q40_panel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
-    body_q40::<T>(panel, nb, x)
+    body_q40::<T, 8>(panel, nb, x)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q40_pack(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
-    pack_q40(w, rb, nb, dst)
+unsafe fn q50_panel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
+    body_q40::<T, 16>(panel, nb, x)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q40_pack<const FIVE: bool>(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+    pack_q40::<FIVE>(w, rb, nb, dst)
 }
 
 /// IQ4_XS panel bytes per block: per 4-value group the 8 rows' signed
@@ -596,7 +621,7 @@ pub(in crate::q8::x86) static SET: Set = Set {
         Some(Kind {
             values: 32,
             bytes: Q40_BYTES,
-            pack: q40_pack,
+            pack: q40_pack::<false>,
             kernels: super::by_tokens!(q40_panel),
         }),
         Some(Kind {
@@ -616,6 +641,12 @@ pub(in crate::q8::x86) static SET: Set = Set {
             bytes: Q80_BYTES,
             pack: q80_pack::<3>,
             kernels: super::by_tokens!(q80_panel),
+        }),
+        Some(Kind {
+            values: 32,
+            bytes: Q40_BYTES,
+            pack: q40_pack::<true>,
+            kernels: super::by_tokens!(q50_panel),
         }),
     ],
 };

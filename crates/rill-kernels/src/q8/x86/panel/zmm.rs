@@ -313,7 +313,7 @@ panel_entries! {
 const Q80_BYTES: usize = 9 * 64;
 
 /// Rewrite rows `w..` (16 of them, `rb` bytes apart, `nb` blocks each) of
-/// Q8_0 (`NIB` 0), Q4_0 (1) or IQ4_NL (2) as a Q8_0 panel at `dst` (the
+/// Q8_0 (`NIB` 0), Q4_0 (1), IQ4_NL (2), MXFP4 (3) or Q5_0 (4) as a Q8_0 panel at `dst` (the
 /// 4-bit encodings as the Q8_0 blocks of their levels, as the reference
 /// runs them): two blocks at a time, 16 dwords a row.
 #[inline(always)]
@@ -322,7 +322,7 @@ unsafe fn pack_q80<const NIB: usize>(w: *const u8, rb: usize, nb: usize, dst: *m
     let lo16 = _mm512_set1_epi32(0xFFFF);
     let bb_bytes = crate::q8::x86::block_bytes(NIB);
     let levels = crate::q8::x86::nib_levels::<NIB>();
-    // A block's 32 quants (Q4_0 / IQ4_NL / MXFP4: byte j's low nibble is
+    // A block's 32 quants (Q4_0 / IQ4_NL / MXFP4 / Q5_0: byte j's low nibble is
     // element j, its high one element j + 16).
     let quants = |blk: *const u8| crate::q8::x86::q80_quants::<NIB>(blk, levels);
     let mut b = 0;
@@ -462,6 +462,12 @@ pub(in crate::q8::x86) static SET: Set = Set {
             values: 32,
             bytes: Q80_BYTES,
             pack: q80_pack::<3>,
+            kernels: super::by_tokens!(q80_panel),
+        }),
+        Some(Kind {
+            values: 32,
+            bytes: Q80_BYTES,
+            pack: q80_pack::<4>,
             kernels: super::by_tokens!(q80_panel),
         }),
     ],
