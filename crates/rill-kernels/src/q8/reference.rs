@@ -78,7 +78,7 @@ fn term_q8_0(block: &[u8], x: &[i8], dx: f32) -> f32 {
 /// MXFP4: twice each E2M1 level is an integer (−12..=12): `i = Σ 2E(w)·q`
 /// exactly, then `(d_w·d_x)·f(i)` with `d_w` half the block's E8M0 scale
 /// (llama.cpp's `GGML_E8M0_TO_FP32_HALF`, the same product).
-pub(crate) fn term_mxfp4(block: &[u8], x: &[i8], dx: f32) -> f32 {
+fn term_mxfp4(block: &[u8], x: &[i8], dx: f32) -> f32 {
     let d = e8m0_to_f32_half(block[0]);
     let mut i = 0i32;
     for (j, &q) in block[1..17].iter().enumerate() {
@@ -199,7 +199,7 @@ pub(crate) fn nibble_levels(dtype: DType) -> Option<&'static [i8; 16]> {
 /// `j` of the nibbles holds element `j` in its low nibble and `j + 16` in
 /// its high one; Q5_0 adds bit `i` of its little-endian `qh` as bit 4 of
 /// element `i`, and its level is the 5-bit quant − 16).
-pub(crate) fn widen_to_q8_0(dtype: DType, block: &[u8]) -> [u8; 34] {
+fn widen_to_q8_0(dtype: DType, block: &[u8]) -> [u8; 34] {
     let mut out = [0u8; 34];
     out[..2].copy_from_slice(&block[..2]);
     if dtype == DType::Q5_0 {

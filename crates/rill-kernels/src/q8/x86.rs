@@ -380,16 +380,6 @@ pub(super) static Q6_IDX: [[i16; 32]; 4] = {
     a
 };
 
-/// Σ w·x of one Q8_0 block (leftover blocks past the last whole group of 8).
-#[inline(always)]
-pub(super) unsafe fn q80_idot(w: *const u8, x: *const i8) -> i32 {
-    let mut i = 0;
-    for l in 0..32 {
-        i += (*w.add(l) as i8) as i32 * *x.add(l) as i32;
-    }
-    i
-}
-
 /// The encodings of the Q8_0 kernels, by `NIB`: Q8_0 (0), or Q4_0 (1) /
 /// IQ4_NL (2) / MXFP4 (3) / Q5_0 (4), whose blocks the kernels widen in
 /// registers to the Q8_0 blocks of their levels.
@@ -521,8 +511,10 @@ pub(super) unsafe fn q80_scales(g: *const u8, bb: usize, order: [usize; 8]) -> _
     _mm256_cvtph_ps(_mm_set_epi64x(four(4) as i64, four(0) as i64))
 }
 
-/// Add the Q8_0 terms of leftover blocks `b0..nb` into `p` (lane `b mod 8`
-/// of each pair's partials, as the reference's `p[b % 8] += t`).
+/// Add the terms of leftover blocks `b0..nb` into `p` (lane `b mod 8` of
+/// each pair's partials, as the reference's `p[b % 8] += t`), a block at a
+/// time: its integer from one vector product (AVX2 instructions, which
+/// the AVX-512 kernels run too), the f32 tail in scalar.
 #[inline(always)]
 pub(super) unsafe fn q80_rest<const R: usize, const T: usize, const NIB: usize>(
     w: *const u8,
@@ -532,30 +524,20 @@ pub(super) unsafe fn q80_rest<const R: usize, const T: usize, const NIB: usize>(
     nb: usize,
     p: &mut [[[f32; 8]; T]; R],
 ) {
-    let dtype = NIB_DTYPES[NIB];
+    let ones = _mm256_set1_epi16(1);
+    let (bb, levels) = (block_bytes(NIB), nib_levels::<NIB>());
     for b in b0..nb {
         for r in 0..R {
-            let src = w.add(r * rb + block_bytes(NIB) * b);
-            if NIB == 3 {
-                let block = std::slice::from_raw_parts(src, 17);
-                for t in 0..T {
-                    let q = std::slice::from_raw_parts(x.qs[t].add(32 * b), 32);
-                    let dx = *x.d[t].add(b);
-                    p[r][t][b % 8] += crate::q8::reference::term_mxfp4(block, q, dx);
-                }
-                continue;
-            }
-            let wide;
-            let blk = if NIB == 0 {
-                src
-            } else {
-                let block = std::slice::from_raw_parts(src, block_bytes(NIB));
-                wide = crate::q8::reference::widen_to_q8_0(dtype, block);
-                wide.as_ptr()
-            };
-            let d = half::f16::from_bits((blk as *const u16).read_unaligned()).to_f32();
+            let blk = w.add(r * rb + bb * b);
+            let wv = q80_quants::<NIB>(blk, levels);
+            let wa = _mm256_abs_epi8(wv);
+            let d = block_scale::<NIB>(blk);
             for t in 0..T {
-                let i = q80_idot(blk.add(2), x.qs[t].add(32 * b));
+                let xv = _mm256_loadu_si256(x.qs[t].add(32 * b) as *const __m256i);
+                let v = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(xv, wv)), ones);
+                let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+                let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0x4E>(s));
+                let i = _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<0xB1>(s)));
                 p[r][t][b % 8] += (d * *x.d[t].add(b)) * i as f32;
             }
         }

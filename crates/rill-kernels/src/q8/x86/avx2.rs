@@ -8,8 +8,8 @@
 use std::arch::x86_64::*;
 
 use super::{
-    block_bytes, block_scale, block_scales, dx4, halves, nib_levels, prefetch, q80_finish,
-    q80_quants, sums32, to_partials, Toks, IN_ORDER,
+    block_bytes, block_scales, dx4, halves, nib_levels, prefetch, q80_finish, q80_quants, q80_rest,
+    sums32, to_partials, Toks, IN_ORDER,
 };
 
 #[inline(always)]
@@ -371,38 +371,6 @@ pub(super) unsafe fn q80_y_body<const R: usize, const T: usize, const NIB: usize
         }
     }
     let mut pa = to_partials(&p);
-    q80_rest_y::<R, T, NIB>(w, rb, x, 8 * ng, nb, &mut pa);
+    q80_rest::<R, T, NIB>(w, rb, x, 8 * ng, nb, &mut pa);
     q80_finish(pa)
-}
-
-/// Add the terms of leftover blocks `b0..nb` into `p` (lane `b mod 8` of
-/// each pair's partials, as the reference's `p[b % 8] += t`), a block at a
-/// time: its integer from the vector product, the f32 tail in scalar.
-#[inline(always)]
-unsafe fn q80_rest_y<const R: usize, const T: usize, const NIB: usize>(
-    w: *const u8,
-    rb: usize,
-    x: &Toks,
-    b0: usize,
-    nb: usize,
-    p: &mut [[[f32; 8]; T]; R],
-) {
-    let ones = _mm256_set1_epi16(1);
-    let (bb, levels) = (block_bytes(NIB), nib_levels::<NIB>());
-    for b in b0..nb {
-        for r in 0..R {
-            let blk = w.add(r * rb + bb * b);
-            let wv = q80_quants::<NIB>(blk, levels);
-            let wa = _mm256_abs_epi8(wv);
-            let d = block_scale::<NIB>(blk);
-            for t in 0..T {
-                let xv = _mm256_loadu_si256(x.qs[t].add(32 * b) as *const __m256i);
-                let v = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(xv, wv)), ones);
-                let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-                let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0x4E>(s));
-                let i = _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<0xB1>(s)));
-                p[r][t][b % 8] += (d * *x.d[t].add(b)) * i as f32;
-            }
-        }
-    }
 }
