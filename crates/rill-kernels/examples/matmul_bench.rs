@@ -23,13 +23,15 @@ mod common;
 use common::matrix;
 use rill_kernels::{matmul_on, Isa, MatRef, Precision, Threads};
 
-const ALL: [DType; 14] = [
+const ALL: [DType; 16] = [
     DType::F32,
     DType::F16,
     DType::BF16,
     DType::Q8_0,
     DType::Q4_0,
     DType::Q5_0,
+    DType::Q4_1,
+    DType::Q5_1,
     DType::IQ4NL,
     DType::IQ4XS,
     DType::Q4K,

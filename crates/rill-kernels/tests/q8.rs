@@ -14,9 +14,10 @@ use common::{dot_f64, matrix, Rng};
 
 /// Encodings with integer kernels, with a column count each: fewer blocks
 /// than a group of 8 partials, exactly 8, and more (the partials wrap;
-/// Q8_0 also ends on a partial group of blocks). IQ4_XS, Q4_0, IQ4_NL,
-/// MXFP4 and Q5_0 have them on x86 only; elsewhere they are skipped.
-const CASES: [(DType, usize); 18] = [
+/// Q8_0 also ends on a partial group of blocks). IQ4_XS, Q4_0, Q4_1, Q5_0,
+/// Q5_1, IQ4_NL and MXFP4 have them on x86 only; elsewhere they are
+/// skipped.
+const CASES: [(DType, usize); 21] = [
     (DType::Q8_0, 224),
     (DType::Q8_0, 2048),
     (DType::Q8_0, 2880),
@@ -35,6 +36,9 @@ const CASES: [(DType, usize); 18] = [
     (DType::MXFP4, 2880),
     (DType::Q5_0, 320),
     (DType::Q5_0, 2560),
+    (DType::Q4_1, 224),
+    (DType::Q5_1, 320),
+    (DType::Q5_1, 2880),
 ];
 
 fn activations(n: usize, cols: usize, rng: &mut Rng) -> Vec<f32> {
@@ -212,7 +216,7 @@ fn products_are_within_the_activations_rounding_of_the_exact_ones() {
 #[test]
 fn encodings_without_integer_kernels_stay_exact() {
     let mut rng = Rng(3);
-    for (dtype, cols) in [(DType::Q5_1, 96), (DType::Q4_1, 64), (DType::F32, 40)] {
+    for (dtype, cols) in [(DType::Q3K, 256), (DType::Q2K, 512), (DType::F32, 40)] {
         let rows = 5;
         let (data, x) = weights_and_activations(dtype, rows, cols, 2, &mut rng);
         let w = MatRef::new(dtype, rows, cols, &data);

@@ -169,6 +169,9 @@ pub(super) unsafe fn check_kernels(table: impl Fn(rill_dtype::DType) -> Option<&
         (DType::IQ4XS, 768),
         (DType::Q5_0, 352),
         (DType::Q5_0, 96),
+        (DType::Q4_1, 352),
+        (DType::Q5_1, 288),
+        (DType::Q5_1, 64),
     ] {
         // a path without kernels for an encoding runs the reference
         let Some(k) = table(dtype) else { continue };

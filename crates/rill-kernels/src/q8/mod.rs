@@ -15,7 +15,7 @@
 //! * [`ActFormat::K256`], for the K encodings (Q4_K, Q5_K, Q6_K) and IQ4_XS: one f32
 //!   scale per 256 values, and the sum of each 16 quantized values (the
 //!   weights' mins and offsets act on those sums).
-//! * [`ActFormat::B32`], for Q8_0 (and Q4_0 / Q5_0 / IQ4_NL / MXFP4, and NVFP4): one scale per 32 values, rounded to f16
+//! * [`ActFormat::B32`], for Q8_0 (and Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / MXFP4, and NVFP4): one scale per 32 values, rounded to f16
 //!   (llama.cpp's Q8_0 activations).
 //!
 //! A block of values `x` becomes `q = round(x · 127 / amax)` (half to
@@ -35,6 +35,7 @@
 //! | Q6_K | `i = Σ_j sc_j·(Σ_{j} w·q − 32·S16_j)` | `(d_w·d_x) · f(i)` |
 //! | Q4_K, Q5_K | `i = Σ_j sc_j·Σ_{j} w·q`, `m = Σ_j min_j·S32_j` | `(d_w·d_x)·f(i) − (dmin_w·d_x)·f(m)` |
 //! | Q4_0, Q5_0, IQ4_NL | as Q8_0 with `w` the block's signed levels (Q4_0: index − 8, Q5_0: 5-bit quant − 16) | `(d_w·d_x) · f(i)` |
+//! | Q4_1, Q5_1 (x86) | `i = Σ w·q` (unsigned quants), `S = S16_{2b} + S16_{2b+1}` | `(d_w·d_x)·f(i) + (m_w·d_x)·f(S)` |
 //! | MXFP4 (x86) | `i = Σ 2E(w)·q` (twice the E2M1 level: an integer in −12..=12) | `(d_w·d_x) · f(i)`, `d_w` half the E8M0 scale (llama.cpp's `GGML_E8M0_TO_FP32_HALF`) |
 //! | IQ4_XS | `i = Σ_j ls_j·Σ_{j} L(w)·q` (`L` the signed level of index `w`, `ls_j` in −32..=31) | `(d_w·d_x) · f(i)` |
 //! | NVFP4 (x86; 16-value blocks, E4M3 scale `s` each) | `i = Σ 2E(w)·q` (twice the E2M1 level: an integer in −12..=12) | `(s·d_x) · f(i)`, and the tree's sum times `global / 2` |
@@ -74,7 +75,7 @@ pub enum Precision {
     #[default]
     Exact,
     /// 8-bit activations for the encodings that have integer kernels
-    /// (Q4_K, Q5_K, Q6_K, Q8_0; IQ4_XS, Q4_0, Q5_0, IQ4_NL, MXFP4 and NVFP4 on x86; the others stay exact): llama.cpp's
+    /// (Q4_K, Q5_K, Q6_K, Q8_0; IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 and NVFP4 on x86; the others stay exact): llama.cpp's
     /// numerics, and faster.
     Q8,
 }
@@ -149,7 +150,7 @@ impl ActFormat {
             DType::IQ4XS if cfg!(target_arch = "x86_64") => Some(ActFormat::K256),
             DType::Q8_0 => Some(ActFormat::B32),
             // run as the Q8_0 blocks of their levels (x86 only so far)
-            DType::Q4_0 | DType::IQ4NL | DType::MXFP4 | DType::Q5_0
+            DType::Q4_0 | DType::IQ4NL | DType::MXFP4 | DType::Q5_0 | DType::Q4_1 | DType::Q5_1
                 if cfg!(target_arch = "x86_64") =>
             {
                 Some(ActFormat::B32)

@@ -28,6 +28,10 @@ pub fn dot_ref(dtype: DType, row: &[u8], a: ActRow<'_>) -> f32 {
                 term_q8_0(&widen_to_q8_0(dtype, block), x, dx)
             }
             DType::MXFP4 => term_mxfp4(block, x, dx),
+            DType::Q4_1 | DType::Q5_1 => {
+                let s32 = a.sums[2 * b] as i32 + a.sums[2 * b + 1] as i32;
+                term_affine(dtype, block, x, dx, s32)
+            }
             _ => panic!("rill-kernels: no 8-bit-activation kernel for {dtype}"),
         };
         p[b % 8] += t;
@@ -86,6 +90,31 @@ fn term_mxfp4(block: &[u8], x: &[i8], dx: f32) -> f32 {
         i += E2M1_DOUBLED[(q >> 4) as usize] as i32 * x[j + 16] as i32;
     }
     (d * dx) * i as f32
+}
+
+/// Q4_1 / Q5_1 (`d·q + m` with unsigned quants): `i = Σ q·x` and the
+/// activations' sum `S`, term `(d_w·d_x)·f(i) + (m_w·d_x)·f(S)`.
+fn term_affine(dtype: DType, block: &[u8], x: &[i8], dx: f32, s32: i32) -> f32 {
+    let (d, m) = (f16_at(block, 0), f16_at(block, 2));
+    let q = unsigned_quants(dtype, block);
+    (d * dx) * idot(&q, x) as f32 + (m * dx) * s32 as f32
+}
+
+/// The unsigned quants of a Q4_1 / Q5_1 block in element order: nibble
+/// `j` of byte `j mod 16` (low for `j < 16`), Q5_1 adding bit `j` of its
+/// little-endian `qh` as bit 4.
+pub(crate) fn unsigned_quants(dtype: DType, block: &[u8]) -> [u8; 32] {
+    let five = dtype == DType::Q5_1;
+    let qs = &block[if five { 8 } else { 4 }..];
+    let qh = if five {
+        u32::from_le_bytes([block[4], block[5], block[6], block[7]])
+    } else {
+        0
+    };
+    std::array::from_fn(|j| {
+        let nibble = (qs[j % 16] >> (4 * (j / 16))) & 0x0F;
+        nibble | (((qh >> j) & 1) as u8) << 4
+    })
 }
 
 /// The 4-bit quants of a Q4_K block, in element order.

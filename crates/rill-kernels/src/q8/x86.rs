@@ -96,6 +96,7 @@ macro_rules! k4_unpack {
     }};
 }
 
+mod affine;
 mod avx2;
 mod avx2_decode;
 mod avx512;
@@ -104,6 +105,7 @@ mod iq4;
 mod nvfp4;
 mod panel;
 
+use affine::{affine_y_body, affine_y_rows1};
 use avx2::{kmin_y, q6k_y_body, q80_y_body};
 use avx2_decode::{kmin_y1, q6k_body_y1};
 use avx512::{kmin_z, q6k_z_body, q80_z_body};
@@ -152,7 +154,7 @@ pub(super) unsafe fn rows(
     true
 }
 
-static Z_VNNI: [Table; 9] = [
+static Z_VNNI: [Table; 11] = [
     with_decode(shapes!(q4k_zv), q4k_zv1),
     with_decode(shapes!(q5k_zv), q5k_zv1),
     with_decode(shapes!(q6k_zv), q6k_zv1),
@@ -162,8 +164,10 @@ static Z_VNNI: [Table; 9] = [
     shapes!(iq4nl_zv),
     shapes!(mxfp4_zv),
     shapes!(q50_zv),
+    with_decode(shapes!(q41_y), q41_y1),
+    with_decode(shapes!(q51_y), q51_y1),
 ];
-static Z: [Table; 9] = [
+static Z: [Table; 11] = [
     with_decode(shapes!(q4k_z), q4k_z1),
     with_decode(shapes!(q5k_z), q5k_z1),
     with_decode(shapes!(q6k_z), q6k_z1),
@@ -173,8 +177,10 @@ static Z: [Table; 9] = [
     shapes!(iq4nl_z),
     shapes!(mxfp4_z),
     shapes!(q50_z),
+    with_decode(shapes!(q41_y), q41_y1),
+    with_decode(shapes!(q51_y), q51_y1),
 ];
-static Y: [Table; 9] = [
+static Y: [Table; 11] = [
     with_decode(shapes!(q4k_y), q4k_y1),
     with_decode(shapes!(q5k_y), q5k_y1),
     with_decode(shapes!(q6k_y), q6k_y1),
@@ -184,6 +190,8 @@ static Y: [Table; 9] = [
     with_decode(shapes!(iq4nl_y), q80_y_rows1::<2>),
     with_decode(shapes!(mxfp4_y), q80_y_rows1::<3>),
     with_decode(shapes!(q50_y), q80_y_rows1::<4>),
+    with_decode(shapes!(q41_y), q41_y1),
+    with_decode(shapes!(q51_y), q51_y1),
 ];
 
 /// The 4-row, 1-token shape of the AVX2 Q8_0 kernels (`NIB` as
@@ -221,7 +229,7 @@ fn table(avx512: bool, dtype: DType) -> Option<&'static Table> {
 }
 
 /// The encodings of each kernel table, in its order.
-const TABLE_DTYPES: [DType; 9] = [
+const TABLE_DTYPES: [DType; 11] = [
     DType::Q4K,
     DType::Q5K,
     DType::Q6K,
@@ -231,6 +239,8 @@ const TABLE_DTYPES: [DType; 9] = [
     DType::IQ4NL,
     DType::MXFP4,
     DType::Q5_0,
+    DType::Q4_1,
+    DType::Q5_1,
 ];
 
 entry! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c":
@@ -280,6 +290,12 @@ entry! {"avx2,fma,f16c":
     mxfp4_y = q80_y_body::<3>;
     q50_y = q80_y_body::<4>;
     iq4xs_yk = iq4xs_y::<>;
+    q41_y = affine_y_body::<false>;
+    q51_y = affine_y_body::<true>;
+}
+decode_entry! {"avx2,fma,f16c":
+    q41_y1 = affine_y_rows1::<false>;
+    q51_y1 = affine_y_rows1::<true>;
 }
 
 // ---------------------------------------------------------------------------

@@ -323,7 +323,7 @@ pub(super) unsafe fn q6k_y_body<const R: usize, const T: usize>(
 
 /// Eight vectors of 8 lanes → lane `k` = the sum of `a[k]`.
 #[inline(always)]
-unsafe fn reduce_blocks_y(a: [__m256i; 8]) -> __m256i {
+pub(super) unsafe fn reduce_blocks_y(a: [__m256i; 8]) -> __m256i {
     let pair = |x, y| _mm256_add_epi32(_mm256_unpacklo_epi32(x, y), _mm256_unpackhi_epi32(x, y));
     let quad = |s: __m256i, u: __m256i| {
         _mm256_add_epi32(_mm256_unpacklo_epi64(s, u), _mm256_unpackhi_epi64(s, u))

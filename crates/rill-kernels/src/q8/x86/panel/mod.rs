@@ -1,6 +1,7 @@
 //! Prefill products of the K encodings (Q4_K, Q5_K, Q6_K), Q8_0, IQ4_XS,
-//! and Q4_0 / IQ4_NL / MXFP4 / Q5_0 (as the Q8_0 blocks of their levels) on
-//! row panels:
+//! Q4_0 / Q5_0 / IQ4_NL / MXFP4 (as the Q8_0 blocks of their levels, or on
+//! AVX2 Q4_0 / Q5_0 as unsigned quants), and Q4_1 / Q5_1 (AVX2) on row
+//! panels:
 //! the i32 lanes of a vector are weight rows (16 with AVX-512 VNNI in
 //! `zmm`, 8 with AVX2 in `ymm`).
 //!
@@ -89,6 +90,8 @@ fn kind(dtype: DType) -> Option<usize> {
         DType::IQ4XS => Some(6),
         DType::MXFP4 => Some(7),
         DType::Q5_0 => Some(8),
+        DType::Q4_1 => Some(9),
+        DType::Q5_1 => Some(10),
         _ => None,
     }
 }
@@ -145,10 +148,10 @@ pub(super) struct Set {
     /// 1 thread: AVX-512 panels lose at 2 tokens, tie at 4, win by 20-27%
     /// from 5; AVX2 panels tie at 2 and win by 15-30% from 3).
     pub(super) min_tokens: usize,
-    /// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL, IQ4_XS, MXFP4, Q5_0 (Q4_0 on
-    /// AVX-512 VNNI, IQ4_NL, MXFP4 and Q5_0 as the Q8_0 blocks of their
-    /// levels), where the class has them.
-    kinds: [Option<Kind>; 9],
+    /// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL, IQ4_XS, MXFP4, Q5_0, Q4_1, Q5_1
+    /// (Q4_0 and Q5_0 on AVX-512 VNNI, IQ4_NL and MXFP4 as the Q8_0 blocks
+    /// of their levels), where the class has them.
+    kinds: [Option<Kind>; 11],
 }
 
 /// `[f(1), .., f(8)]`: a kernel for each token count.
@@ -329,6 +332,8 @@ mod tests {
             (DType::IQ4XS, 768),
             (DType::MXFP4, 288),
             (DType::Q5_0, 352),
+            (DType::Q4_1, 352),
+            (DType::Q5_1, 96),
         ] {
             for fill in [None, Some(0xFFu8), Some(0x80), Some(0x00)] {
                 let rows = 37;
@@ -345,7 +350,7 @@ mod tests {
                     let s = (rnd() % 1000) as f32 / 1e4;
                     let d_at = if dtype == DType::Q6K { 208 } else { 0 };
                     blk[d_at..d_at + 2].copy_from_slice(&f16(s));
-                    if matches!(dtype, DType::Q4K | DType::Q5K) {
+                    if matches!(dtype, DType::Q4K | DType::Q5K | DType::Q4_1 | DType::Q5_1) {
                         blk[2..4].copy_from_slice(&f16(s * 0.3));
                     }
                 }

@@ -391,23 +391,42 @@ unsafe fn q80_pack<const NIB: usize>(w: *const u8, rb: usize, nb: usize, dst: *m
     pack_q80::<NIB>(w, rb, nb, dst)
 }
 
-/// Q4_0 / Q5_0 panel bytes per block: the 8 rows' unsigned quants per
-/// 4-value group (`w = quant − 8`, Q5_0: `− 16`), then `d` as f32.
-const Q40_BYTES: usize = 9 * 32;
+/// Panel bytes per block of the unsigned-quant encodings: the 8 rows'
+/// quants per 4-value group, then `d` as f32, then (Q4_1 / Q5_1) `m`.
+const fn unsigned_bytes(min: bool) -> usize {
+    if min {
+        10 * 32
+    } else {
+        9 * 32
+    }
+}
 
 /// Rewrite rows `w..` (8 of them, `rb` bytes apart, `nb` blocks each) of
-/// Q4_0 (`FIVE` false) or Q5_0 (`FIVE`) as an unsigned-quants panel at
-/// `dst`.
+/// Q4_0 (`FIVE`, `MIN` false), Q5_0 (`FIVE`), Q4_1 (`MIN`) or Q5_1 (both)
+/// as a panel of unsigned quants at `dst`.
 #[inline(always)]
-unsafe fn pack_q40<const FIVE: bool>(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+unsafe fn pack_unsigned<const FIVE: bool, const MIN: bool>(
+    w: *const u8,
+    rb: usize,
+    nb: usize,
+    dst: *mut u8,
+) {
     let nib = _mm_set1_epi8(0x0F);
-    let bb = if FIVE { 22 } else { 18 };
+    let bytes = unsigned_bytes(MIN);
+    let bb = match (FIVE, MIN) {
+        (false, false) => 18,
+        (true, false) => 22,
+        (false, true) => crate::q8::x86::affine::affine_bytes(false),
+        (true, true) => crate::q8::x86::affine::affine_bytes(true),
+    };
     for b in 0..nb {
-        let pb = dst.add(b * Q40_BYTES);
+        let pb = dst.add(b * bytes);
         let blk = |r: usize| w.add(r * rb + bb * b);
         let mut v = [_mm256_setzero_si256(); 8];
         for r in 0..ROWS {
-            v[r] = if FIVE {
+            v[r] = if MIN {
+                crate::q8::x86::affine::affine_quants::<FIVE>(blk(r))
+            } else if FIVE {
                 let (nibbles, set) = crate::q8::x86::q5_parts(blk(r));
                 _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(16)))
             } else {
@@ -420,30 +439,37 @@ unsafe fn pack_q40<const FIVE: bool>(w: *const u8, rb: usize, nb: usize, dst: *m
         for k in 0..8 {
             _mm256_storeu_si256(pb.add(32 * k) as *mut __m256i, t[k]);
         }
-        let h: [u16; 8] = std::array::from_fn(|r| (blk(r) as *const u16).read_unaligned());
-        let d = _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr() as *const __m128i));
-        _mm256_storeu_ps(pb.add(256) as *mut f32, d);
+        let f16s = |o: usize| {
+            let h: [u16; 8] =
+                std::array::from_fn(|r| (blk(r).add(o) as *const u16).read_unaligned());
+            _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr() as *const __m128i))
+        };
+        _mm256_storeu_ps(pb.add(256) as *mut f32, f16s(0));
+        if MIN {
+            _mm256_storeu_ps(pb.add(288) as *mut f32, f16s(2));
+        }
     }
 }
 
-/// The Q4_0 / Q5_0 panel at `panel` (`nb` blocks) × `T` tokens: the
-/// unsigned quants against the activations in i16 chains (Q4_0: one per
-/// block, 16 products ≤ 15·127 a lane, ≤ 30480; Q5_0: two, 8 products ≤
-/// 31·127, ≤ 31496), `vpmaddwd` with ones, then `−OFF·Σx` from the
-/// activations' sums: `Σ (quant − OFF)·x`, the reference's integer.
+/// The panel of unsigned quants at `panel` (`nb` blocks) × `T` tokens:
+/// the quants against the activations in i16 chains (4-bit: one per
+/// block, 16 products ≤ 15·127 a lane, ≤ 30480; 5-bit: two, 8 products ≤
+/// 31·127, ≤ 31496), `vpmaddwd` with ones into `i = Σ q·x`. Q4_0 / Q5_0:
+/// `i − OFF·S` (`OFF` 8 / 16, `S` from the activations' sums) is the
+/// reference's integer; Q4_1 / Q5_1: `(d·dx)·f(i) + (m·dx)·f(S)`.
 #[inline(always)]
-unsafe fn body_q40<const T: usize, const OFF: i32>(
+unsafe fn body_unsigned<const T: usize, const FIVE: bool, const MIN: bool>(
     panel: *const u8,
     nb: usize,
     x: &Toks8,
 ) -> [[f32; 16]; TOKENS] {
     let z = _mm256_setzero_si256();
     let ones = _mm256_set1_epi16(1);
-    // Groups of one i16 chain.
-    let chain = if OFF == 8 { 8 } else { 4 };
+    let bytes = unsigned_bytes(MIN);
+    let (chain, off) = if FIVE { (4, 16) } else { (8, 8) };
     let mut p = [[_mm256_setzero_ps(); 8]; T];
     for b in 0..nb {
-        let pb = panel.add(b * Q40_BYTES);
+        let pb = panel.add(b * bytes);
         let mut s = [z; T];
         for k0 in (0..8).step_by(chain) {
             let mut s16 = [z; T];
@@ -461,28 +487,40 @@ unsafe fn body_q40<const T: usize, const OFF: i32>(
         let d = _mm256_loadu_ps(pb.add(256) as *const f32);
         for t in 0..T {
             let sum = *x.sums[t].add(2 * b) as i32 + *x.sums[t].add(2 * b + 1) as i32;
-            let i = _mm256_sub_epi32(s[t], _mm256_set1_epi32(OFF * sum));
             let dx = _mm256_set1_ps(*x.d[t].add(b));
-            let term = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(i));
+            let term = if MIN {
+                let m = _mm256_loadu_ps(pb.add(288) as *const f32);
+                let ti = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(s[t]));
+                let tm = _mm256_mul_ps(_mm256_mul_ps(m, dx), _mm256_set1_ps(sum as f32));
+                _mm256_add_ps(ti, tm)
+            } else {
+                let i = _mm256_sub_epi32(s[t], _mm256_set1_epi32(off * sum));
+                _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(i))
+            };
             p[t][b % 8] = _mm256_add_ps(p[t][b % 8], term);
         }
     }
     finish(&p)
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q40_panel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
-    body_q40::<T, 8>(panel, nb, x)
+macro_rules! unsigned_entries {
+    ($($kernel:ident, $packer:ident = $five:literal, $min:literal;)*) => {$(
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $kernel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
+            body_unsigned::<T, $five, $min>(panel, nb, x)
+        }
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $packer(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+            pack_unsigned::<$five, $min>(w, rb, nb, dst)
+        }
+    )*};
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q50_panel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
-    body_q40::<T, 16>(panel, nb, x)
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q40_pack<const FIVE: bool>(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
-    pack_q40::<FIVE>(w, rb, nb, dst)
+unsigned_entries! {
+    q40_panel, q40_pack = false, false;
+    q50_panel, q50_pack = true, false;
+    q41_panel, q41_pack = false, true;
+    q51_panel, q51_pack = true, true;
 }
 
 /// IQ4_XS panel bytes per block: per 4-value group the 8 rows' signed
@@ -620,8 +658,8 @@ pub(in crate::q8::x86) static SET: Set = Set {
         }),
         Some(Kind {
             values: 32,
-            bytes: Q40_BYTES,
-            pack: q40_pack::<false>,
+            bytes: unsigned_bytes(false),
+            pack: q40_pack,
             kernels: super::by_tokens!(q40_panel),
         }),
         Some(Kind {
@@ -644,9 +682,21 @@ pub(in crate::q8::x86) static SET: Set = Set {
         }),
         Some(Kind {
             values: 32,
-            bytes: Q40_BYTES,
-            pack: q40_pack::<true>,
+            bytes: unsigned_bytes(false),
+            pack: q50_pack,
             kernels: super::by_tokens!(q50_panel),
+        }),
+        Some(Kind {
+            values: 32,
+            bytes: unsigned_bytes(true),
+            pack: q41_pack,
+            kernels: super::by_tokens!(q41_panel),
+        }),
+        Some(Kind {
+            values: 32,
+            bytes: unsigned_bytes(true),
+            pack: q51_pack,
+            kernels: super::by_tokens!(q51_panel),
         }),
     ],
 };

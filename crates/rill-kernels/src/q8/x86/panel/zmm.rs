@@ -470,5 +470,8 @@ pub(in crate::q8::x86) static SET: Set = Set {
             pack: q80_pack::<4>,
             kernels: super::by_tokens!(q80_panel),
         }),
+        // Q4_1 / Q5_1: the 4-row kernels.
+        None,
+        None,
     ],
 };
