@@ -103,7 +103,7 @@ fn term_affine(dtype: DType, block: &[u8], x: &[i8], dx: f32, s32: i32) -> f32 {
 /// The unsigned quants of a Q4_1 / Q5_1 block in element order: nibble
 /// `j` of byte `j mod 16` (low for `j < 16`), Q5_1 adding bit `j` of its
 /// little-endian `qh` as bit 4.
-pub(crate) fn unsigned_quants(dtype: DType, block: &[u8]) -> [u8; 32] {
+fn unsigned_quants(dtype: DType, block: &[u8]) -> [u8; 32] {
     let five = dtype == DType::Q5_1;
     let qs = &block[if five { 8 } else { 4 }..];
     let qh = if five {
