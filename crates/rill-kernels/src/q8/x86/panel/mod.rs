@@ -56,7 +56,8 @@ struct Layout {
     /// Sub-blocks (and their values each).
     subs: usize,
     /// 8 vectors of i16 pairs against the activations' sums of 16: Q4_K /
-    /// Q5_K `(min_j, min_j)`, Q6_K `(−32·sc_2p, −32·sc_2p+1)`.
+    /// Q5_K `(min_j, min_j)` (AVX2: the first 4, `(min_2q, min_2q+1)`
+    /// against the sums of 32), Q6_K `(−32·sc_2p, −32·sc_2p+1)`.
     pairs: usize,
     /// f32 `d`, then (Q4_K / Q5_K) f32 `dmin`.
     d: usize,

@@ -195,7 +195,9 @@ unsafe fn pack<const KIND: usize>(w: *const u8, rb: usize, nb: usize, dst: *mut 
         } else {
             for j in 0..8 {
                 store(l.sc + 32 * j, pair_of(lo[j]));
-                store(l.pairs + 32 * j, pair_of(hi[j]));
+            }
+            for q in 0..4 {
+                store(l.pairs + 32 * q, pair_ab(hi[2 * q], hi[2 * q + 1]));
             }
         }
         // d (and dmin) of each row, f16 → f32.
@@ -260,13 +262,35 @@ unsafe fn body<const KIND: usize, const T: usize>(
                 }
             }
         }
-        // Q4_K / Q5_K: m = Σ_j min_j·S32_j; Q6_K: the −32 offsets into acc.
+        // Q4_K / Q5_K: m = Σ_j min_j·S32_j, pairs of sub-blocks against
+        // the token's sums of 32 (one `vpmaddwd` makes them from its sums of
+        // 16; each ≤ 32·127, an i16); Q6_K: the −32 offsets into acc,
+        // against the sums of 16.
         let mut m = [z; T];
-        for q in 0..8 {
-            let pv = _mm256_loadu_si256(pb.add(l.pairs + 32 * q) as *const __m256i);
+        if KIND == 2 {
+            for q in 0..8 {
+                let pv = _mm256_loadu_si256(pb.add(l.pairs + 32 * q) as *const __m256i);
+                for t in 0..T {
+                    let sums = x.sums[t].add(16 * b + 2 * q) as *const i8;
+                    m[t] = _mm256_add_epi32(m[t], _mm256_madd_epi16(pv, bcast(sums)));
+                }
+            }
+        } else {
+            let mut s32 = [[0i32; 8]; T];
             for t in 0..T {
-                let sums = x.sums[t].add(16 * b + 2 * q) as *const i8;
-                m[t] = _mm256_add_epi32(m[t], _mm256_madd_epi16(pv, bcast(sums)));
+                let s16 = _mm256_loadu_si256(x.sums[t].add(16 * b) as *const __m256i);
+                let s = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+                // i16 words [S0..S3, S0..S3 | S4..S7, S4..S7]: pair q of
+                // sub-blocks (2q, 2q + 1) is dword 0, 1, 4, 5.
+                let packed = _mm256_packs_epi32(s, s);
+                _mm256_storeu_si256(s32[t].as_mut_ptr() as *mut __m256i, packed);
+            }
+            for (q, at) in [0, 1, 4, 5].into_iter().enumerate() {
+                let pv = _mm256_loadu_si256(pb.add(l.pairs + 32 * q) as *const __m256i);
+                for t in 0..T {
+                    let pair = _mm256_set1_epi32(s32[t][at]);
+                    m[t] = _mm256_add_epi32(m[t], _mm256_madd_epi16(pv, pair));
+                }
             }
         }
         let d = _mm256_loadu_ps(pb.add(l.d) as *const f32);
