@@ -551,13 +551,19 @@ pub(super) unsafe fn q80_rest<const R: usize, const T: usize, const NIB: usize>(
             for t in 0..T {
                 let xv = _mm256_loadu_si256(x.qs[t].add(32 * b) as *const __m256i);
                 let v = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(xv, wv)), ones);
-                let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-                let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0x4E>(s));
-                let i = _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<0xB1>(s)));
+                let i = hsum_i32(v);
                 p[r][t][b % 8] += (d * *x.d[t].add(b)) * i as f32;
             }
         }
     }
+}
+
+/// Σ of the 8 i32 lanes of `v` (exact: integer adds).
+#[inline(always)]
+pub(super) unsafe fn hsum_i32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0x4E>(s));
+    _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<0xB1>(s)))
 }
 
 /// The canonical tree of one pair's 8 partials (lane k = `p[k]`).

@@ -7,7 +7,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2::reduce_blocks_y;
-use super::{prefetch, q5_parts, q80_finish, q80_scales, to_partials, Toks, IN_ORDER};
+use super::{hsum_i32, prefetch, q5_parts, q80_finish, q80_scales, to_partials, Toks, IN_ORDER};
 
 /// Bytes of a block: `d`, `m` (f16), Q5_1's 32 fifth bits, 16 of nibbles.
 pub(super) const fn affine_bytes(five: bool) -> usize {
@@ -30,14 +30,6 @@ pub(super) unsafe fn affine_quants<const FIVE: bool>(blk: *const u8) -> __m256i 
     let nib = _mm_set1_epi8(0x0F);
     let hi = _mm_and_si128(_mm_srli_epi16::<4>(q), nib);
     _mm256_set_m128i(hi, _mm_and_si128(q, nib))
-}
-
-/// Σ of the 8 i32 lanes of `v`.
-#[inline(always)]
-unsafe fn hsum_i32(v: __m256i) -> i32 {
-    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0x4E>(s));
-    _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<0xB1>(s)))
 }
 
 /// `R` rows × `T` tokens of Q4_1 (`FIVE` false) or Q5_1, 8 blocks at a
