@@ -118,13 +118,7 @@ fn is_supported_is_exactly_the_decoded_types() {
     for t in ALL {
         assert_eq!(is_supported(t), SUPPORTED.contains(&t), "{t}");
     }
-    for t in [
-        DType::IQ2XXS,
-        DType::Q8K,
-        DType::TQ1_0,
-        DType::Q8_1,
-        DType::F64,
-    ] {
+    for t in [DType::Q8K, DType::Q8_1, DType::F64, DType::I8] {
         assert!(!is_supported(t), "{t}");
     }
 }

@@ -5,8 +5,8 @@
 //! results are bit-identical to gguf-py's `dequantize` (see `tests/quant.rs`).
 //!
 //! Layout: one file per family ([`float`], [`legacy`], [`k_quants`], [`iq4`],
-//! [`mxfp4`]); each provides `decode_*` functions that turn one encoded block
-//! (`&[u8; BLOCK_BYTES]`) into its `[f32; BLOCK_LEN]` values. This module
+//! [`iq_grid`], [`ternary`], [`mxfp4`]); each provides `decode_*` functions
+//! that turn one encoded block (`&[u8; BLOCK_BYTES]`) into its `[f32; BLOCK_LEN]` values. This module
 //! drives them over rows: [`dequantize`] writes whole rows, [`dot`] decodes one
 //! block at a time into a stack buffer and accumulates the dot product in f32.
 //!
@@ -31,9 +31,12 @@ mod encode_k;
 pub mod float;
 pub mod fp8;
 pub mod iq4;
+pub mod iq_grid;
+mod iq_grids;
 pub mod k_quants;
 pub mod legacy;
 pub mod mxfp4;
+pub mod ternary;
 
 /// Elements per block of every super-block ("K") encoding.
 pub const QK_K: usize = 256;
@@ -57,6 +60,15 @@ pub fn is_supported(dtype: DType) -> bool {
             | Q6K
             | IQ4NL
             | IQ4XS
+            | IQ2XXS
+            | IQ2XS
+            | IQ2S
+            | IQ3XXS
+            | IQ3S
+            | IQ1S
+            | IQ1M
+            | TQ1_0
+            | TQ2_0
             | MXFP4
             | F8E4M3
             | E2M1
@@ -129,6 +141,15 @@ fn dequantize_scalar(dtype: DType, src: &[u8], dst: &mut [f32]) {
         Q6K => dequantize_blocks(src, dst, k_quants::decode_q6_k),
         IQ4NL => dequantize_blocks(src, dst, iq4::decode_iq4_nl),
         IQ4XS => dequantize_blocks(src, dst, iq4::decode_iq4_xs),
+        IQ2XXS => dequantize_blocks(src, dst, iq_grid::decode_iq2_xxs),
+        IQ2XS => dequantize_blocks(src, dst, iq_grid::decode_iq2_xs),
+        IQ2S => dequantize_blocks(src, dst, iq_grid::decode_iq2_s),
+        IQ3XXS => dequantize_blocks(src, dst, iq_grid::decode_iq3_xxs),
+        IQ3S => dequantize_blocks(src, dst, iq_grid::decode_iq3_s),
+        IQ1S => dequantize_blocks(src, dst, iq_grid::decode_iq1_s),
+        IQ1M => dequantize_blocks(src, dst, iq_grid::decode_iq1_m),
+        TQ1_0 => dequantize_blocks(src, dst, ternary::decode_tq1_0),
+        TQ2_0 => dequantize_blocks(src, dst, ternary::decode_tq2_0),
         MXFP4 => dequantize_blocks(src, dst, mxfp4::decode_mxfp4),
         F8E4M3 => fp8::dequantize_f8e4m3(src, dst),
         E2M1 => fp8::dequantize_e2m1(src, dst),
@@ -181,6 +202,15 @@ fn dot_scalar(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
         Q6K => dot_blocks(row, x, k_quants::decode_q6_k),
         IQ4NL => dot_blocks(row, x, iq4::decode_iq4_nl),
         IQ4XS => dot_blocks(row, x, iq4::decode_iq4_xs),
+        IQ2XXS => dot_blocks(row, x, iq_grid::decode_iq2_xxs),
+        IQ2XS => dot_blocks(row, x, iq_grid::decode_iq2_xs),
+        IQ2S => dot_blocks(row, x, iq_grid::decode_iq2_s),
+        IQ3XXS => dot_blocks(row, x, iq_grid::decode_iq3_xxs),
+        IQ3S => dot_blocks(row, x, iq_grid::decode_iq3_s),
+        IQ1S => dot_blocks(row, x, iq_grid::decode_iq1_s),
+        IQ1M => dot_blocks(row, x, iq_grid::decode_iq1_m),
+        TQ1_0 => dot_blocks(row, x, ternary::decode_tq1_0),
+        TQ2_0 => dot_blocks(row, x, ternary::decode_tq2_0),
         MXFP4 => dot_blocks(row, x, mxfp4::decode_mxfp4),
         F8E4M3 => dot_blocks(row, x, |b: &[u8; 1], o: &mut [f32; 1]| {
             o[0] = fp8::E4M3[b[0] as usize]

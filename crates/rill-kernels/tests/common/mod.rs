@@ -5,7 +5,7 @@ use rill_dtype::DType;
 
 /// The encodings rill computes with (the tests' own list, kept apart from
 /// the library's `is_supported` on purpose: it is what that is checked against).
-pub const SUPPORTED: [DType; 16] = [
+pub const SUPPORTED: [DType; 25] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -22,6 +22,15 @@ pub const SUPPORTED: [DType; 16] = [
     DType::IQ4NL,
     DType::IQ4XS,
     DType::MXFP4,
+    DType::IQ2XXS,
+    DType::IQ2XS,
+    DType::IQ2S,
+    DType::IQ3XXS,
+    DType::IQ3S,
+    DType::IQ1S,
+    DType::IQ1M,
+    DType::TQ1_0,
+    DType::TQ2_0,
 ];
 
 /// splitmix64.
