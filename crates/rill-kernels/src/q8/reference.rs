@@ -5,6 +5,7 @@
 use super::ActRow;
 use crate::quant::fp8::E4M3;
 use crate::quant::iq4::IQ4_NL_VALUES;
+use crate::quant::iq_grid::int_block;
 use crate::quant::k_quants::scale_min_k4;
 use crate::quant::mxfp4::{e8m0_to_f32_half, E2M1_DOUBLED};
 use crate::quant::{f16_at, QK_K};
@@ -24,6 +25,13 @@ pub fn dot_ref(dtype: DType, row: &[u8], a: ActRow<'_>) -> f32 {
             DType::Q5K => term_q5_k(block, x, dx, &a.sums[16 * b..16 * b + 16]),
             DType::Q6K => term_q6_k(block, x, dx, &a.sums[16 * b..16 * b + 16]),
             DType::IQ4XS => term_iq4_xs(block, x, dx),
+            DType::IQ2XXS
+            | DType::IQ2XS
+            | DType::IQ2S
+            | DType::IQ3XXS
+            | DType::IQ3S
+            | DType::IQ1S
+            | DType::IQ1M => term_codebook(dtype, block, x, dx),
             DType::Q4_0 | DType::IQ4NL | DType::Q5_0 => {
                 term_q8_0(&widen_to_q8_0(dtype, block), x, dx)
             }
@@ -90,6 +98,29 @@ fn term_mxfp4(block: &[u8], x: &[i8], dx: f32) -> f32 {
         i += E2M1_DOUBLED[(q >> 4) as usize] as i32 * x[j + 16] as i32;
     }
     (d * dx) * i as f32
+}
+
+/// The codebook encodings (IQ1 / IQ2 / IQ3) in their integer view: `i =
+/// Σ_j s_j·Σ_{k∈j} L_k·q_k` over the 16 sub-blocks of 16 (odd scales `s_j`,
+/// signed levels `L`), term `((d·u)·d_x)·f(i)` with `u` the encoding's unit
+/// (a power of two).
+fn term_codebook(dtype: DType, block: &[u8], x: &[i8], dx: f32) -> f32 {
+    let v = int_block(dtype, block).expect("a codebook encoding");
+    let mut i = 0i32;
+    for (j, (l16, x16)) in v
+        .levels
+        .chunks_exact(16)
+        .zip(x.chunks_exact(16))
+        .enumerate()
+    {
+        let s: i32 = l16
+            .iter()
+            .zip(x16)
+            .map(|(&l, &q)| l as i32 * q as i32)
+            .sum();
+        i += v.scales[j] as i32 * s;
+    }
+    ((v.d * v.unit) * dx) * i as f32
 }
 
 /// Q4_1 / Q5_1 (`d·q + m` with unsigned quants): `i = Σ q·x` and the

@@ -101,6 +101,7 @@ mod avx2;
 mod avx2_decode;
 mod avx512;
 mod avx512_decode;
+mod codebook;
 mod iq4;
 mod nvfp4;
 mod panel;
@@ -110,6 +111,7 @@ use avx2::{kmin_y, q6k_y_body, q80_y_body};
 use avx2_decode::{kmin_y1, q6k_body_y1};
 use avx512::{kmin_z, q6k_z_body, q80_z_body};
 use avx512_decode::{kmin_z1, q6k_body_z1};
+use codebook::codebook_y;
 use iq4::{iq4xs_y, iq4xs_z};
 pub(super) use nvfp4::{offset_acts as nvfp4_offset_acts, row as nvfp4_row};
 pub(super) use panel::MIN_PANEL_BUF as PANEL_BUF_MIN;
@@ -154,7 +156,7 @@ pub(super) unsafe fn rows(
     true
 }
 
-static Z_VNNI: [Table; 11] = [
+static Z_VNNI: [Table; 18] = [
     with_decode(shapes!(q4k_zv), q4k_zv1),
     with_decode(shapes!(q5k_zv), q5k_zv1),
     with_decode(shapes!(q6k_zv), q6k_zv1),
@@ -166,8 +168,15 @@ static Z_VNNI: [Table; 11] = [
     shapes!(q50_zv),
     with_decode(shapes!(q41_y), q41_y1),
     with_decode(shapes!(q51_y), q51_y1),
+    shapes!(iq2xxs_y),
+    shapes!(iq2xs_y),
+    shapes!(iq2s_y),
+    shapes!(iq3xxs_y),
+    shapes!(iq3s_y),
+    shapes!(iq1s_y),
+    shapes!(iq1m_y),
 ];
-static Z: [Table; 11] = [
+static Z: [Table; 18] = [
     with_decode(shapes!(q4k_z), q4k_z1),
     with_decode(shapes!(q5k_z), q5k_z1),
     with_decode(shapes!(q6k_z), q6k_z1),
@@ -179,8 +188,15 @@ static Z: [Table; 11] = [
     shapes!(q50_z),
     with_decode(shapes!(q41_y), q41_y1),
     with_decode(shapes!(q51_y), q51_y1),
+    shapes!(iq2xxs_y),
+    shapes!(iq2xs_y),
+    shapes!(iq2s_y),
+    shapes!(iq3xxs_y),
+    shapes!(iq3s_y),
+    shapes!(iq1s_y),
+    shapes!(iq1m_y),
 ];
-static Y: [Table; 11] = [
+static Y: [Table; 18] = [
     with_decode(shapes!(q4k_y), q4k_y1),
     with_decode(shapes!(q5k_y), q5k_y1),
     with_decode(shapes!(q6k_y), q6k_y1),
@@ -192,6 +208,13 @@ static Y: [Table; 11] = [
     with_decode(shapes!(q50_y), q80_y_rows1::<4>),
     with_decode(shapes!(q41_y), q41_y1),
     with_decode(shapes!(q51_y), q51_y1),
+    shapes!(iq2xxs_y),
+    shapes!(iq2xs_y),
+    shapes!(iq2s_y),
+    shapes!(iq3xxs_y),
+    shapes!(iq3s_y),
+    shapes!(iq1s_y),
+    shapes!(iq1m_y),
 ];
 
 /// The 4-row, 1-token shape of the AVX2 Q8_0 kernels (`NIB` as
@@ -229,7 +252,7 @@ fn table(avx512: bool, dtype: DType) -> Option<&'static Table> {
 }
 
 /// The encodings of each kernel table, in its order.
-const TABLE_DTYPES: [DType; 11] = [
+const TABLE_DTYPES: [DType; 18] = [
     DType::Q4K,
     DType::Q5K,
     DType::Q6K,
@@ -241,6 +264,13 @@ const TABLE_DTYPES: [DType; 11] = [
     DType::Q5_0,
     DType::Q4_1,
     DType::Q5_1,
+    DType::IQ2XXS,
+    DType::IQ2XS,
+    DType::IQ2S,
+    DType::IQ3XXS,
+    DType::IQ3S,
+    DType::IQ1S,
+    DType::IQ1M,
 ];
 
 entry! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c":
@@ -292,6 +322,13 @@ entry! {"avx2,fma,f16c":
     iq4xs_yk = iq4xs_y::<>;
     q41_y = affine_y_body::<false>;
     q51_y = affine_y_body::<true>;
+    iq2xxs_y = codebook_y::<0>;
+    iq2xs_y = codebook_y::<1>;
+    iq2s_y = codebook_y::<2>;
+    iq3xxs_y = codebook_y::<3>;
+    iq3s_y = codebook_y::<4>;
+    iq1s_y = codebook_y::<5>;
+    iq1m_y = codebook_y::<6>;
 }
 decode_entry! {"avx2,fma,f16c":
     q41_y1 = affine_y_rows1::<false>;

@@ -21,6 +21,7 @@
 
 use super::iq_grids::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 use super::{f16_at, QK_K};
+use rill_dtype::DType;
 
 /// The group shift of IQ1_S / IQ1_M, in units of the grid's ±1.
 const IQ1_DELTA: f32 = 0.125;
@@ -170,8 +171,7 @@ pub fn decode_iq1_s(b: &[u8; 50], out: &mut [f32; QK_K]) {
 /// of the four u16 scale words.
 pub fn decode_iq1_m(b: &[u8; 56], out: &mut [f32; QK_K]) {
     let sc = [u16_at(b, 48), u16_at(b, 50), u16_at(b, 52), u16_at(b, 54)];
-    let bits = (sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000);
-    let d = half::f16::from_bits(bits).to_f32();
+    let d = half::f16::from_bits(iq1m_d_bits(b)).to_f32();
     for (g, o) in out.chunks_exact_mut(8).enumerate() {
         let nib = (b[32 + g / 2] >> (4 * (g % 2))) & 0x0F;
         let idx = b[g] as usize | ((nib & 7) as usize) << 8;
@@ -188,6 +188,147 @@ pub fn decode_iq1_m(b: &[u8; 56], out: &mut [f32; QK_K]) {
     }
 }
 
+/// A codebook block as integers, the view of the 8-bit-activation kernels:
+/// value `k` is `(d · unit) · scale[k / 16] · level[k]`, with small signed
+/// integer levels (|level| ≤ 62) and odd sub-block scales (≤ 31). `unit`
+/// is a power of two, so `d · unit` is exact.
+pub(crate) struct IntBlock {
+    pub d: f32,
+    pub unit: f32,
+    pub scales: [i16; 16],
+    pub levels: [i8; QK_K],
+}
+
+/// The powers of two of [`IntBlock::unit`]: `d·(0.5 + s)·0.25 = d·(2s + 1)/8`
+/// (IQ2), `d·(0.5 + s)·0.5 = d·(2s + 1)/4` (IQ3_XXS), `d·(1 + 2s)` (IQ3_S),
+/// and IQ1's `dl·(g ± 1/8) = d·(2s + 1)·(8g ± 1)/8`.
+pub(crate) fn unit(dtype: DType) -> f32 {
+    match dtype {
+        DType::IQ3XXS => 0.25,
+        DType::IQ3S => 1.0,
+        _ => 0.125,
+    }
+}
+
+/// `entry`'s `N` codebook bytes with the signs of `signs` (bit j: value j).
+fn signed_levels<const N: usize>(entry: u64, signs: u8, out: &mut [i8]) {
+    for (j, o) in out[..N].iter_mut().enumerate() {
+        let v = (entry >> (8 * j)) as u8 as i8;
+        *o = if signs & (1 << j) != 0 { -v } else { v };
+    }
+}
+
+/// IQ1's levels `8g ± 1` of one group of 8.
+fn iq1_levels(entry: u64, negative_delta: bool, out: &mut [i8]) {
+    for (j, o) in out[..8].iter_mut().enumerate() {
+        let g = (entry >> (8 * j)) as u8 as i8;
+        *o = 8 * g + if negative_delta { -1 } else { 1 };
+    }
+}
+
+/// The integer view of one block of a codebook encoding (IQ1_S, IQ1_M,
+/// IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S); `None` for any other.
+pub(crate) fn int_block(dtype: DType, b: &[u8]) -> Option<IntBlock> {
+    let mut v = IntBlock {
+        d: f16_at(b, 0),
+        unit: unit(dtype),
+        scales: [0; 16],
+        levels: [0; QK_K],
+    };
+    let odd = |s: u32| (2 * s + 1) as i16;
+    match dtype {
+        DType::IQ2XXS | DType::IQ3XXS => {
+            let three = dtype == DType::IQ3XXS;
+            for ib in 0..8 {
+                let aux = u32_at(b, if three { 66 + 4 * ib } else { 2 + 8 * ib + 4 });
+                v.scales[2 * ib] = odd(aux >> 28);
+                v.scales[2 * ib + 1] = odd(aux >> 28);
+                for l in 0..4 {
+                    let signs = KSIGNS[((aux >> (7 * l)) & 127) as usize];
+                    let o = &mut v.levels[32 * ib + 8 * l..];
+                    if three {
+                        let q = 2 + 8 * ib + 2 * l;
+                        signed_levels::<4>(IQ3XXS_GRID[b[q] as usize] as u64, signs, o);
+                        signed_levels::<4>(
+                            IQ3XXS_GRID[b[q + 1] as usize] as u64,
+                            signs >> 4,
+                            &mut o[4..],
+                        );
+                    } else {
+                        signed_levels::<8>(IQ2XXS_GRID[b[2 + 8 * ib + l] as usize], signs, o);
+                    }
+                }
+            }
+        }
+        DType::IQ2XS | DType::IQ2S => {
+            let s_at = if dtype == DType::IQ2XS { 66 } else { 74 };
+            for k in 0..16 {
+                v.scales[k] = odd(((b[s_at + k / 2] >> (4 * (k % 2))) & 0x0F) as u32);
+            }
+            for g in 0..32 {
+                let o = &mut v.levels[8 * g..];
+                if dtype == DType::IQ2XS {
+                    let q = u16_at(b, 2 + 2 * g);
+                    signed_levels::<8>(
+                        IQ2XS_GRID[(q & 511) as usize],
+                        KSIGNS[(q >> 9) as usize],
+                        o,
+                    );
+                } else {
+                    let high = ((b[66 + g / 4] >> (2 * (g % 4))) & 3) as usize;
+                    signed_levels::<8>(IQ2S_GRID[b[2 + g] as usize | high << 8], b[34 + g], o);
+                }
+            }
+        }
+        DType::IQ3S => {
+            for k in 0..16 {
+                let ib = k / 2;
+                v.scales[k] = odd(((b[106 + ib / 2] >> (4 * (ib % 2))) & 0x0F) as u32);
+            }
+            for q in 0..64 {
+                let ib = q / 8;
+                let idx = b[2 + q] as usize | (((b[66 + ib] >> (q % 8)) & 1) as usize) << 8;
+                let signs = b[74 + q / 2] >> (4 * (q % 2));
+                signed_levels::<4>(IQ3S_GRID[idx] as u64, signs, &mut v.levels[4 * q..]);
+            }
+        }
+        DType::IQ1S => {
+            for ib in 0..8 {
+                let qh = u16_at(b, 34 + 2 * ib);
+                v.scales[2 * ib] = odd(((qh >> 12) & 7) as u32);
+                v.scales[2 * ib + 1] = v.scales[2 * ib];
+                for l in 0..4 {
+                    let idx = b[2 + 4 * ib + l] as usize | (((qh >> (3 * l)) & 7) as usize) << 8;
+                    iq1_levels(
+                        IQ1S_GRID[idx],
+                        qh & 0x8000 != 0,
+                        &mut v.levels[32 * ib + 8 * l..],
+                    );
+                }
+            }
+        }
+        DType::IQ1M => {
+            v.d = half::f16::from_bits(iq1m_d_bits(b)).to_f32();
+            for k in 0..16 {
+                v.scales[k] = odd(((u16_at(b, 48 + 2 * (k / 4)) >> (3 * (k % 4))) & 7) as u32);
+            }
+            for g in 0..32 {
+                let nib = (b[32 + g / 2] >> (4 * (g % 2))) & 0x0F;
+                let idx = b[g] as usize | ((nib & 7) as usize) << 8;
+                iq1_levels(IQ1S_GRID[idx], nib & 8 != 0, &mut v.levels[8 * g..]);
+            }
+        }
+        _ => return None,
+    }
+    Some(v)
+}
+
+/// IQ1_M's f16 `d`: the top nibbles of its four u16 scale words (byte 48 on).
+pub(crate) fn iq1m_d_bits(b: &[u8]) -> u16 {
+    let sc = |k: usize| u16_at(b, 48 + 2 * k);
+    (sc(0) >> 12) | ((sc(1) >> 8) & 0x00F0) | ((sc(2) >> 4) & 0x0F00) | (sc(3) & 0xF000)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,5 +341,58 @@ mod tests {
         }
         assert_eq!(KSIGNS[1], 0x81);
         assert_eq!(KSIGNS[3], 0x03);
+    }
+
+    /// The integer view gives the decoders' values (which are gguf-py's,
+    /// tests/quant.rs) up to f32 rounding: levels, scales and units agree.
+    #[test]
+    fn integer_view_matches_the_decoders() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut byte = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        };
+        type Decode = fn(&[u8], &mut [f32; QK_K]);
+        let cases: [(DType, Decode); 7] = [
+            (DType::IQ2XXS, |b, o| {
+                decode_iq2_xxs(b.try_into().unwrap(), o)
+            }),
+            (DType::IQ2XS, |b, o| decode_iq2_xs(b.try_into().unwrap(), o)),
+            (DType::IQ2S, |b, o| decode_iq2_s(b.try_into().unwrap(), o)),
+            (DType::IQ3XXS, |b, o| {
+                decode_iq3_xxs(b.try_into().unwrap(), o)
+            }),
+            (DType::IQ3S, |b, o| decode_iq3_s(b.try_into().unwrap(), o)),
+            (DType::IQ1S, |b, o| decode_iq1_s(b.try_into().unwrap(), o)),
+            (DType::IQ1M, |b, o| decode_iq1_m(b.try_into().unwrap(), o)),
+        ];
+        for (dtype, decode) in cases {
+            for _ in 0..64 {
+                let mut b: Vec<u8> = (0..dtype.block_bytes()).map(|_| byte()).collect();
+                // A finite d (f16 1.5 or −0.75; IQ1_M keeps it in the scale words' top nibbles).
+                let d: u16 = if b[1] & 1 == 0 { 0x3E00 } else { 0xBA00 };
+                if dtype == DType::IQ1M {
+                    for k in 0..4 {
+                        b[49 + 2 * k] =
+                            (b[49 + 2 * k] & 0x0F) | ((((d >> (4 * k)) & 0xF) as u8) << 4);
+                    }
+                } else {
+                    b[..2].copy_from_slice(&d.to_le_bytes());
+                }
+                let mut want = [0f32; QK_K];
+                decode(&b, &mut want);
+                let v = int_block(dtype, &b).unwrap();
+                for (k, &want) in want.iter().enumerate() {
+                    let got = (v.d * v.unit) * v.scales[k / 16] as f32 * v.levels[k] as f32;
+                    assert!(
+                        (got - want).abs() <= 1e-6 * want.abs(),
+                        "{dtype} value {k}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+        assert!(int_block(DType::IQ4XS, &[0; 136]).is_none());
     }
 }

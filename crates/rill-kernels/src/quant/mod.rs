@@ -32,7 +32,7 @@ pub mod float;
 pub mod fp8;
 pub mod iq4;
 pub mod iq_grid;
-mod iq_grids;
+pub(crate) mod iq_grids;
 pub mod k_quants;
 pub mod legacy;
 pub mod mxfp4;
