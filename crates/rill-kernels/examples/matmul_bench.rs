@@ -23,7 +23,7 @@ mod common;
 use common::matrix;
 use rill_kernels::{matmul_on, Isa, MatRef, Precision, Threads};
 
-const ALL: [DType; 16] = [
+const ALL: [DType; 25] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -40,6 +40,15 @@ const ALL: [DType; 16] = [
     DType::Q2K,
     DType::Q3K,
     DType::MXFP4,
+    DType::IQ2XXS,
+    DType::IQ2XS,
+    DType::IQ2S,
+    DType::IQ3XXS,
+    DType::IQ3S,
+    DType::IQ1S,
+    DType::IQ1M,
+    DType::TQ1_0,
+    DType::TQ2_0,
 ];
 
 /// On-CPU time of the calling thread (Linux `/proc/thread-self/schedstat`),
