@@ -38,9 +38,9 @@ pub(super) const IQ1S: usize = 5;
 pub(super) const IQ1M: usize = 6;
 
 /// Block bytes, by `K`.
-const BLOCK: [usize; 7] = [66, 74, 82, 98, 110, 50, 56];
+pub(in crate::q8::x86) const BLOCK: [usize; 7] = [66, 74, 82, 98, 110, 50, 56];
 /// The power of two `u` of each encoding's integer view, by `K`.
-const UNIT: [f32; 7] = [0.125, 0.125, 0.125, 0.25, 1.0, 0.125, 0.125];
+pub(in crate::q8::x86) const UNIT: [f32; 7] = [0.125, 0.125, 0.125, 0.25, 1.0, 0.125, 0.125];
 
 /// Eight sign bits as bytes: +1 where the bit is clear, −1 where set.
 static SIGN_BYTES: [u64; 256] = {
@@ -97,14 +97,18 @@ unsafe fn four(e: [u64; 4]) -> __m256i {
 /// The i16 scale vector of a sub-block of 32: `lo` for its first 16
 /// values (the low 128-bit lane after `vpmaddubsw`), `hi` for the rest.
 #[inline(always)]
-unsafe fn scale_pair(lo: u32, hi: u32) -> __m256i {
+unsafe fn scale_pair((lo, hi): (u32, u32)) -> __m256i {
     _mm256_set_m128i(_mm_set1_epi16(hi as i16), _mm_set1_epi16(lo as i16))
 }
 
-/// Sub-block `j` (32 values) of the block at `blk`: (level magnitudes,
-/// sign carrier, i16 scales).
+/// Sub-block `j` (32 values) of the block at `blk`: the magnitudes of its
+/// levels, a vector with their signs (`vpsignb(magnitudes, signs)` gives
+/// the signed levels), and the scales of its two halves of 16.
 #[inline(always)]
-unsafe fn sub32<const K: usize>(blk: *const u8, j: usize) -> (__m256i, __m256i, __m256i) {
+pub(in crate::q8::x86) unsafe fn sub32<const K: usize>(
+    blk: *const u8,
+    j: usize,
+) -> (__m256i, __m256i, (u32, u32)) {
     let odd = |s: u32| 2 * s + 1;
     match K {
         IQ2XXS => {
@@ -116,7 +120,7 @@ unsafe fn sub32<const K: usize>(blk: *const u8, j: usize) -> (__m256i, __m256i, 
             (
                 four([g(0), g(1), g(2), g(3)]),
                 four([s(0), s(1), s(2), s(3)]),
-                scale_pair(sc, sc),
+                (sc, sc),
             )
         }
         IQ2XS => {
@@ -127,7 +131,7 @@ unsafe fn sub32<const K: usize>(blk: *const u8, j: usize) -> (__m256i, __m256i, 
             (
                 four([g(0), g(1), g(2), g(3)]),
                 four([s(0), s(1), s(2), s(3)]),
-                scale_pair(odd(sc & 15), odd(sc >> 4)),
+                (odd(sc & 15), odd(sc >> 4)),
             )
         }
         IQ2S => {
@@ -139,7 +143,7 @@ unsafe fn sub32<const K: usize>(blk: *const u8, j: usize) -> (__m256i, __m256i, 
             (
                 four([g(0), g(1), g(2), g(3)]),
                 four([s(0), s(1), s(2), s(3)]),
-                scale_pair(odd(sc & 15), odd(sc >> 4)),
+                (odd(sc & 15), odd(sc >> 4)),
             )
         }
         IQ3XXS => {
@@ -154,7 +158,7 @@ unsafe fn sub32<const K: usize>(blk: *const u8, j: usize) -> (__m256i, __m256i, 
             (
                 four([g(0), g(1), g(2), g(3)]),
                 four([s(0), s(1), s(2), s(3)]),
-                scale_pair(sc, sc),
+                (sc, sc),
             )
         }
         IQ3S => {
@@ -167,7 +171,7 @@ unsafe fn sub32<const K: usize>(blk: *const u8, j: usize) -> (__m256i, __m256i, 
             (
                 four([g(0), g(1), g(2), g(3)]),
                 four([s(0), s(1), s(2), s(3)]),
-                scale_pair(sc, sc),
+                (sc, sc),
             )
         }
         IQ1S => {
@@ -180,7 +184,7 @@ unsafe fn sub32<const K: usize>(blk: *const u8, j: usize) -> (__m256i, __m256i, 
                 lv = _mm256_sub_epi8(lv, _mm256_set1_epi8(2));
             }
             let sc = odd(((qh >> 12) & 7) as u32);
-            (_mm256_abs_epi8(lv), lv, scale_pair(sc, sc))
+            (_mm256_abs_epi8(lv), lv, (sc, sc))
         }
         _ => {
             // IQ1_M: a nibble of qh per 8 values (3 index bits, the delta's
@@ -200,8 +204,18 @@ unsafe fn sub32<const K: usize>(blk: *const u8, j: usize) -> (__m256i, __m256i, 
             );
             let word = u16_at(blk.add(48 + 2 * (j / 2))) as u32;
             let sc = |h: usize| odd((word >> (6 * (j % 2) + 3 * h)) & 7);
-            (_mm256_abs_epi8(lv), lv, scale_pair(sc(0), sc(1)))
+            (_mm256_abs_epi8(lv), lv, (sc(0), sc(1)))
         }
+    }
+}
+
+/// The bits of the f16 `d` of the block at `blk`.
+#[inline(always)]
+pub(in crate::q8::x86) unsafe fn d_bits<const K: usize>(blk: *const u8) -> u16 {
+    if K == IQ1M {
+        iq1m_d_bits(std::slice::from_raw_parts(blk, 56))
+    } else {
+        u16_at(blk)
     }
 }
 
@@ -212,10 +226,8 @@ unsafe fn d_halves<const R: usize, const K: usize>(blk: impl Fn(usize) -> *const
     let v = |r: usize| -> i32 {
         if r >= R {
             0
-        } else if K == IQ1M {
-            iq1m_d_bits(std::slice::from_raw_parts(blk(r), 56)) as i32
         } else {
-            u16_at(blk(r)) as i32
+            d_bits::<K>(blk(r)) as i32
         }
     };
     _mm_setr_epi32(v(0), v(1), v(2), v(3))
@@ -239,7 +251,8 @@ pub(super) unsafe fn codebook_y<const R: usize, const T: usize, const K: usize>(
         let mut acc = [[z; T]; R];
         for r in 0..R {
             for j in 0..8 {
-                let (mag, sgn, sv) = sub32::<K>(blk(r), j);
+                let (mag, sgn, scales) = sub32::<K>(blk(r), j);
+                let sv = scale_pair(scales);
                 for t in 0..T {
                     let xv = _mm256_loadu_si256(x.qs[t].add(256 * b + 32 * j) as *const __m256i);
                     let u = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(xv, sgn));

@@ -34,6 +34,7 @@ use crate::q8::Q8Rows;
 use crate::threads::SharedMut;
 use rill_dtype::DType;
 
+mod codebook;
 mod ymm;
 mod zmm;
 
@@ -93,6 +94,13 @@ fn kind(dtype: DType) -> Option<usize> {
         DType::Q5_0 => Some(8),
         DType::Q4_1 => Some(9),
         DType::Q5_1 => Some(10),
+        DType::IQ2XXS => Some(11),
+        DType::IQ2XS => Some(12),
+        DType::IQ2S => Some(13),
+        DType::IQ3XXS => Some(14),
+        DType::IQ3S => Some(15),
+        DType::IQ1S => Some(16),
+        DType::IQ1M => Some(17),
         _ => None,
     }
 }
@@ -151,8 +159,9 @@ pub(super) struct Set {
     pub(super) min_tokens: usize,
     /// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL, IQ4_XS, MXFP4, Q5_0, Q4_1, Q5_1
     /// (Q4_0 and Q5_0 on AVX-512 VNNI, IQ4_NL and MXFP4 as the Q8_0 blocks
-    /// of their levels), where the class has them.
-    kinds: [Option<Kind>; 11],
+    /// of their levels), then IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S,
+    /// IQ1_M, where the class has them.
+    kinds: [Option<Kind>; 18],
 }
 
 /// `[f(1), .., f(8)]`: a kernel for each token count.
@@ -180,7 +189,7 @@ pub(super) use zmm::SET as AVX512_VNNI;
 /// As `q8::rows`; the CPU runs `set`'s class. Encodings without panel
 /// kernels are all left to the caller (`r0` comes back).
 pub(super) unsafe fn rows(
-    set: &Set,
+    set: &'static Set,
     w: MatRef<'_>,
     acts: Q8Rows<'_>,
     r0: usize,
@@ -188,7 +197,12 @@ pub(super) unsafe fn rows(
     out: SharedMut<f32>,
     buf: &mut Vec<u8>,
 ) -> usize {
-    let Some(k) = kind(w.dtype).and_then(|i| set.kinds[i].as_ref()) else {
+    // An encoding without panels of this class takes the AVX2 ones (every
+    // x86 class runs AVX2 instructions).
+    let Some((set, k)) = kind(w.dtype).and_then(|i| {
+        let of = |s: &'static Set| s.kinds[i].as_ref().map(|k| (s, k));
+        of(set).or_else(|| of(&AVX2))
+    }) else {
         return r0;
     };
     let rows = set.rows;
@@ -335,6 +349,13 @@ mod tests {
             (DType::Q5_0, 352),
             (DType::Q4_1, 352),
             (DType::Q5_1, 96),
+            (DType::IQ2XXS, 512),
+            (DType::IQ2XS, 256),
+            (DType::IQ2S, 768),
+            (DType::IQ3XXS, 512),
+            (DType::IQ3S, 256),
+            (DType::IQ1S, 512),
+            (DType::IQ1M, 768),
         ] {
             for fill in [None, Some(0xFFu8), Some(0x80), Some(0x00)] {
                 let rows = 37;
@@ -349,6 +370,15 @@ mod tests {
                         continue;
                     }
                     let s = (rnd() % 1000) as f32 / 1e4;
+                    if dtype == DType::IQ1M {
+                        // Its d: the top nibbles of the four scale words.
+                        let d = half::f16::from_f32(s).to_bits();
+                        for k in 0..4 {
+                            let nib = ((d >> (4 * k)) & 0xF) as u8;
+                            blk[49 + 2 * k] = (blk[49 + 2 * k] & 0x0F) | nib << 4;
+                        }
+                        continue;
+                    }
                     let d_at = if dtype == DType::Q6K { 208 } else { 0 };
                     blk[d_at..d_at + 2].copy_from_slice(&f16(s));
                     if matches!(dtype, DType::Q4K | DType::Q5K | DType::Q4_1 | DType::Q5_1) {

@@ -43,7 +43,7 @@ const fn chain(kind: usize) -> usize {
 /// 8 vectors of 8 i32 lanes, transposed: lane `r` of result `k` is lane
 /// `k` of `a[r]`.
 #[inline(always)]
-unsafe fn transpose8(a: [__m256i; 8]) -> [__m256i; 8] {
+pub(super) unsafe fn transpose8(a: [__m256i; 8]) -> [__m256i; 8] {
     let mut t = [_mm256_setzero_si256(); 8];
     for i in 0..4 {
         t[2 * i] = _mm256_unpacklo_epi32(a[2 * i], a[2 * i + 1]);
@@ -108,7 +108,7 @@ unsafe fn quants<const KIND: usize>(blk: *const u8, u: usize) -> __m256i {
 
 /// `(v, v)` i16 pairs of the i32 lanes `v` (each within i16).
 #[inline(always)]
-unsafe fn pair_of(v: __m256i) -> __m256i {
+pub(super) unsafe fn pair_of(v: __m256i) -> __m256i {
     _mm256_or_si256(
         _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)),
         _mm256_slli_epi32::<16>(v),
@@ -225,7 +225,7 @@ unsafe fn pack<const KIND: usize>(w: *const u8, rb: usize, nb: usize, dst: *mut 
 
 /// The 4 bytes at `p` in every lane.
 #[inline(always)]
-unsafe fn bcast(p: *const i8) -> __m256i {
+pub(super) unsafe fn bcast(p: *const i8) -> __m256i {
     _mm256_set1_epi32((p as *const i32).read_unaligned())
 }
 
@@ -313,7 +313,7 @@ unsafe fn body<const KIND: usize, const T: usize>(
 
 /// Each token's 8 partial vectors through the canonical tree.
 #[inline(always)]
-unsafe fn finish<const T: usize>(p: &[[__m256; 8]; T]) -> [[f32; 16]; TOKENS] {
+pub(super) unsafe fn finish<const T: usize>(p: &[[__m256; 8]; T]) -> [[f32; 16]; TOKENS] {
     let mut out = [[0f32; 16]; TOKENS];
     for t in 0..T {
         let a = |i: usize, j: usize| _mm256_add_ps(p[t][i], p[t][j]);
@@ -650,6 +650,19 @@ unsafe fn iq4xs_pack(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
     pack_iq4xs(w, rb, nb, dst)
 }
 
+/// The panel of codebook encoding `$k` (`super::codebook`).
+macro_rules! codebook_kind {
+    ($k:literal) => {
+        Some(Kind {
+            values: 256,
+            bytes: super::codebook::BYTES,
+            pack: super::codebook::packer::<$k>,
+            kernels: super::by_tokens!(panel_kernel),
+        })
+    };
+}
+use super::codebook::panel_kernel;
+
 /// The AVX2 panels.
 pub(in crate::q8::x86) static SET: Set = Set {
     rows: ROWS,
@@ -722,5 +735,12 @@ pub(in crate::q8::x86) static SET: Set = Set {
             pack: q51_pack,
             kernels: super::by_tokens!(q51_panel),
         }),
+        codebook_kind!(0),
+        codebook_kind!(1),
+        codebook_kind!(2),
+        codebook_kind!(3),
+        codebook_kind!(4),
+        codebook_kind!(5),
+        codebook_kind!(6),
     ],
 };

@@ -473,5 +473,13 @@ pub(in crate::q8::x86) static SET: Set = Set {
         // Q4_1 / Q5_1: the 4-row kernels.
         None,
         None,
+        // The codebook encodings: the AVX2 panels (`super::rows`).
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
     ],
 };

@@ -1,0 +1,117 @@
+//! AVX2 row panels of the codebook encodings (IQ2_XXS, IQ2_XS, IQ2_S,
+//! IQ3_XXS, IQ3_S, IQ1_S, IQ1_M), 8 rows: the IQ4_XS panel's plan with a
+//! scale per 16 values. Packing reads each row's codebook entries once
+//! (`x86::codebook::sub32`) for every token of the batch; the 4-row
+//! kernels read them again for each group of 4 tokens, which made prefill
+//! slower than the exact path's decode-once f32 products.
+//!
+//! Per block: per 4-value group `k` the 8 rows' signed levels and their
+//! magnitudes (64 vectors of each), per 16 values the rows' `(s, s)` i16
+//! scale pairs, then `d·u` as f32 (exact: `u` is a power of two). A token
+//! costs per group one `vpsignb`, one `vpmaddubsw` (pair sums ≤ 2·62·127)
+//! and one `vpmaddwd` with the scales, no i16 chain: the integers are the
+//! reference's `Σ_j s_j·Σ L·q`, and the tail `(d·u·d_x)·f(i)` its term.
+
+#![allow(clippy::needless_range_loop)]
+
+use std::arch::x86_64::*;
+
+use super::ymm::{bcast, finish, pair_of, transpose8};
+use super::{Toks8, TOKENS};
+use crate::q8::x86::codebook::{d_bits, sub32, BLOCK, UNIT};
+
+/// Rows of a panel.
+const ROWS: usize = 8;
+
+/// Panel bytes per block: 64 groups × (levels, magnitudes), 16 scale
+/// vectors, 8 f32 `d·u`.
+pub(super) const BYTES: usize = 64 * 64 + 16 * 32 + 32;
+const SCALES: usize = 64 * 64;
+const D: usize = SCALES + 16 * 32;
+
+/// Rewrite 8 rows (`rb` bytes apart, `nb` blocks of encoding `K` each) as a
+/// panel at `dst`.
+#[inline(always)]
+unsafe fn pack<const K: usize>(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+    for b in 0..nb {
+        let pb = dst.add(b * BYTES);
+        let blk = |r: usize| w.add(r * rb + BLOCK[K] * b);
+        let mut sc = [[0i32; 16]; ROWS];
+        for u in 0..8 {
+            let mut v = [_mm256_setzero_si256(); ROWS];
+            for r in 0..ROWS {
+                let (mag, sgn, (lo, hi)) = sub32::<K>(blk(r), u);
+                v[r] = _mm256_sign_epi8(mag, sgn);
+                sc[r][2 * u] = lo as i32;
+                sc[r][2 * u + 1] = hi as i32;
+            }
+            let t = transpose8(v);
+            for k in 0..8 {
+                let at = pb.add(64 * (8 * u + k));
+                _mm256_storeu_si256(at as *mut __m256i, t[k]);
+                _mm256_storeu_si256(at.add(32) as *mut __m256i, _mm256_abs_epi8(t[k]));
+            }
+        }
+        for h in 0..2 {
+            let a: [__m256i; ROWS] = std::array::from_fn(|r| {
+                _mm256_loadu_si256(sc[r][8 * h..].as_ptr() as *const __m256i)
+            });
+            let o = transpose8(a);
+            for j in 0..8 {
+                let at = pb.add(SCALES + 32 * (8 * h + j));
+                _mm256_storeu_si256(at as *mut __m256i, pair_of(o[j]));
+            }
+        }
+        let bits: [u16; ROWS] = std::array::from_fn(|r| d_bits::<K>(blk(r)));
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(bits.as_ptr() as *const __m128i));
+        let du = _mm256_mul_ps(d, _mm256_set1_ps(UNIT[K]));
+        _mm256_storeu_ps(pb.add(D) as *mut f32, du);
+    }
+}
+
+/// The panel at `panel` (`nb` blocks) × `T` tokens.
+#[inline(always)]
+unsafe fn body<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
+    let z = _mm256_setzero_si256();
+    let mut p = [[_mm256_setzero_ps(); 8]; T];
+    for b in 0..nb {
+        let pb = panel.add(b * BYTES);
+        let mut acc = [z; T];
+        for j in 0..16 {
+            let sc = _mm256_loadu_si256(pb.add(SCALES + 32 * j) as *const __m256i);
+            for kk in 0..4 {
+                let k = 4 * j + kk;
+                let wv = _mm256_loadu_si256(pb.add(64 * k) as *const __m256i);
+                let wa = _mm256_loadu_si256(pb.add(64 * k + 32) as *const __m256i);
+                for t in 0..T {
+                    let xs = _mm256_sign_epi8(bcast(x.qs[t].add(256 * b + 4 * k)), wv);
+                    let pairs = _mm256_maddubs_epi16(wa, xs);
+                    acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(pairs, sc));
+                }
+            }
+        }
+        let d = _mm256_loadu_ps(pb.add(D) as *const f32);
+        for t in 0..T {
+            let dx = _mm256_set1_ps(*x.d[t].add(b));
+            let term = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(acc[t]));
+            p[t][b % 8] = _mm256_add_ps(p[t][b % 8], term);
+        }
+    }
+    finish(&p)
+}
+
+/// The panel kernel of every codebook encoding (the panels are alike).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn panel_kernel<const T: usize>(
+    panel: *const u8,
+    nb: usize,
+    x: &Toks8,
+) -> [[f32; 16]; TOKENS] {
+    body::<T>(panel, nb, x)
+}
+
+/// The packer of encoding `K` (the kernel numbers of `x86::codebook`).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn packer<const K: usize>(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+    pack::<K>(w, rb, nb, dst)
+}
