@@ -8,9 +8,10 @@
 //! Per block: per 4-value group `k` the 8 rows' signed levels and their
 //! magnitudes (64 vectors of each), per 16 values the rows' `(s, s)` i16
 //! scale pairs, then `d·u` as f32 (exact: `u` is a power of two). A token
-//! costs per group one `vpsignb`, one `vpmaddubsw` (pair sums ≤ 2·62·127)
-//! and one `vpmaddwd` with the scales, no i16 chain: the integers are the
-//! reference's `Σ_j s_j·Σ L·q`, and the tail `(d·u·d_x)·f(i)` its term.
+//! costs per group one `vpsignb` and one `vpmaddubsw` (pair sums ≤
+//! 2·62·127), added in i16 over 2 or 4 groups ([`body`]), then one
+//! `vpmaddwd` with the scales: the integers are the reference's
+//! `Σ_j s_j·Σ L·q`, and the tail `(d·u·d_x)·f(i)` its term.
 
 #![allow(clippy::needless_range_loop)]
 
@@ -69,9 +70,17 @@ unsafe fn pack<const K: usize>(w: *const u8, rb: usize, nb: usize, dst: *mut u8)
     }
 }
 
-/// The panel at `panel` (`nb` blocks) × `T` tokens.
+/// The panel at `panel` (`nb` blocks) × `T` tokens. The `vpmaddubsw` pair
+/// sums of `CHAIN` consecutive groups of a 16-value sub-block (one scale)
+/// are added in i16 before the one `vpmaddwd`: exact while `CHAIN · 2 ·
+/// max|L| · 127` stays below 2¹⁵ — 2 groups for levels up to 62 (IQ2,
+/// IQ3_XXS: 31496), 4 for levels up to 15 (IQ3_S, IQ1: 15240).
 #[inline(always)]
-unsafe fn body<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
+unsafe fn body<const T: usize, const CHAIN: usize>(
+    panel: *const u8,
+    nb: usize,
+    x: &Toks8,
+) -> [[f32; 16]; TOKENS] {
     let z = _mm256_setzero_si256();
     let mut p = [[_mm256_setzero_ps(); 8]; T];
     for b in 0..nb {
@@ -79,14 +88,19 @@ unsafe fn body<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32;
         let mut acc = [z; T];
         for j in 0..16 {
             let sc = _mm256_loadu_si256(pb.add(SCALES + 32 * j) as *const __m256i);
-            for kk in 0..4 {
-                let k = 4 * j + kk;
-                let wv = _mm256_loadu_si256(pb.add(64 * k) as *const __m256i);
-                let wa = _mm256_loadu_si256(pb.add(64 * k + 32) as *const __m256i);
+            for c in 0..4 / CHAIN {
+                let mut s16 = [z; T];
+                for kk in 0..CHAIN {
+                    let k = 4 * j + CHAIN * c + kk;
+                    let wv = _mm256_loadu_si256(pb.add(64 * k) as *const __m256i);
+                    let wa = _mm256_loadu_si256(pb.add(64 * k + 32) as *const __m256i);
+                    for t in 0..T {
+                        let xs = _mm256_sign_epi8(bcast(x.qs[t].add(256 * b + 4 * k)), wv);
+                        s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(wa, xs));
+                    }
+                }
                 for t in 0..T {
-                    let xs = _mm256_sign_epi8(bcast(x.qs[t].add(256 * b + 4 * k)), wv);
-                    let pairs = _mm256_maddubs_epi16(wa, xs);
-                    acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(pairs, sc));
+                    acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(s16[t], sc));
                 }
             }
         }
@@ -100,14 +114,23 @@ unsafe fn body<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32;
     finish(&p)
 }
 
-/// The panel kernel of every codebook encoding (the panels are alike).
+/// The panel kernels: levels up to 62 (IQ2, IQ3_XXS), up to 15 (IQ3_S, IQ1).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn panel_kernel<const T: usize>(
+pub(super) unsafe fn panel_wide<const T: usize>(
     panel: *const u8,
     nb: usize,
     x: &Toks8,
 ) -> [[f32; 16]; TOKENS] {
-    body::<T>(panel, nb, x)
+    body::<T, 2>(panel, nb, x)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn panel_narrow<const T: usize>(
+    panel: *const u8,
+    nb: usize,
+    x: &Toks8,
+) -> [[f32; 16]; TOKENS] {
+    body::<T, 4>(panel, nb, x)
 }
 
 /// The packer of encoding `K` (the kernel numbers of `x86::codebook`).

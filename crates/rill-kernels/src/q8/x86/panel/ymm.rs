@@ -650,18 +650,19 @@ unsafe fn iq4xs_pack(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
     pack_iq4xs(w, rb, nb, dst)
 }
 
-/// The panel of codebook encoding `$k` (`super::codebook`).
+/// The panel of codebook encoding `$k` (`super::codebook`), its kernel
+/// by the largest level.
 macro_rules! codebook_kind {
-    ($k:literal) => {
+    ($k:literal, $kernel:ident) => {
         Some(Kind {
             values: 256,
             bytes: super::codebook::BYTES,
             pack: super::codebook::packer::<$k>,
-            kernels: super::by_tokens!(panel_kernel),
+            kernels: super::by_tokens!($kernel),
         })
     };
 }
-use super::codebook::panel_kernel;
+use super::codebook::{panel_narrow, panel_wide};
 
 /// The AVX2 panels.
 pub(in crate::q8::x86) static SET: Set = Set {
@@ -735,12 +736,12 @@ pub(in crate::q8::x86) static SET: Set = Set {
             pack: q51_pack,
             kernels: super::by_tokens!(q51_panel),
         }),
-        codebook_kind!(0),
-        codebook_kind!(1),
-        codebook_kind!(2),
-        codebook_kind!(3),
-        codebook_kind!(4),
-        codebook_kind!(5),
-        codebook_kind!(6),
+        codebook_kind!(0, panel_wide),
+        codebook_kind!(1, panel_wide),
+        codebook_kind!(2, panel_wide),
+        codebook_kind!(3, panel_wide),
+        codebook_kind!(4, panel_narrow),
+        codebook_kind!(5, panel_narrow),
+        codebook_kind!(6, panel_narrow),
     ],
 };
