@@ -43,6 +43,10 @@ pub enum DType {
     TQ1_0,
     TQ2_0,
     MXFP4,
+    /// GGUF's NVFP4: blocks of 64 values, four unsigned-E4M3 scales (one
+    /// per 16) then 32 bytes of E2M1 codes; a tensor's global scale is a
+    /// separate `.scale` tensor (llama.cpp's converter of NVFP4 checkpoints).
+    NVFP4,
     /// FP8 E4M3 (OCP "FN": no infinities, 0x7F/0xFF NaN), one byte per
     /// value: Hugging Face FP8 checkpoints, with block scales stored apart.
     F8E4M3,
@@ -57,7 +61,7 @@ pub enum DType {
 pub const CHECKPOINT_ONLY: [DType; 2] = [DType::F8E4M3, DType::E2M1];
 
 /// Every known encoding of GGUF files, for iteration.
-pub const ALL: [DType; 32] = [
+pub const ALL: [DType; 33] = [
     DType::F32,
     DType::F16,
     DType::Q4_0,
@@ -90,6 +94,7 @@ pub const ALL: [DType; 32] = [
     DType::TQ1_0,
     DType::TQ2_0,
     DType::MXFP4,
+    DType::NVFP4,
 ];
 
 impl DType {
@@ -102,6 +107,7 @@ impl DType {
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4NL | MXFP4 => 32,
             Q2K | Q3K | Q4K | Q5K | Q6K | Q8K | IQ2XXS | IQ2XS | IQ3XXS | IQ1S | IQ3S | IQ2S
             | IQ4XS | IQ1M | TQ1_0 | TQ2_0 => 256,
+            NVFP4 => 64,
         }
     }
 
@@ -137,6 +143,7 @@ impl DType {
             TQ1_0 => 54,
             TQ2_0 => 66,
             MXFP4 => 17,
+            NVFP4 => 36,
         }
     }
 
@@ -186,6 +193,7 @@ impl DType {
             TQ1_0 => "TQ1_0",
             TQ2_0 => "TQ2_0",
             MXFP4 => "MXFP4",
+            NVFP4 => "NVFP4",
             F8E4M3 => "F8_E4M3",
             E2M1 => "E2M1",
         }

@@ -4,7 +4,7 @@ use crate::GgufError;
 use rill_dtype::DType;
 
 /// GGUF's type ids (ggml's `enum ggml_type`) of the encodings rill knows.
-const GGML_IDS: [(u32, DType); 32] = [
+const GGML_IDS: [(u32, DType); 33] = [
     (0, DType::F32),
     (1, DType::F16),
     (2, DType::Q4_0),
@@ -37,6 +37,7 @@ const GGML_IDS: [(u32, DType); 32] = [
     (34, DType::TQ1_0),
     (35, DType::TQ2_0),
     (39, DType::MXFP4),
+    (40, DType::NVFP4),
 ];
 
 /// The encoding of ggml type id `id`, if rill knows it.

@@ -27,7 +27,8 @@ pub struct MatRef<'a> {
 }
 
 /// Scale tensors stored apart from a matrix's codes: how Hugging Face FP8
-/// and NVFP4 checkpoints ship (every GGUF type keeps its scales inside its
+/// and NVFP4 checkpoints ship, and the global scales of GGUF's NVFP4
+/// ([`Scales::Rows`]; every other GGUF type keeps its scales inside its
 /// blocks: [`Scales::None`]). The values are multiplied into the decoded
 /// codes.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -53,9 +54,50 @@ pub enum Scales<'a> {
         group: usize,
         global: f32,
     },
+    /// One little-endian f32 per block of `block_rows` consecutive rows:
+    /// the `.scale` tensors llama.cpp's converter writes beside GGUF NVFP4
+    /// matrices (the checkpoint's global scale: one per tensor, or one per
+    /// expert of a stack). As llama.cpp does, the products multiply their
+    /// outputs by it ([`Self::outputs_of`]); a decoded row is multiplied
+    /// by it. `row0`: where row 0 lies inside its block.
+    Rows {
+        data: &'a [u8],
+        block_rows: usize,
+        row0: usize,
+    },
 }
 
 impl<'a> Scales<'a> {
+    /// The multiplier of row `r`'s outputs, for [`Scales::Rows`].
+    pub(crate) fn row_factor(self, r: usize) -> Option<f32> {
+        match self {
+            Scales::Rows {
+                data,
+                block_rows,
+                row0,
+            } => {
+                let at = 4 * ((row0 + r) / block_rows);
+                Some(f32::from_le_bytes(data[at..at + 4].try_into().unwrap()))
+            }
+            _ => None,
+        }
+    }
+
+    /// `w` split into what the kernels multiply (the matrix without
+    /// [`Scales::Rows`]) and the per-row multipliers of the outputs, if any.
+    pub(crate) fn outputs_of(w: MatRef<'a>) -> (MatRef<'a>, Option<Scales<'a>>) {
+        match w.scales {
+            Scales::Rows { .. } => (
+                MatRef {
+                    scales: Scales::None,
+                    ..w
+                },
+                Some(w.scales),
+            ),
+            _ => (w, None),
+        }
+    }
+
     /// The scales of rows `start..end` of a `rows × cols` matrix.
     fn slice_rows(self, start: usize, end: usize, cols: usize) -> Scales<'a> {
         match self {
@@ -76,6 +118,19 @@ impl<'a> Scales<'a> {
                     tile_rows,
                     tile_cols,
                     row0: a % tile_rows,
+                }
+            }
+            Scales::Rows {
+                data,
+                block_rows,
+                row0,
+            } => {
+                let (a, b) = (row0 + start, row0 + end);
+                let (t0, t1) = (a / block_rows, b.div_ceil(block_rows));
+                Scales::Rows {
+                    data: &data[4 * t0..4 * t1],
+                    block_rows,
+                    row0: a % block_rows,
                 }
             }
             Scales::Groups {
@@ -296,28 +351,38 @@ pub fn matmul_many_on(isa: Isa, precision: Precision, threads: &Threads, jobs: &
             }
             let j = &jobs[k];
             let r_end = (g1 - starts[k]).min(j.w.rows);
+            let (w, row_scales) = Scales::outputs_of(j.w);
+            let r_start = g - starts[k];
             // SAFETY: `outs[k]` is job k's output (`n · rows` values, checked
             // above) and rows `g - starts[k]..r_end` of it are this task's only;
             // job k's quantized activations are in its weights' format.
             if let Some(acts) = quantized.of(jobs, k) {
                 // SAFETY: as `scratch`: entry `slot` is this task's alone.
                 let own = unsafe { &mut *rows.at(slot) };
-                unsafe { q8::rows(isa, j.w, acts, g - starts[k], r_end, outs[k], own) };
-                g = starts[k] + r_end;
-                continue;
+                unsafe { q8::rows(isa, w, acts, r_start, r_end, outs[k], own) };
+            } else {
+                unsafe {
+                    gemm::rows(
+                        isa,
+                        w,
+                        x.of(jobs, k),
+                        j.n,
+                        r_start,
+                        r_end,
+                        outs[k],
+                        &mut scratch,
+                    )
+                };
             }
-            unsafe {
-                gemm::rows(
-                    isa,
-                    j.w,
-                    x.of(jobs, k),
-                    j.n,
-                    g - starts[k],
-                    r_end,
-                    outs[k],
-                    &mut scratch,
-                )
-            };
+            if let Some(scales) = row_scales {
+                for r in r_start..r_end {
+                    let f = scales.row_factor(r).unwrap_or(1.0);
+                    for t in 0..j.n {
+                        // SAFETY: as the products' writes above.
+                        unsafe { *outs[k].at(t * w.rows + r) *= f };
+                    }
+                }
+            }
             g = starts[k] + r_end;
         }
     });

@@ -31,7 +31,8 @@ pub(crate) fn scale_at(data: &[u8], dtype: DType, i: usize) -> f32 {
 /// `out` by a SIMD kernel of `isa`, the values [`apply`] gives after the
 /// scalar decoder. `false`: no such kernel (nothing written).
 pub(crate) fn dequantize_row_with(isa: Isa, w: &MatRef<'_>, r: usize, out: &mut [f32]) -> bool {
-    if w.scales == Scales::None || r >= w.rows || out.len() != w.cols {
+    if matches!(w.scales, Scales::None | Scales::Rows { .. }) || r >= w.rows || out.len() != w.cols
+    {
         return false;
     }
     #[cfg(target_arch = "x86_64")]
@@ -49,6 +50,10 @@ pub(crate) fn dequantize_row_with(isa: Isa, w: &MatRef<'_>, r: usize, out: &mut 
 pub(crate) fn apply(scales: Scales<'_>, r: usize, out: &mut [f32]) {
     match scales {
         Scales::None => {}
+        Scales::Rows { .. } => {
+            let f = scales.row_factor(r).unwrap_or(1.0);
+            out.iter_mut().for_each(|v| *v *= f);
+        }
         Scales::Tiles {
             data,
             dtype,

@@ -13,7 +13,7 @@
 use rill_dtype::DType;
 use rill_kernels::quant::dequantize_with;
 use rill_kernels::simd::Isa;
-use rill_kernels::{matmul_many_with, matmul_on, MatJob, MatRef, Precision, Threads};
+use rill_kernels::{matmul_many_with, matmul_on, MatJob, MatRef, Precision, Scales, Threads};
 
 mod common;
 use common::{assert_bits, dot_f64, dot_tolerance, matrix, Rng};
@@ -21,7 +21,7 @@ use common::{assert_bits, dot_f64, dot_tolerance, matrix, Rng};
 /// The encodings whose products are checked, with a column count each
 /// (floats: not a multiple of 8 or 16, so the element-wise tail runs; and
 /// whole blocks of 16, which few tokens decode in registers).
-const CASES: [(DType, usize); 14] = [
+const CASES: [(DType, usize); 15] = [
     (DType::F32, 203),
     (DType::F32, 7),
     (DType::BF16, 200),
@@ -36,6 +36,7 @@ const CASES: [(DType, usize); 14] = [
     (DType::Q4_1, 64),
     (DType::Q5K, 256),
     (DType::IQ4NL, 128),
+    (DType::NVFP4, 192),
 ];
 
 /// Checked for invariance only (the MXFP4 fixture's scales overflow f32 in
@@ -568,5 +569,59 @@ mod scaled {
                 }
             }
         }
+    }
+}
+
+/// Output scales ([`Scales::Rows`]: GGUF NVFP4's `.scale`, one f32 per block
+/// of rows) multiply each row's products by its block's factor, in both
+/// precisions and on every path, also on a slice that starts inside a
+/// block; a decoded row is multiplied by it too.
+#[test]
+fn row_scales_multiply_each_rows_outputs() {
+    let mut rng = Rng(5);
+    let (rows, cols, n) = (12, 256, 3);
+    let data = matrix(DType::NVFP4, rows, cols, &mut rng);
+    let factors = [0.5f32, -2.0, 3.0, 0.25];
+    let bytes: Vec<u8> = factors.iter().flat_map(|f| f.to_le_bytes()).collect();
+    let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
+    let plain_w = mat(DType::NVFP4, rows, cols, &data);
+    let w = MatRef {
+        scales: Scales::Rows {
+            data: &bytes,
+            block_rows: 3,
+            row0: 0,
+        },
+        ..plain_w
+    };
+    let part = w.slice_rows(4, 11);
+    for isa in Isa::available() {
+        for precision in [Precision::Exact, Precision::Q8] {
+            let plain = product(isa, precision, 1, plain_w, &x, n);
+            let scaled = product(isa, precision, 2, w, &x, n);
+            let sliced = product(isa, precision, 1, part, &x, n);
+            for t in 0..n {
+                for r in 0..rows {
+                    let want = plain[t * rows + r] * factors[r / 3];
+                    assert_eq!(
+                        scaled[t * rows + r].to_bits(),
+                        want.to_bits(),
+                        "{isa:?} row {r}"
+                    );
+                }
+                for r in 0..7 {
+                    let want = plain[t * rows + 4 + r] * factors[(4 + r) / 3];
+                    assert_eq!(
+                        sliced[t * 7 + r].to_bits(),
+                        want.to_bits(),
+                        "{isa:?} slice row {r}"
+                    );
+                }
+            }
+        }
+        let (mut a, mut b) = (vec![0f32; cols], vec![0f32; cols]);
+        plain_w.dequantize_row(isa, 5, &mut a);
+        part.dequantize_row(isa, 1, &mut b);
+        let want: Vec<u32> = a.iter().map(|v| (v * factors[1]).to_bits()).collect();
+        assert_eq!(b.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want);
     }
 }

@@ -23,6 +23,10 @@ pub enum ModelError {
     UnsupportedType { name: String, dtype: DType },
     #[error("inconsistent hyperparameters: {0}")]
     Inconsistent(String),
+    /// A matrix's separate scale tensor (GGUF NVFP4's `.scale`) that does
+    /// not fit it.
+    #[error("scale tensor '{name}': {why}")]
+    BadScale { name: String, why: String },
     #[error("{0}")]
     NotMtpHead(String),
     /// A file of a Hugging Face folder that rill cannot use (missing, not

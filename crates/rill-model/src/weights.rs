@@ -56,6 +56,11 @@ enum StoredScales {
         group: usize,
         global: f32,
     },
+    Rows {
+        bytes: Bytes,
+        block_rows: usize,
+        row0: usize,
+    },
 }
 
 impl StoredScales {
@@ -85,6 +90,15 @@ impl StoredScales {
                 dtype,
                 group,
                 global,
+            },
+            Scales::Rows {
+                data,
+                block_rows,
+                row0,
+            } => StoredScales::Rows {
+                bytes: Bytes::of(data),
+                block_rows,
+                row0,
             },
         }
     }
@@ -116,13 +130,24 @@ impl StoredScales {
                 group,
                 global,
             },
+            StoredScales::Rows {
+                ref bytes,
+                block_rows,
+                row0,
+            } => Scales::Rows {
+                data: bytes.as_slice(),
+                block_rows,
+                row0,
+            },
         }
     }
 
     fn byte_len(&self) -> usize {
         match self {
             StoredScales::None => 0,
-            StoredScales::Tiles { bytes, .. } | StoredScales::Groups { bytes, .. } => bytes.len,
+            StoredScales::Tiles { bytes, .. }
+            | StoredScales::Groups { bytes, .. }
+            | StoredScales::Rows { bytes, .. } => bytes.len,
         }
     }
 }
@@ -240,9 +265,11 @@ fn check(t: &TensorRef, want: &[u64]) -> Result<DType, ModelError> {
             want: want.to_vec(),
         });
     }
-    // Separate scales come only with the codes of checkpoints that have them.
+    // Separate scales come only with the codes of checkpoints that have
+    // them; output scales (GGUF NVFP4's `.scale`) with any matrix.
     let scaled_codes = matches!(t.dtype, DType::F8E4M3 | DType::E2M1);
-    if !quant::is_supported(t.dtype) || (t.scales != Scales::None && !scaled_codes) {
+    let plain = matches!(t.scales, Scales::None | Scales::Rows { .. });
+    if !quant::is_supported(t.dtype) || (!plain && !scaled_codes) {
         return Err(ModelError::UnsupportedType {
             name: t.name.to_string(),
             dtype: t.dtype,

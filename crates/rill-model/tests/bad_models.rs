@@ -16,6 +16,18 @@ fn rewrite(
     edit: impl Fn(&str, Vec<u64>, u32, Vec<u8>) -> Option<(Vec<u64>, u32, Vec<u8>)>,
     meta: impl Fn(&str, MetaValue) -> MetaValue,
 ) -> Result<Model, ModelError> {
+    rewrite_adding(edit, meta, Vec::new())
+}
+
+/// A tensor to add: (name, shape, ggml type, data).
+type NewTensor = (&'static str, Vec<u64>, u32, Vec<u8>);
+
+/// [`rewrite`], then tensors `extra` added.
+fn rewrite_adding(
+    edit: impl Fn(&str, Vec<u64>, u32, Vec<u8>) -> Option<(Vec<u64>, u32, Vec<u8>)>,
+    meta: impl Fn(&str, MetaValue) -> MetaValue,
+    extra: Vec<NewTensor>,
+) -> Result<Model, ModelError> {
     let f = &fixtures("f32")[0];
     let src = GgufFile::open(&fixtures_dir().join(f["gguf"].as_str().unwrap())).unwrap();
     let mut w = GgufWriter::new();
@@ -27,6 +39,9 @@ fn rewrite(
         if let Some((shape, ty, data)) = edit(&t.name, t.shape.clone(), t.ggml_type, data) {
             w.tensor(t.name.clone(), &shape, ty, data);
         }
+    }
+    for (name, shape, ty, data) in extra {
+        w.tensor(name.to_string(), &shape, ty, data);
     }
     let file = GgufFile::from_bytes(w.to_bytes().unwrap())?;
     Model::from_gguf(Arc::new(file))
@@ -102,6 +117,40 @@ fn bad_tensors_are_named() {
             assert!(msg.contains(want), "{case}: {want:?} not in {msg}");
         }
     }
+}
+
+/// A matrix's `.scale` tensor (GGUF NVFP4's global scales: one f32 per
+/// tensor or per expert) that does not fit its matrix is refused, named;
+/// one that fits is multiplied into the matrix's products.
+#[test]
+fn a_scale_tensor_must_fit_its_matrix() {
+    let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let name = "blk.0.attn_qkv.scale";
+    let cases: [(&str, NewTensor, &[&str]); 3] = [
+        ("not F32", (name, vec![1], 1, vec![0; 2]), &[name, "F16"]),
+        ("no values", (name, vec![0], 0, vec![]), &[name, "0 values"]),
+        // 7 does not divide the matrix's rows (a power-of-two count of heads × dims).
+        (
+            "uneven",
+            (name, vec![7], 0, f32s(&[1.0; 7])),
+            &[name, "7 values", "blk.0.attn_qkv.weight"],
+        ),
+    ];
+    for (case, tensor, wants) in cases {
+        let msg = err_text(rewrite_adding(keep, same, vec![tensor]));
+        for want in wants {
+            assert!(msg.contains(want), "{case}: {want:?} not in {msg}");
+        }
+    }
+    // A fitting one changes the logits (the products are scaled).
+    let run = common::runner(1);
+    let logits = |m: &Model| {
+        let mut st = SequenceState::new(m, 8);
+        m.forward(&run, &mut st, &[1, 2, 3], Rows::Last).unwrap()
+    };
+    let plain = logits(&rewrite(keep, same).unwrap());
+    let scaled = rewrite_adding(keep, same, vec![(name, vec![1], 0, f32s(&[2.0]))]).unwrap();
+    assert_ne!(plain, logits(&scaled));
 }
 
 #[test]

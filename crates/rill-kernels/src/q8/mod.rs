@@ -163,6 +163,8 @@ impl ActFormat {
                 Some(ActFormat::K256)
             }
             DType::Q8_0 => Some(ActFormat::B32),
+            // GGUF's NVFP4: the checkpoints' NVFP4 kernels (x86 only so far)
+            DType::NVFP4 if cfg!(target_arch = "x86_64") => Some(ActFormat::B32),
             // run as the Q8_0 blocks of their levels (x86 only so far)
             DType::Q4_0 | DType::IQ4NL | DType::MXFP4 | DType::Q5_0 | DType::Q4_1 | DType::Q5_1
                 if cfg!(target_arch = "x86_64") =>
@@ -177,7 +179,8 @@ impl ActFormat {
     /// as [`for_weights`](Self::for_weights), and NVFP4 (E2M1 codes with
     /// E4M3 scales per 16) in the B32 format, on x86.
     pub fn for_mat(w: &MatRef<'_>) -> Option<ActFormat> {
-        if w.scales == crate::Scales::None {
+        // Per-row output scales are applied after the product.
+        if matches!(w.scales, crate::Scales::None | crate::Scales::Rows { .. }) {
             return ActFormat::for_weights(w.dtype);
         }
         (cfg!(target_arch = "x86_64") && nvfp4_parts(w).is_some()).then_some(ActFormat::B32)
@@ -419,7 +422,9 @@ pub(crate) fn nvfp4_parts<'a>(w: &MatRef<'a>) -> Option<(&'a [u8], f32)> {
     }
 }
 
-/// Rows `r0..r1` of an NVFP4 matrix · every row of `acts` (as [`rows`]).
+/// Rows `r0..r1` of an NVFP4 matrix (a checkpoint's E2M1 codes with their
+/// scales apart, or GGUF's NVFP4 blocks) · every row of `acts` (as
+/// [`rows`]).
 ///
 /// # Safety
 /// As [`rows`].
@@ -432,8 +437,12 @@ unsafe fn nvfp4_rows(
     out: SharedMut<f32>,
     scratch: &mut RowScratch,
 ) {
-    let (scales, global) = nvfp4_parts(&w).expect("q8: not an NVFP4 matrix");
-    let gb = w.cols / 16;
+    let gguf = w.dtype == DType::NVFP4;
+    let (scales, global) = match gguf {
+        true => (&[][..], 1.0),
+        false => nvfp4_parts(&w).expect("q8: not an NVFP4 matrix"),
+    };
+    let gb = if gguf { 0 } else { w.cols / 16 };
     // Many tokens: the activations plus 128, once for this task's rows.
     #[cfg(target_arch = "x86_64")]
     let offset = (isa != Isa::Scalar && acts.n() > 4).then(|| {
@@ -449,16 +458,21 @@ unsafe fn nvfp4_rows(
         #[cfg(target_arch = "x86_64")]
         if isa != Isa::Scalar
             && unsafe {
-                x86::nvfp4_row(codes, sc, global, acts, offset, |t, v| {
-                    *out.at(t * w.rows + r) = v
-                })
+                let put = |t, v| *out.at(t * w.rows + r) = v;
+                match gguf {
+                    true => x86::nvfp4_row::<true>(codes, sc, global, acts, offset, put),
+                    false => x86::nvfp4_row::<false>(codes, sc, global, acts, offset, put),
+                }
             }
         {
             continue;
         }
         let _ = isa;
         for t in 0..acts.n() {
-            *out.at(t * w.rows + r) = reference::dot_nvfp4_ref(codes, sc, global, acts.row(t));
+            *out.at(t * w.rows + r) = match gguf {
+                true => reference::dot_nvfp4_gguf_ref(codes, acts.row(t)),
+                false => reference::dot_nvfp4_ref(codes, sc, global, acts.row(t)),
+            };
         }
     }
 }
@@ -507,7 +521,7 @@ pub(crate) unsafe fn rows(
 ) {
     debug_assert_eq!(acts.format(), ActFormat::for_mat(&w));
     debug_assert_eq!(acts.cols(), w.cols);
-    if w.dtype == DType::E2M1 {
+    if matches!(w.dtype, DType::E2M1 | DType::NVFP4) {
         // SAFETY: this function's contract.
         unsafe { nvfp4_rows(isa, w, acts, r0, r1, out, scratch) };
         return;

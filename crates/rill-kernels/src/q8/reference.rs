@@ -8,12 +8,17 @@ use crate::quant::iq4::IQ4_NL_VALUES;
 use crate::quant::iq_grid::int_block;
 use crate::quant::k_quants::scale_min_k4;
 use crate::quant::mxfp4::{e8m0_to_f32_half, E2M1_DOUBLED};
+use crate::quant::nvfp4::ue4m3_to_f32;
 use crate::quant::{f16_at, QK_K};
 use rill_dtype::DType;
 
 /// One weight row (`dtype`-encoded) · one quantized activation row.
 /// Panics for encodings without integer kernels.
 pub fn dot_ref(dtype: DType, row: &[u8], a: ActRow<'_>) -> f32 {
+    if dtype == DType::NVFP4 {
+        // Scales per 16 values: the groups' order, not one term per block.
+        return dot_nvfp4_gguf_ref(row, a);
+    }
     let mut p = [0f32; 8];
     let (bb, bl) = (dtype.block_bytes(), dtype.block_len());
     for (b, block) in row.chunks_exact(bb).enumerate() {
@@ -64,6 +69,28 @@ pub fn dot_nvfp4_ref(codes: &[u8], scales: &[u8], global: f32, a: ActRow<'_>) ->
         p[g % 8] += (E4M3[sb as usize] * a.d[g / 2]) * i as f32;
     }
     sum_partials(&p) * (global * 0.5)
+}
+
+/// One GGUF NVFP4 row (blocks of four unsigned-E4M3 group scales and 32
+/// code bytes; group byte `j`: values `j` and `j + 8`) · one activation
+/// row in the B32 format, in [`dot_nvfp4_ref`]'s order: per group `g` of
+/// 16, `(s_g · d_x) · f(i)` into `p[g mod 8]`, the tree, then times 1/2
+/// (the scales' halving). The tensor's `.scale` is applied by the caller.
+pub fn dot_nvfp4_gguf_ref(row: &[u8], a: ActRow<'_>) -> f32 {
+    let mut p = [0f32; 8];
+    for (b, block) in row.chunks_exact(36).enumerate() {
+        for s in 0..4 {
+            let g = 4 * b + s;
+            let x = &a.qs[16 * g..16 * g + 16];
+            let mut i = 0i32;
+            for (j, &q) in block[4 + 8 * s..12 + 8 * s].iter().enumerate() {
+                i += E2M1_DOUBLED[(q & 0x0F) as usize] as i32 * x[j] as i32;
+                i += E2M1_DOUBLED[(q >> 4) as usize] as i32 * x[j + 8] as i32;
+            }
+            p[g % 8] += (ue4m3_to_f32(block[s]) * a.d[g / 2]) * i as f32;
+        }
+    }
+    sum_partials(&p) * 0.5
 }
 
 /// The fixed tree that ends every canonical sum.

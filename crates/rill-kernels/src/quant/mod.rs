@@ -5,7 +5,7 @@
 //! results are bit-identical to gguf-py's `dequantize` (see `tests/quant.rs`).
 //!
 //! Layout: one file per family ([`float`], [`legacy`], [`k_quants`], [`iq4`],
-//! [`iq_grid`], [`ternary`], [`mxfp4`]); each provides `decode_*` functions
+//! [`iq_grid`], [`ternary`], [`mxfp4`], [`nvfp4`]); each provides `decode_*` functions
 //! that turn one encoded block (`&[u8; BLOCK_BYTES]`) into its `[f32; BLOCK_LEN]` values. This module
 //! drives them over rows: [`dequantize`] writes whole rows, [`dot`] decodes one
 //! block at a time into a stack buffer and accumulates the dot product in f32.
@@ -36,6 +36,7 @@ pub(crate) mod iq_grids;
 pub mod k_quants;
 pub mod legacy;
 pub mod mxfp4;
+pub mod nvfp4;
 pub mod ternary;
 
 /// Elements per block of every super-block ("K") encoding.
@@ -70,6 +71,7 @@ pub fn is_supported(dtype: DType) -> bool {
             | TQ1_0
             | TQ2_0
             | MXFP4
+            | NVFP4
             | F8E4M3
             | E2M1
     )
@@ -151,6 +153,7 @@ fn dequantize_scalar(dtype: DType, src: &[u8], dst: &mut [f32]) {
         TQ1_0 => dequantize_blocks(src, dst, ternary::decode_tq1_0),
         TQ2_0 => dequantize_blocks(src, dst, ternary::decode_tq2_0),
         MXFP4 => dequantize_blocks(src, dst, mxfp4::decode_mxfp4),
+        NVFP4 => dequantize_blocks(src, dst, nvfp4::decode_nvfp4),
         F8E4M3 => fp8::dequantize_f8e4m3(src, dst),
         E2M1 => fp8::dequantize_e2m1(src, dst),
         _ => unsupported(dtype),
@@ -212,6 +215,7 @@ fn dot_scalar(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
         TQ1_0 => dot_blocks(row, x, ternary::decode_tq1_0),
         TQ2_0 => dot_blocks(row, x, ternary::decode_tq2_0),
         MXFP4 => dot_blocks(row, x, mxfp4::decode_mxfp4),
+        NVFP4 => dot_blocks(row, x, nvfp4::decode_nvfp4),
         F8E4M3 => dot_blocks(row, x, |b: &[u8; 1], o: &mut [f32; 1]| {
             o[0] = fp8::E4M3[b[0] as usize]
         }),

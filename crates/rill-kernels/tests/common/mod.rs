@@ -5,7 +5,7 @@ use rill_dtype::DType;
 
 /// The encodings rill computes with (the tests' own list, kept apart from
 /// the library's `is_supported` on purpose: it is what that is checked against).
-pub const SUPPORTED: [DType; 25] = [
+pub const SUPPORTED: [DType; 26] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -31,6 +31,7 @@ pub const SUPPORTED: [DType; 25] = [
     DType::IQ1M,
     DType::TQ1_0,
     DType::TQ2_0,
+    DType::NVFP4,
 ];
 
 /// splitmix64.

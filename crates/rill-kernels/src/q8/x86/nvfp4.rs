@@ -18,6 +18,12 @@
 //! `vpmaddubsw` then takes them as they are, with no `vpsignb` per token,
 //! and each group's `128 · ΣL`, computed with the levels, is taken off.
 //! The same integers, so the same bits.
+//!
+//! GGUF's NVFP4 blocks (`GGUF = true`) run the same body: their values,
+//! scales and order are the checkpoints', only where the bytes lie
+//! differs — each 64 values a block of four scale bytes (unsigned: bit 7
+//! masked off, as ggml ignores it) then 32 code bytes, a group's byte `j`
+//! holding its values `j` and `j + 8` (`reference::dot_nvfp4_gguf_ref`).
 
 use std::arch::x86_64::*;
 
@@ -29,9 +35,11 @@ use crate::quant::mxfp4::E2M1_DOUBLED;
 const AHEAD: usize = 6144;
 
 /// `put(t, row · token t)` for every token of `acts`, one NVFP4 row of
-/// `codes` with group `scales` and `global`. `false`: the row is not whole
-/// blocks of 128 values, or a scale is NaN (the reference computes those);
-/// nothing was put.
+/// `codes` with group `scales` and `global` (GGUF: `codes` the row's
+/// blocks, `scales` empty, `global` 1). `false`: the row is not whole
+/// blocks of 128 values, or a scale is NaN (GGUF: 0x7F or 0xFF, which
+/// ggml reads as 0 and 480; the reference computes those); nothing was
+/// put.
 ///
 /// `offset`: every row of `acts` plus 128 as bytes, token-major (see
 /// [`offset_acts`]), for calls with more than 4 tokens.
@@ -39,7 +47,7 @@ const AHEAD: usize = 6144;
 /// # Safety
 /// The CPU must have AVX2+FMA+F16C; `codes` and `scales` are one row of
 /// `acts.cols()` values, `acts` in the B32 format.
-pub(crate) unsafe fn row(
+pub(crate) unsafe fn row<const GGUF: bool>(
     codes: &[u8],
     scales: &[u8],
     global: f32,
@@ -48,10 +56,20 @@ pub(crate) unsafe fn row(
     mut put: impl FnMut(usize, f32),
 ) -> bool {
     let cols = acts.cols();
-    if !cols.is_multiple_of(128) || scales.iter().any(|&b| b & 0x7F == 0x7F) {
+    let nan = |b: &u8| b & 0x7F == 0x7F;
+    let bad_scale = if GGUF {
+        codes.chunks_exact(36).any(|b| b[..4].iter().any(nan))
+    } else {
+        scales.iter().any(nan)
+    };
+    if !cols.is_multiple_of(128) || bad_scale {
         return false;
     }
-    debug_assert!(codes.len() == cols / 2 && scales.len() == cols / 16);
+    debug_assert!(if GGUF {
+        codes.len() == cols / 64 * 36
+    } else {
+        codes.len() == cols / 2 && scales.len() == cols / 16
+    });
     let h = global * 0.5;
     // Several token groups: the row's levels and each group's 128 · ΣL
     // decoded once, into a buffer on the stack, and read by every group.
@@ -60,7 +78,7 @@ pub(crate) unsafe fn row(
     let offset = offset.filter(|o| acts.n() > 4 && cols <= MAX_PRE && o.len() >= acts.n() * cols);
     let pre = if offset.is_some() {
         let at = pre.as_mut_ptr() as *mut u8;
-        levels(codes.as_ptr(), cols, at);
+        levels::<GGUF>(codes.as_ptr(), cols, at);
         at as *const u8
     } else {
         std::ptr::null()
@@ -77,9 +95,9 @@ pub(crate) unsafe fn row(
                 };
                 let ds = xs.map(|a| a.d.as_ptr());
                 let sums = if pre.is_null() {
-                    body::<$T, false>(codes.as_ptr(), scales.as_ptr(), cols, qs, ds, pre)
+                    body::<$T, false, GGUF>(codes.as_ptr(), scales.as_ptr(), cols, qs, ds, pre)
                 } else {
-                    body::<$T, true>(codes.as_ptr(), scales.as_ptr(), cols, qs, ds, pre)
+                    body::<$T, true, GGUF>(codes.as_ptr(), scales.as_ptr(), cols, qs, ds, pre)
                 };
                 for (k, s) in sums.into_iter().enumerate() {
                     put(t + k, s * h);
@@ -100,10 +118,35 @@ pub(crate) unsafe fn row(
 /// Longest row whose levels [`row`] decodes once for all token groups.
 const MAX_PRE: usize = 16384;
 
+/// Where the codes of values `c + 32u .. c + 32u + 32` lie (`c` a
+/// multiple of 128, `u < 4`).
+#[inline(always)]
+unsafe fn codes_at<const GGUF: bool>(codes: *const u8, c: usize, u: usize) -> *const u8 {
+    if GGUF {
+        codes.add((c / 64 + u / 2) * 36 + 4 + 16 * (u % 2))
+    } else {
+        codes.add(c / 2 + 16 * u)
+    }
+}
+
+/// The eight group scale bytes of values `c .. c + 128` in group order, in
+/// the low 8 bytes (GGUF: bit 7 cleared).
+#[inline(always)]
+unsafe fn scales_at<const GGUF: bool>(codes: *const u8, scales: *const u8, c: usize) -> __m128i {
+    if GGUF {
+        let b = codes.add(c / 64 * 36);
+        let first = (b as *const i32).read_unaligned();
+        let second = (b.add(36) as *const i32).read_unaligned();
+        _mm_and_si128(_mm_set_epi32(0, 0, second, first), _mm_set1_epi8(0x7F))
+    } else {
+        _mm_loadl_epi64(scales.add(c / 16) as *const __m128i)
+    }
+}
+
 /// The signed levels (twice the E2M1 value) and their magnitudes of the
 /// 32 codes at `w`, in value order.
 #[inline(always)]
-unsafe fn decode32(w: *const u8) -> (__m256i, __m256i) {
+unsafe fn decode32<const GGUF: bool>(w: *const u8) -> (__m256i, __m256i) {
     let lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(E2M1_DOUBLED.as_ptr() as *const __m128i));
     let nib = _mm_set1_epi8(0x0F);
     let b = _mm_loadu_si128(w as *const __m128i);
@@ -111,7 +154,12 @@ unsafe fn decode32(w: *const u8) -> (__m256i, __m256i) {
         _mm_and_si128(b, nib),
         _mm_and_si128(_mm_srli_epi16::<4>(b), nib),
     );
-    let ordered = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+    let ordered = if GGUF {
+        // Two groups: each one's 8 low nibbles, then its 8 high ones.
+        _mm256_set_m128i(_mm_unpackhi_epi64(lo, hi), _mm_unpacklo_epi64(lo, hi))
+    } else {
+        _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi))
+    };
     let lv = _mm256_shuffle_epi8(lut, ordered);
     (lv, _mm256_abs_epi8(lv))
 }
@@ -119,12 +167,12 @@ unsafe fn decode32(w: *const u8) -> (__m256i, __m256i) {
 /// A row's levels into `out[..cols]`, and after them, per 128 values, the
 /// eight groups' `128 · ΣL` as i32 in the lanes' order of [`body`].
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn levels(codes: *const u8, cols: usize, out: *mut u8) {
+unsafe fn levels<const GGUF: bool>(codes: *const u8, cols: usize, out: *mut u8) {
     let (one, ones) = (_mm256_set1_epi8(1), _mm256_set1_epi16(1));
     for c in (0..cols).step_by(128) {
         let mut pairs = [_mm256_setzero_si256(); 4];
         for (u, pair) in pairs.iter_mut().enumerate() {
-            let (lv, _) = decode32(codes.add(c / 2 + 16 * u));
+            let (lv, _) = decode32::<GGUF>(codes_at::<GGUF>(codes, c, u));
             _mm256_storeu_si256(out.add(c + 32 * u) as *mut __m256i, lv);
             *pair = _mm256_maddubs_epi16(one, lv);
         }
@@ -152,7 +200,7 @@ unsafe fn fold(v: [__m256i; 4], ones: __m256i) -> __m256i {
 /// with `PRE`, the levels are read from `pre` (see [`levels`]) and `qs`
 /// are the activations plus 128.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn body<const T: usize, const PRE: bool>(
+unsafe fn body<const T: usize, const PRE: bool, const GGUF: bool>(
     codes: *const u8,
     scales: *const u8,
     cols: usize,
@@ -167,8 +215,8 @@ unsafe fn body<const T: usize, const PRE: bool>(
     let mut p = [_mm256_setzero_ps(); T];
     let mut c = 0;
     while c < cols {
-        let w = codes.add(c / 2);
         if !PRE {
+            let w = codes_at::<GGUF>(codes, c, 0);
             _mm_prefetch(w.wrapping_add(AHEAD) as *const i8, _MM_HINT_T2);
         }
         let mut v = [[_mm256_setzero_si256(); 4]; T];
@@ -181,7 +229,7 @@ unsafe fn body<const T: usize, const PRE: bool>(
                     v[k][u] = _mm256_maddubs_epi16(x, lv);
                 }
             } else {
-                let (lv, mag) = decode32(w.add(16 * u));
+                let (lv, mag) = decode32::<GGUF>(codes_at::<GGUF>(codes, c, u));
                 for k in 0..T {
                     let x = _mm256_loadu_si256(qs[k].add(c + 32 * u) as *const __m256i);
                     // At most 2·12·127 = 3048 a pair.
@@ -190,10 +238,7 @@ unsafe fn body<const T: usize, const PRE: bool>(
             }
         }
         // The 8 group scales in the lanes' order, as E4M3 / 256.
-        let sb = _mm_shuffle_epi8(
-            _mm_loadl_epi64(scales.add(c / 16) as *const __m128i),
-            even_odd,
-        );
+        let sb = _mm_shuffle_epi8(scales_at::<GGUF>(codes, scales, c), even_odd);
         let half = _mm_and_si128(
             _mm_srai_epi16::<1>(_mm_unpacklo_epi8(_mm_setzero_si128(), sb)),
             keep,
