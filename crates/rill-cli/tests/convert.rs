@@ -31,6 +31,20 @@ fn f32_output_is_the_converters_file() {
     let out = convert("qwen35moe_mtp", "f32");
     let ours = GgufFile::open(&out).unwrap();
     let theirs = GgufFile::open(&fixtures().join("qwen35moe_mtp.f32.gguf")).unwrap();
+    assert_same_tensors(&ours, &theirs);
+    for (k, v) in theirs.metadata() {
+        if k == "general.name" || k == "general.size_label" {
+            continue;
+        }
+        let mine: Option<&MetaValue> = ours.get(k);
+        assert_eq!(mine, Some(v), "{k}");
+    }
+    std::fs::remove_file(out).ok();
+}
+
+/// Every tensor of `theirs` is in `ours`, of the same shape, type and
+/// bytes, and `ours` has no other.
+fn assert_same_tensors(ours: &GgufFile, theirs: &GgufFile) {
     assert_eq!(ours.tensors().len(), theirs.tensors().len());
     for t in theirs.tensors() {
         let o = ours
@@ -48,13 +62,22 @@ fn f32_output_is_the_converters_file() {
             t.name
         );
     }
-    for (k, v) in theirs.metadata() {
-        if k == "general.name" || k == "general.size_label" {
-            continue;
-        }
-        let mine: Option<&MetaValue> = ours.get(k);
-        assert_eq!(mine, Some(v), "{k}");
-    }
+}
+
+/// An NVFP4 checkpoint (ModelOpt; per-expert scales, V heads reordered)
+/// converts as llama.cpp's converter converts it: its NVFP4 matrices stay
+/// NVFP4 (codes and scales repacked) with their global scales as `.scale`
+/// tensors — `qwen35moe_wide.nvfp4.gguf`, which the converter made of this
+/// folder, tensor for tensor and byte for byte.
+#[test]
+fn nvfp4_checkpoints_stay_nvfp4_as_the_converter_writes_them() {
+    let out = convert("qwen35moe_wide_nvfp4", "f32");
+    let ours = GgufFile::open(&out).unwrap();
+    let theirs = GgufFile::open(&fixtures().join("qwen35moe_wide.nvfp4.gguf")).unwrap();
+    assert_same_tensors(&ours, &theirs);
+    let nvfp4 = rill_gguf::ggml_id_of(rill_dtype::DType::NVFP4).unwrap();
+    assert!(ours.tensors().iter().any(|t| t.ggml_type == nvfp4));
+    assert!(ours.tensor("blk.0.ffn_up_exps.scale").is_some());
     std::fs::remove_file(out).ok();
 }
 
@@ -62,7 +85,7 @@ fn f32_output_is_the_converters_file() {
 /// per-expert tensors) convert to files rill opens, in every output type.
 #[test]
 fn every_fixture_converts_in_every_type() {
-    for folder in ["qwen35_mtp", "qwen3next_mtp"] {
+    for folder in ["qwen35_mtp", "qwen3next_mtp", "qwen35moe_wide_nvfp4"] {
         for ty in ["f32", "bf16", "q8_0", "q4_0", "q5_1", "q4_k_m", "q6_k"] {
             let out = convert(folder, ty);
             rill_model::Model::open(&out).unwrap_or_else(|e| panic!("{folder} {ty}: {e}"));

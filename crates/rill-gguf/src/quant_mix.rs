@@ -116,6 +116,15 @@ impl FileType {
         FileType::ALL.into_iter().find(|t| t.name() == lower)
     }
 
+    /// A type llama.cpp's converter writes itself (`--outtype`), rather
+    /// than one llama-quantize makes of the converter's file.
+    pub fn is_converter_type(self) -> bool {
+        matches!(
+            self,
+            FileType::F32 | FileType::F16 | FileType::BF16 | FileType::Q8_0
+        )
+    }
+
     /// The encoding most tensors get.
     pub fn base(self) -> DType {
         match self {

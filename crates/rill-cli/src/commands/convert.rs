@@ -1,6 +1,9 @@
 //! `rill convert DIR OUT.gguf [--type …]`: a Hugging Face folder (BF16,
 //! F16, F32, FP8 or NVFP4 weights) to the GGUF llama.cpp's converter writes
 //! from it, with the tokenizer and the chat template, encoded as `--type`.
+//! As that converter, the converter's own types keep an NVFP4 checkpoint's
+//! NVFP4 matrices NVFP4 (its codes and scales, repacked; the global scales
+//! as `X.scale` tensors); the llama-quantize mixes re-encode them.
 
 use super::quantize::{encode_rows, mix_model, parse_file_type, threads, write_file};
 use anyhow::{bail, Context, Result};
@@ -61,37 +64,88 @@ pub fn run(a: Args) -> Result<()> {
     w.kv("general.quantization_version", MetaValue::U32(2));
     tokenizer_metadata(&a.input, src.hf_config().vocab_size, &mut w)?;
 
-    let types = tensor_types(a.out_type, &tensors, model)?;
-    let mut sizes = Vec::with_capacity(tensors.len());
-    for (t, ty) in tensors.iter().zip(&types) {
-        let n: u64 = t.shape.iter().product();
-        let id = ggml_id_of(*ty).context("no ggml id")?;
-        w.tensor(t.name.clone(), &t.shape, id, Vec::new());
+    let mut types = tensor_types(a.out_type, &tensors, model)?;
+    // What is written: each tensor, and after an NVFP4 one its global
+    // scales unless they are all 1 (`Out::Scales`, F32).
+    let mut outs = Vec::with_capacity(tensors.len());
+    for (k, t) in tensors.iter().enumerate() {
+        outs.push(Out::Tensor(k));
+        if !a.out_type.is_converter_type() {
+            continue;
+        }
+        if let Some(globals) = src.gguf_nvfp4_globals(t)? {
+            types[k] = DType::NVFP4;
+            if globals.iter().any(|&g| g != 1.0) {
+                outs.push(Out::Scales(k, globals));
+            }
+        }
+    }
+    let mut sizes = Vec::with_capacity(outs.len());
+    let mut names = Vec::with_capacity(outs.len());
+    for o in &outs {
+        let (name, shape, ty) = match o {
+            Out::Tensor(k) => (
+                tensors[*k].name.clone(),
+                tensors[*k].shape.clone(),
+                types[*k],
+            ),
+            Out::Scales(k, g) => (
+                scales_name(&tensors[*k].name),
+                vec![g.len() as u64],
+                DType::F32,
+            ),
+        };
+        let n: u64 = shape.iter().product();
+        let id = ggml_id_of(ty).context("no ggml id")?;
+        w.tensor(name.clone(), &shape, id, Vec::new());
         sizes.push(ty.bytes_for(n).context("tensor too large")?);
+        names.push(name);
     }
     let total: u64 = sizes.iter().sum();
     let threads = threads(a.threads);
-    let names: Vec<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
-    write_file(&w, &a.output, sizes, a.quiet, &names, |k| {
-        let (t, ty) = (&tensors[k], types[k]);
-        let v = src.gguf_values(t)?;
-        Ok(Cow::Owned(encode_rows(
-            ty,
-            &v,
-            t.shape[0] as usize,
-            threads,
-        )))
+    let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    write_file(&w, &a.output, sizes, a.quiet, &name_refs, |i| {
+        match &outs[i] {
+            Out::Scales(_, g) => Ok(Cow::Owned(g.iter().flat_map(|v| v.to_le_bytes()).collect())),
+            Out::Tensor(k) if types[*k] == DType::NVFP4 => {
+                Ok(Cow::Owned(src.gguf_nvfp4(&tensors[*k])?))
+            }
+            Out::Tensor(k) => {
+                let (t, ty) = (&tensors[*k], types[*k]);
+                let v = src.gguf_values(t)?;
+                Ok(Cow::Owned(encode_rows(
+                    ty,
+                    &v,
+                    t.shape[0] as usize,
+                    threads,
+                )))
+            }
+        }
     })?;
     if !a.quiet {
         eprintln!(
             "wrote {} ({} tensors, {:.1} MiB, {})",
             a.output.display(),
-            tensors.len(),
+            outs.len(),
             total as f64 / 1048576.0,
             a.out_type.name()
         );
     }
     Ok(())
+}
+
+/// One tensor of the output file.
+enum Out {
+    /// `tensors[k]`.
+    Tensor(usize),
+    /// The global scales of NVFP4 `tensors[k]` (one per tensor or expert).
+    Scales(usize, Vec<f32>),
+}
+
+/// `X.scale` of `X.weight`: where llama.cpp's converter puts an NVFP4
+/// matrix's global scales (its graph multiplies the products by them).
+fn scales_name(weight: &str) -> String {
+    format!("{}.scale", weight.strip_suffix(".weight").unwrap_or(weight))
 }
 
 /// The encoding of each tensor. The converter's own types keep its rules
@@ -103,11 +157,7 @@ fn tensor_types(
     tensors: &[GgufTensor],
     model: rill_gguf::quant_mix::MixModel,
 ) -> Result<Vec<DType>> {
-    let converter = matches!(
-        ft,
-        FileType::F32 | FileType::F16 | FileType::BF16 | FileType::Q8_0
-    );
-    if converter {
+    if ft.is_converter_type() {
         return Ok(tensors
             .iter()
             .map(|t| {

@@ -15,11 +15,16 @@
 //!   into `attn_qkv = [all q, all k, all v]` and `attn_gate = [all z]`;
 //! - splits fused experts `gate_up_proj` into `ffn_gate_exps` and
 //!   `ffn_up_exps`, and stacks per-expert tensors.
+//!
+//! NVFP4 tensors of a checkpoint it keeps NVFP4 ([`HfSource::gguf_nvfp4`]):
+//! GGUF NVFP4 blocks of the same codes and group scales, laid out by the
+//! same transforms, and the global scales as a `.scale` tensor.
 
 use super::{HfSource, Slot};
 use crate::config::{Arch, HeadOrder, LayerKind};
 use crate::error::ModelError;
-use crate::source::{TensorRef, WeightSource};
+use crate::source::{Scales, TensorRef, WeightSource};
+use rill_dtype::DType;
 use rill_gguf::MetaValue;
 use rill_kernels::{Isa, MatRef};
 use serde_json::Value;
@@ -145,20 +150,110 @@ impl HfSource {
     /// The values of `t` (row-major over its ggml shape), laid out as the
     /// converter writes them.
     pub fn gguf_values(&self, t: &GgufTensor) -> Result<Vec<f32>, ModelError> {
-        let arch = self.arch_for_gguf()?;
         let src = source_name(t);
-        let mut v = match &self.slots.get(&src) {
-            Some(Slot::Whole(e)) if e.shape.len() == 1 => self.vector(&src, e.shape[0] as usize)?,
-            Some(Slot::Whole(e)) => decode(&self.entry_ref(e))?,
-            Some(Slot::Experts(_)) => {
-                let mut all = Vec::new();
-                for r in self.expert_tensors(&src)?.unwrap_or_default() {
-                    all.extend(decode(&r)?);
-                }
-                all
+        if let Some(Slot::Whole(e)) = self.slots.get(&src) {
+            if e.shape.len() == 1 {
+                let v = self.vector(&src, e.shape[0] as usize)?;
+                return self.lay_out(t, v);
             }
-            None => return Err(ModelError::MissingTensor(src)),
-        };
+        }
+        self.laid_out(t, decode)
+    }
+
+    /// The source tensors of `t` (one, or one per expert of a stack).
+    fn source_parts(&self, src: &str) -> Result<Vec<TensorRef<'_>>, ModelError> {
+        match self.slots.get(src) {
+            Some(Slot::Whole(e)) => Ok(vec![self.entry_ref(e)]),
+            Some(Slot::Experts(_)) => Ok(self.expert_tensors(src)?.unwrap_or_default()),
+            None => Err(ModelError::MissingTensor(src.to_string())),
+        }
+    }
+
+    /// The global scales of `t` (one per source tensor) when llama.cpp's
+    /// converter keeps it NVFP4: its sources are NVFP4 (E2M1 codes, E4M3
+    /// scales per 16 that are positive and not NaN), its rows whole blocks
+    /// of 64, and the converter's transforms move whole groups of 16.
+    /// `None`: it is decoded instead.
+    pub fn gguf_nvfp4_globals(&self, t: &GgufTensor) -> Result<Option<Vec<f32>>, ModelError> {
+        let c = &self.config.model;
+        let regrouped = t.name.ends_with("ssm_out.weight")
+            && c.value_head_order == HeadOrder::Grouped
+            && !c.ssm_head_dim.is_multiple_of(16);
+        if t.keep_f32 || t.shape.len() < 2 || !t.shape[0].is_multiple_of(64) || regrouped {
+            return Ok(None);
+        }
+        let mut globals = Vec::new();
+        for p in self.source_parts(&source_name(t))? {
+            match p.scales {
+                Scales::Groups {
+                    data,
+                    dtype: DType::F8E4M3,
+                    group: 16,
+                    global,
+                } if p.dtype == DType::E2M1 && data.iter().all(|&b| b < 0x7F) => {
+                    globals.push(global)
+                }
+                _ => return Ok(None),
+            }
+        }
+        // A stack from one tensor: the converter's per-expert shape.
+        if let ([g], [.., e]) = (&globals[..], &t.shape[..]) {
+            if t.shape.len() == 3 {
+                globals = vec![*g; *e as usize];
+            }
+        }
+        Ok(Some(globals))
+    }
+
+    /// `t` as GGUF NVFP4 blocks (see [`Self::gguf_nvfp4_globals`], which
+    /// must have said yes): the checkpoint's codes and scale bytes, laid out
+    /// by the same transforms as [`Self::gguf_values`].
+    pub fn gguf_nvfp4(&self, t: &GgufTensor) -> Result<Vec<u8>, ModelError> {
+        // Codes and scale bytes carried as f32 (small integers: exact)
+        // through the transforms, which only move values.
+        let codes = self.laid_out(t, |r| {
+            Ok(r.data
+                .iter()
+                .flat_map(|&b| [(b & 0x0F) as f32, (b >> 4) as f32])
+                .collect())
+        })?;
+        let scales = self.laid_out(t, |r| match r.scales {
+            Scales::Groups { data, .. } => Ok(data.iter().flat_map(|&b| [b as f32; 16]).collect()),
+            _ => Err(inconsistent(format!("'{}': not NVFP4", r.name))),
+        })?;
+        let mut out = Vec::with_capacity(codes.len() / 64 * 36);
+        for (c, s) in codes.chunks_exact(64).zip(scales.chunks_exact(64)) {
+            for g in s.chunks_exact(16) {
+                if g.iter().any(|&x| x != g[0]) {
+                    return Err(inconsistent(format!("'{}': groups of 16 split", t.name)));
+                }
+                out.push(g[0] as u8);
+            }
+            for g in c.chunks_exact(16) {
+                out.extend((0..8).map(|j| g[j] as u8 | (g[j + 8] as u8) << 4));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The values `decode` gives of `t`'s source tensors, laid out as the
+    /// converter writes `t`.
+    fn laid_out(
+        &self,
+        t: &GgufTensor,
+        decode: impl Fn(&TensorRef) -> Result<Vec<f32>, ModelError>,
+    ) -> Result<Vec<f32>, ModelError> {
+        let mut v = Vec::new();
+        for part in self.source_parts(&source_name(t))? {
+            v.extend(decode(&part)?);
+        }
+        self.lay_out(t, v)
+    }
+
+    /// The values `v` of `t`'s source tensor(s), in their order, laid out
+    /// as the converter writes `t`.
+    fn lay_out(&self, t: &GgufTensor, mut v: Vec<f32>) -> Result<Vec<f32>, ModelError> {
+        let arch = self.arch_for_gguf()?;
         let c = &self.config.model;
         let cols = t.shape[0] as usize;
         match t.part {
