@@ -113,6 +113,7 @@ use avx512::{kmin_z, q6k_z_body, q80_z_body};
 use avx512_decode::{kmin_z1, q6k_body_z1};
 use codebook::codebook_y;
 use iq4::{iq4xs_y, iq4xs_z};
+use nvfp4::decode32_gguf as nvfp4_decode32;
 pub(super) use nvfp4::{offset_acts as nvfp4_offset_acts, row as nvfp4_row};
 pub(super) use panel::MIN_PANEL_BUF as PANEL_BUF_MIN;
 
@@ -154,6 +155,27 @@ pub(super) unsafe fn rows(
     }
     groups::run(k, w, acts, r0, r1, out, w.rows, 0);
     true
+}
+
+/// Rows `r0..r1` of a GGUF NVFP4 matrix × several tokens on the AVX2 row
+/// panels (every x86 class runs them); returns the first row left (past
+/// the last whole panel) for the per-row kernels. Few tokens: none done.
+///
+/// # Safety
+/// As [`rows`]; `w` is GGUF NVFP4.
+pub(super) unsafe fn nvfp4_panels(
+    w: MatRef<'_>,
+    acts: Q8Rows<'_>,
+    r0: usize,
+    r1: usize,
+    out: SharedMut<f32>,
+    panel_buf: &mut Vec<u8>,
+) -> usize {
+    if acts.n() < panel::AVX2.min_tokens {
+        return r0;
+    }
+    // SAFETY: as this function; every x86 class runs AVX2.
+    unsafe { panel::rows(&panel::AVX2, w, acts, r0, r1, out, panel_buf) }
 }
 
 static Z_VNNI: [Table; 18] = [

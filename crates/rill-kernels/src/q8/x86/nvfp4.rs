@@ -143,6 +143,12 @@ unsafe fn scales_at<const GGUF: bool>(codes: *const u8, scales: *const u8, c: us
     }
 }
 
+/// [`decode32`] of GGUF's byte order, for the row panels.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(in crate::q8::x86) unsafe fn decode32_gguf(w: *const u8) -> (__m256i, __m256i) {
+    decode32::<true>(w)
+}
+
 /// The signed levels (twice the E2M1 value) and their magnitudes of the
 /// 32 codes at `w`, in value order.
 #[inline(always)]

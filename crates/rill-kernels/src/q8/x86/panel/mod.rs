@@ -35,6 +35,7 @@ use crate::threads::SharedMut;
 use rill_dtype::DType;
 
 mod codebook;
+mod nvfp4;
 mod ymm;
 mod zmm;
 
@@ -101,6 +102,7 @@ fn kind(dtype: DType) -> Option<usize> {
         DType::IQ3S => Some(15),
         DType::IQ1S => Some(16),
         DType::IQ1M => Some(17),
+        DType::NVFP4 => Some(18),
         _ => None,
     }
 }
@@ -160,8 +162,8 @@ pub(super) struct Set {
     /// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL, IQ4_XS, MXFP4, Q5_0, Q4_1, Q5_1
     /// (Q4_0 and Q5_0 on AVX-512 VNNI, IQ4_NL and MXFP4 as the Q8_0 blocks
     /// of their levels), then IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S,
-    /// IQ1_M, where the class has them.
-    kinds: [Option<Kind>; 18],
+    /// IQ1_M, GGUF's NVFP4, where the class has them.
+    kinds: [Option<Kind>; 19],
 }
 
 /// `[f(1), .., f(8)]`: a kernel for each token count.
@@ -356,6 +358,8 @@ mod tests {
             (DType::IQ3S, 256),
             (DType::IQ1S, 512),
             (DType::IQ1M, 768),
+            (DType::NVFP4, 192),
+            (DType::NVFP4, 2048),
         ] {
             for fill in [None, Some(0xFFu8), Some(0x80), Some(0x00)] {
                 let rows = 37;
@@ -402,15 +406,29 @@ mod tests {
                         // SAFETY: the CPU runs `isa` (checked); the
                         // output holds n · rows values.
                         let done = unsafe {
-                            super::super::rows(
-                                isa,
-                                w,
-                                (&acts).into(),
-                                r0,
-                                rows,
-                                SharedMut::new(&mut out),
-                                &mut buf,
-                            )
+                            if dtype == DType::NVFP4 {
+                                // No 4-row table: its own entry (panels, then rows).
+                                crate::q8::rows(
+                                    isa,
+                                    w,
+                                    (&acts).into(),
+                                    r0,
+                                    rows,
+                                    SharedMut::new(&mut out),
+                                    &mut crate::q8::RowScratch::default(),
+                                );
+                                true
+                            } else {
+                                super::super::rows(
+                                    isa,
+                                    w,
+                                    (&acts).into(),
+                                    r0,
+                                    rows,
+                                    SharedMut::new(&mut out),
+                                    &mut buf,
+                                )
+                            }
                         };
                         assert!(done);
                         for r in r0..rows {

@@ -663,6 +663,7 @@ macro_rules! codebook_kind {
     };
 }
 use super::codebook::{panel_narrow, panel_wide};
+use super::nvfp4::panel as nvfp4_panel;
 
 /// The AVX2 panels.
 pub(in crate::q8::x86) static SET: Set = Set {
@@ -743,5 +744,11 @@ pub(in crate::q8::x86) static SET: Set = Set {
         codebook_kind!(4, panel_narrow),
         codebook_kind!(5, panel_narrow),
         codebook_kind!(6, panel_narrow),
+        Some(Kind {
+            values: 64,
+            bytes: super::nvfp4::BYTES,
+            pack: super::nvfp4::pack,
+            kernels: super::by_tokens!(nvfp4_panel),
+        }),
     ],
 };

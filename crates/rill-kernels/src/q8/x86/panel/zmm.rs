@@ -481,5 +481,7 @@ pub(in crate::q8::x86) static SET: Set = Set {
         None,
         None,
         None,
+        // GGUF's NVFP4: the AVX2 panel.
+        None,
     ],
 };

@@ -1,0 +1,99 @@
+//! AVX2 row panels of GGUF's NVFP4 (8 rows): the codebook panels' plan
+//! (`super::codebook`) with a float scale per 16 values. The 4-row kernels
+//! of NVFP4 (`x86::nvfp4`) fold every 128 values of every token with three
+//! `vphaddw`, which made its prefill about half as fast as the Q4_K panel's.
+//!
+//! Per block of 64: per 4-value group `k` the 8 rows' signed levels (twice
+//! the E2M1 value) and their magnitudes (16 vectors of each), then per
+//! group of 16 the rows' scales as f32 (`quant::nvfp4::ue4m3_to_f32`, exact,
+//! 0x7F and 0xFF included). A token costs per 4-value group one `vpsignb`
+//! and one `vpmaddubsw`, added in i16 over the 16 values (4 · 2 · 12 · 127
+//! = 12192 < 2¹⁵), then one `vpmaddwd` by ones: each lane holds its row's
+//! `i_g` of the reference (`q8::reference::dot_nvfp4_gguf_ref`), and the
+//! tail is its term `(s_g · d_x) · f(i_g)` into `p[g mod 8]`, lane by lane:
+//! the reference's bits.
+
+#![allow(clippy::needless_range_loop)]
+
+use std::arch::x86_64::*;
+
+use super::ymm::{bcast, finish, transpose8};
+use super::{Toks8, TOKENS};
+use crate::q8::x86::nvfp4_decode32;
+use crate::quant::nvfp4::ue4m3_to_f32;
+
+/// Rows of a panel.
+const ROWS: usize = 8;
+/// Source block bytes.
+const BLOCK: usize = 36;
+/// Panel bytes per block: 16 groups × (levels, magnitudes), 4 f32 scale
+/// vectors.
+pub(super) const BYTES: usize = 16 * 64 + 4 * 32;
+const SCALES: usize = 16 * 64;
+
+/// Rewrite 8 rows (`rb` bytes apart, `nb` blocks each) as a panel at `dst`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn pack(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+    for b in 0..nb {
+        let pb = dst.add(b * BYTES);
+        let blk = |r: usize| w.add(r * rb + BLOCK * b);
+        for u in 0..2 {
+            let v: [__m256i; ROWS] =
+                std::array::from_fn(|r| nvfp4_decode32(blk(r).add(4 + 16 * u)).0);
+            let t = transpose8(v);
+            for k in 0..8 {
+                let at = pb.add(64 * (8 * u + k));
+                _mm256_storeu_si256(at as *mut __m256i, t[k]);
+                _mm256_storeu_si256(at.add(32) as *mut __m256i, _mm256_abs_epi8(t[k]));
+            }
+        }
+        for g in 0..4 {
+            let s: [f32; ROWS] = std::array::from_fn(|r| ue4m3_to_f32(*blk(r).add(g)));
+            _mm256_storeu_ps(
+                pb.add(SCALES + 32 * g) as *mut f32,
+                _mm256_loadu_ps(s.as_ptr()),
+            );
+        }
+    }
+}
+
+/// The panel at `panel` (`nb` blocks) × `T` tokens: lanes 0..8 of result
+/// `t` are the 8 rows' outputs for token `t`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn panel<const T: usize>(
+    panel: *const u8,
+    nb: usize,
+    x: &Toks8,
+) -> [[f32; 16]; TOKENS] {
+    let (z, ones) = (_mm256_setzero_si256(), _mm256_set1_epi16(1));
+    let mut p = [[_mm256_setzero_ps(); 8]; T];
+    for b in 0..nb {
+        let pb = panel.add(b * BYTES);
+        for g in 0..4 {
+            let mut s16 = [z; T];
+            for kk in 0..4 {
+                let k = 4 * g + kk;
+                let wv = _mm256_loadu_si256(pb.add(64 * k) as *const __m256i);
+                let wa = _mm256_loadu_si256(pb.add(64 * k + 32) as *const __m256i);
+                for t in 0..T {
+                    let xs = _mm256_sign_epi8(bcast(x.qs[t].add(64 * b + 4 * k)), wv);
+                    s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(wa, xs));
+                }
+            }
+            let s = _mm256_loadu_ps(pb.add(SCALES + 32 * g) as *const f32);
+            let gi = 4 * b + g;
+            for t in 0..T {
+                let i = _mm256_madd_epi16(s16[t], ones);
+                let dx = _mm256_set1_ps(*x.d[t].add(gi / 2));
+                let term = _mm256_mul_ps(_mm256_mul_ps(s, dx), _mm256_cvtepi32_ps(i));
+                p[t][gi % 8] = _mm256_add_ps(p[t][gi % 8], term);
+            }
+        }
+    }
+    // The scales' halving (the levels are doubled), after the tree.
+    let mut out = finish(&p);
+    for row in out.iter_mut().take(T) {
+        row[..ROWS].iter_mut().for_each(|v| *v *= 0.5);
+    }
+    out
+}
