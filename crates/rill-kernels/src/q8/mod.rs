@@ -256,6 +256,7 @@ impl<'a> Q8Rows<'a> {
     }
 
     /// Row `t` of this view.
+    #[inline]
     pub fn row(&self, t: usize) -> ActRow<'a> {
         self.acts.row(self.pick.map_or(t, |p| p[t]))
     }
@@ -392,10 +393,13 @@ impl Q8Acts {
     }
 
     /// Row `t`.
+    #[inline]
     pub fn row(&self, t: usize) -> ActRow<'_> {
-        let block = self.format.map_or(32, |f| f.block());
-        let nb = self.cols / block;
-        let ns = self.cols / 16;
+        // Kernels ask per weight row and token: shifts (the blocks are
+        // 32 and 256 values), not two integer divisions.
+        let block = self.format.map_or(32usize, |f| f.block());
+        let nb = self.cols >> block.trailing_zeros();
+        let ns = self.cols >> 4;
         let q0 = self.base + t * self.stride;
         ActRow {
             qs: &self.qs[q0..q0 + self.cols],
