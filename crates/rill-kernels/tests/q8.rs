@@ -153,6 +153,9 @@ fn prefill_batches_give_the_reference_bits() {
     // 16-row tiles, and more tokens than one relaid block.
     let mut rng = Rng(13);
     for (dtype, cols) in CASES {
+        if ActFormat::for_weights(dtype).is_none() {
+            continue;
+        }
         let rows = if cols > 1000 { 21 } else { 37 };
         let (data, x) = weights_and_activations(dtype, rows, cols, 520, &mut rng);
         let w = MatRef::new(dtype, rows, cols, &data);

@@ -7,6 +7,7 @@
 use super::Q8Rows;
 use crate::matmul::MatRef;
 use crate::threads::SharedMut;
+use rill_dtype::DType;
 
 /// Tokens of one kernel call at most.
 pub(super) const TOKENS: usize = 4;
@@ -63,6 +64,45 @@ macro_rules! decode_entry {
             $body::<$($arg),*>(w, rb, x, nb)
         }
     )*};
+}
+
+/// The encodings of the Q8_0-shaped kernels, by `NIB`: Q8_0 (0), or Q4_0
+/// (1) / IQ4_NL (2) / MXFP4 (3) / Q5_0 (4), whose blocks the kernels widen
+/// in registers to the Q8_0 blocks of their levels, and (NEON) Q4_1 (5) /
+/// Q5_1 (6), whose unsigned quants take their mins apart.
+pub(super) const NIB_DTYPES: [DType; 7] = [
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::IQ4NL,
+    DType::MXFP4,
+    DType::Q5_0,
+    DType::Q4_1,
+    DType::Q5_1,
+];
+
+/// Bytes of a block of encoding `nib`.
+pub(super) const fn block_bytes(nib: usize) -> usize {
+    match nib {
+        0 => 34,
+        3 => 17,
+        4 => 22,
+        5 => 20,
+        6 => 24,
+        _ => 18,
+    }
+}
+
+/// Where a block of encoding `nib` keeps its quants: after its f16 scale,
+/// its E8M0 byte (MXFP4), its f16 scale and 32 fifth bits (Q5_0), its f16
+/// scale and min (Q4_1), or those and 32 fifth bits (Q5_1).
+pub(super) const fn quants_at(nib: usize) -> usize {
+    match nib {
+        3 => 1,
+        4 => 6,
+        5 => 4,
+        6 => 8,
+        _ => 2,
+    }
 }
 
 /// Up to four tokens' quantized activations (unused slots repeat the last).

@@ -36,8 +36,8 @@
 //! | Q6_K | `i = Σ_j sc_j·(Σ_{j} w·q − 32·S16_j)` | `(d_w·d_x) · f(i)` |
 //! | Q4_K, Q5_K | `i = Σ_j sc_j·Σ_{j} w·q`, `m = Σ_j min_j·S32_j` | `(d_w·d_x)·f(i) − (dmin_w·d_x)·f(m)` |
 //! | Q4_0, Q5_0, IQ4_NL | as Q8_0 with `w` the block's signed levels (Q4_0: index − 8, Q5_0: 5-bit quant − 16) | `(d_w·d_x) · f(i)` |
-//! | Q4_1, Q5_1 (x86) | `i = Σ w·q` (unsigned quants), `S = S16_{2b} + S16_{2b+1}` | `(d_w·d_x)·f(i) + (m_w·d_x)·f(S)` |
-//! | MXFP4 (x86) | `i = Σ 2E(w)·q` (twice the E2M1 level: an integer in −12..=12) | `(d_w·d_x) · f(i)`, `d_w` half the E8M0 scale (llama.cpp's `GGML_E8M0_TO_FP32_HALF`) |
+//! | Q4_1, Q5_1 | `i = Σ w·q` (unsigned quants), `S = S16_{2b} + S16_{2b+1}` | `(d_w·d_x)·f(i) + (m_w·d_x)·f(S)` |
+//! | MXFP4 | `i = Σ 2E(w)·q` (twice the E2M1 level: an integer in −12..=12) | `(d_w·d_x) · f(i)`, `d_w` half the E8M0 scale (llama.cpp's `GGML_E8M0_TO_FP32_HALF`) |
 //! | IQ4_XS | `i = Σ_j ls_j·Σ_{j} L(w)·q` (`L` the signed level of index `w`, `ls_j` in −32..=31) | `(d_w·d_x) · f(i)` |
 //! | IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (x86) | `i = Σ_j s_j·Σ_{j} L(w)·q` over sub-blocks of 16 (`L` the signed codebook level — IQ1: `8g ± 1` —, `s_j` the odd scale `2s + 1`) | `((d_w·u)·d_x) · f(i)`, `u` a power of two: 1/8 (IQ1, IQ2), 1/4 (IQ3_XXS), 1 (IQ3_S) |
 //! | NVFP4 (x86; 16-value blocks, E4M3 scale `s` each) | `i = Σ 2E(w)·q` (twice the E2M1 level: an integer in −12..=12) | `(s·d_x) · f(i)`, and the tree's sum times `global / 2` |
@@ -77,7 +77,7 @@ pub enum Precision {
     #[default]
     Exact,
     /// 8-bit activations for the encodings that have integer kernels
-    /// (Q4_K, Q5_K, Q6_K, Q8_0; IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 and NVFP4 on x86; the others stay exact): llama.cpp's
+    /// (Q4_K, Q5_K, Q6_K, Q8_0, IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and MXFP4; on x86 also NVFP4 and the IQ1 / IQ2 / IQ3 codebooks; the others stay exact): llama.cpp's
     /// numerics, and faster.
     Q8,
 }
@@ -133,6 +133,11 @@ pub(crate) fn amx_usable() -> bool {
     amx::usable()
 }
 
+/// Whether this build has SIMD kernels for the 4- and 5-bit level
+/// encodings (IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4): x86-64 and
+/// aarch64 (NEON with the dot-product instructions).
+const KERNELS_FOR_LEVELS: bool = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
+
 /// How activations are quantized for one weight encoding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ActFormat {
@@ -147,9 +152,9 @@ impl ActFormat {
     pub fn for_weights(dtype: DType) -> Option<ActFormat> {
         match dtype {
             DType::Q4K | DType::Q5K | DType::Q6K => Some(ActFormat::K256),
-            // x86 only so far: elsewhere the exact SIMD product beats the
-            // scalar integer reference
-            DType::IQ4XS if cfg!(target_arch = "x86_64") => Some(ActFormat::K256),
+            // x86 and aarch64 have kernels; elsewhere the exact SIMD product
+            // beats the scalar integer reference
+            DType::IQ4XS if KERNELS_FOR_LEVELS => Some(ActFormat::K256),
             // the codebook encodings, as llama.cpp (its Q8_K activations)
             DType::IQ2XXS
             | DType::IQ2XS
@@ -165,9 +170,9 @@ impl ActFormat {
             DType::Q8_0 => Some(ActFormat::B32),
             // GGUF's NVFP4: the checkpoints' NVFP4 kernels (x86 only so far)
             DType::NVFP4 if cfg!(target_arch = "x86_64") => Some(ActFormat::B32),
-            // run as the Q8_0 blocks of their levels (x86 only so far)
+            // run as the Q8_0 blocks of their levels (x86 and aarch64)
             DType::Q4_0 | DType::IQ4NL | DType::MXFP4 | DType::Q5_0 | DType::Q4_1 | DType::Q5_1
-                if cfg!(target_arch = "x86_64") =>
+                if KERNELS_FOR_LEVELS =>
             {
                 Some(ActFormat::B32)
             }

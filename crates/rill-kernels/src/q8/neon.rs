@@ -49,12 +49,15 @@
 use std::arch::aarch64::*;
 use std::sync::OnceLock;
 
-use super::groups::{self, Table, Toks};
+use super::groups::{self, block_bytes, Table, Toks};
 use super::Q8Rows;
 use crate::matmul::MatRef;
 use crate::simd::neon::h2f;
 use crate::threads::SharedMut;
 use rill_dtype::DType;
+
+mod levels;
+use levels::iq4xs_body;
 
 /// Bytes ahead of the block being read that are prefetched, per row: the
 /// x86 kernels' distance (not yet measured on aarch64 hardware).
@@ -86,7 +89,19 @@ pub(super) unsafe fn rows(
     true
 }
 
-static KERNELS: [Table; 4] = [shapes!(q4k), shapes!(q5k), shapes!(q6k), shapes!(q80)];
+static KERNELS: [Table; 11] = [
+    shapes!(q4k),
+    shapes!(q5k),
+    shapes!(q6k),
+    shapes!(q80),
+    shapes!(q40),
+    shapes!(iq4nl),
+    shapes!(mxfp4),
+    shapes!(q50),
+    shapes!(q41),
+    shapes!(q51),
+    shapes!(iq4xs),
+];
 
 /// The kernels of `dtype`, if any.
 fn table(dtype: DType) -> Option<&'static Table> {
@@ -95,6 +110,13 @@ fn table(dtype: DType) -> Option<&'static Table> {
         DType::Q5K => &KERNELS[1],
         DType::Q6K => &KERNELS[2],
         DType::Q8_0 => &KERNELS[3],
+        DType::Q4_0 => &KERNELS[4],
+        DType::IQ4NL => &KERNELS[5],
+        DType::MXFP4 => &KERNELS[6],
+        DType::Q5_0 => &KERNELS[7],
+        DType::Q4_1 => &KERNELS[8],
+        DType::Q5_1 => &KERNELS[9],
+        DType::IQ4XS => &KERNELS[10],
         _ => return None,
     })
 }
@@ -103,7 +125,14 @@ entry! {"neon,dotprod":
     q4k = kmin::<false>;
     q5k = kmin::<true>;
     q6k = q6k_body::<>;
-    q80 = q80_body::<>;
+    q80 = q80_body::<0>;
+    q40 = q80_body::<1>;
+    iq4nl = q80_body::<2>;
+    mxfp4 = q80_body::<3>;
+    q50 = q80_body::<4>;
+    q41 = q80_body::<5>;
+    q51 = q80_body::<6>;
+    iq4xs = iq4xs_body::<>;
 }
 
 // ---------------------------------------------------------------------------
@@ -340,34 +369,44 @@ unsafe fn q6k_body<const R: usize, const T: usize>(
     tree_rows(&p)
 }
 
-/// Q8_0, 8 blocks at a time (two vectors of 4): lane `k` of a pair's
-/// vector `h` is block `4h + k` of the group, i.e. partial `p[4h + k]`.
+/// The Q8_0-shaped encodings (`groups::NIB_DTYPES`: Q8_0, and the blocks
+/// of 32 that [`levels::quants`] widens to Q8_0 blocks), 8 blocks at a
+/// time (two vectors of 4): lane `k` of a pair's vector `h` is block
+/// `4h + k` of the group, i.e. partial `p[4h + k]`. Q4_1 / Q5_1 add their
+/// min's term against the blocks' activation sums: `(d·dx)·f(i) +
+/// (m·dx)·f(S)`, the reference's operations lane by lane.
 #[inline(always)]
-unsafe fn q80_body<const R: usize, const T: usize>(
+unsafe fn q80_body<const R: usize, const T: usize, const NIB: usize>(
     w: *const u8,
     rb: usize,
     x: &Toks,
     nb: usize,
 ) -> [f32; 16] {
+    let (bb, levels) = (block_bytes(NIB), levels::level_table::<NIB>());
+    let affine = NIB >= 5;
     let mut p = [[[vdupq_n_f32(0.0); 2]; T]; R];
     let ng = nb / 8;
     for g in 0..ng {
-        prefetch::<R>(w, rb, 272 * g, 272);
+        prefetch::<R>(w, rb, 8 * bb * g, 8 * bb);
         for r in 0..R {
             for h in 0..2 {
                 let b0 = 8 * g + 4 * h;
-                let blk = |k: usize| w.add(r * rb + 34 * (b0 + k));
-                let dw: [f32; 4] = arr!(4, |k| h2f(blk(k)));
+                let blk = |k: usize| w.add(r * rb + bb * (b0 + k));
+                let dw: [f32; 4] = arr!(4, |k| levels::block_scale::<NIB>(blk(k)));
                 let dw = vld1q_f32(dw.as_ptr());
-                let wv: [[int8x16_t; 2]; 4] = arr!(4, |k| [
-                    vld1q_s8(blk(k).add(2) as *const i8),
-                    vld1q_s8(blk(k).add(18) as *const i8)
-                ]);
+                let mw: [f32; 4] = arr!(4, |k| levels::block_min::<NIB>(blk(k)));
+                let mw = vld1q_f32(mw.as_ptr());
+                let wv: [[int8x16_t; 2]; 4] = arr!(4, |k| levels::quants::<NIB>(blk(k), levels));
                 for t in 0..T {
                     let xq = x.qs[t].add(32 * b0);
                     let i: [int32x4_t; 4] = arr!(4, |k| dot32(wv[k], xq.add(32 * k)));
                     let dx = vld1q_f32(x.d[t].add(b0));
-                    let tv = vmulq_f32(vmulq_f32(dw, dx), vcvtq_f32_s32(reduce4(&i)));
+                    let mut tv = vmulq_f32(vmulq_f32(dw, dx), vcvtq_f32_s32(reduce4(&i)));
+                    if affine {
+                        // S per block: its two sums of 16.
+                        let s = vpaddlq_s16(vld1q_s16(x.sums[t].add(2 * b0)));
+                        tv = vaddq_f32(tv, vmulq_f32(vmulq_f32(mw, dx), vcvtq_f32_s32(s)));
+                    }
                     p[r][t][h] = vaddq_f32(p[r][t][h], tv);
                 }
             }
@@ -381,13 +420,18 @@ unsafe fn q80_body<const R: usize, const T: usize>(
             vst1q_f32(pa.as_mut_ptr().add(4), p[r][t][1]);
             // Blocks past the last whole group, as the reference adds them.
             for b in 8 * ng..nb {
-                let blk = w.add(r * rb + 34 * b);
-                let xq = x.qs[t].add(32 * b);
-                let mut i = 0i32;
-                for l in 0..32 {
-                    i += (*blk.add(2 + l) as i8) as i32 * *xq.add(l) as i32;
+                let blk = w.add(r * rb + bb * b);
+                let i = vaddvq_s32(dot32(
+                    levels::quants::<NIB>(blk, levels),
+                    x.qs[t].add(32 * b),
+                ));
+                let dx = *x.d[t].add(b);
+                let mut tv = (levels::block_scale::<NIB>(blk) * dx) * i as f32;
+                if affine {
+                    let s = *x.sums[t].add(2 * b) as i32 + *x.sums[t].add(2 * b + 1) as i32;
+                    tv += (levels::block_min::<NIB>(blk) * dx) * s as f32;
                 }
-                pa[b % 8] += (h2f(blk) * *x.d[t].add(b)) * i as f32;
+                pa[b % 8] += tv;
             }
             out[4 * r + t] = super::reference::sum_partials(&pa);
         }

@@ -41,6 +41,7 @@ use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
 use super::groups::{self, Kernel, Table, Toks};
+pub(super) use super::groups::{block_bytes, quants_at, NIB_DTYPES};
 use super::Q8Rows;
 use crate::matmul::MatRef;
 use crate::threads::SharedMut;
@@ -454,37 +455,6 @@ pub(super) static Q6_IDX: [[i16; 32]; 4] = {
     }
     a
 };
-
-/// The encodings of the Q8_0 kernels, by `NIB`: Q8_0 (0), or Q4_0 (1) /
-/// IQ4_NL (2) / MXFP4 (3) / Q5_0 (4), whose blocks the kernels widen in
-/// registers to the Q8_0 blocks of their levels.
-const NIB_DTYPES: [DType; 5] = [
-    DType::Q8_0,
-    DType::Q4_0,
-    DType::IQ4NL,
-    DType::MXFP4,
-    DType::Q5_0,
-];
-
-/// Bytes of a block of encoding `nib`.
-pub(super) const fn block_bytes(nib: usize) -> usize {
-    match nib {
-        0 => 34,
-        3 => 17,
-        4 => 22,
-        _ => 18,
-    }
-}
-
-/// Where a block of encoding `nib` keeps its quants: after its f16 scale,
-/// its E8M0 byte (MXFP4), or its f16 scale and 32 fifth bits (Q5_0).
-pub(super) const fn quants_at(nib: usize) -> usize {
-    match nib {
-        3 => 1,
-        4 => 6,
-        _ => 2,
-    }
-}
 
 /// The 16 signed levels of encoding `NIB` (1..=3; Q5_0 has none), for
 /// `pshufb`.
