@@ -88,6 +88,12 @@ fn tokenize_detokenize_and_inspect() {
         "layer map    pggQgggQ",
     ];
     inspect_says(&q, &wants);
+    // The same from a Hugging Face folder: the table is its n-gram shards.
+    let folder = fixtures().join("hf/qwen4exp");
+    let gguf = fixture("qwen4exp.f32.gguf");
+    let table = "table 16896 rows, F32, 0.3 MiB read in place";
+    inspect_says(&gguf, &[table]);
+    inspect_says(folder.to_str().unwrap(), &[table]);
 }
 
 /// The `.npy` bytes `rill logits` writes for tokens 1,2,3,4 of fixture

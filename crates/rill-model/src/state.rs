@@ -145,6 +145,13 @@ pub struct StateSize {
     pub kv_per_pos: usize,
     /// One rewind-ring slot (every recurrent layer's state once).
     pub ring_slot: usize,
+    /// qwen4exp: bytes of its state that do not grow with the context (the
+    /// PLE history, and the buffer of one incomplete key block's raw keys
+    /// per QSA layer) ...
+    pub hyper_fixed: usize,
+    /// ... and at most what its index keys add per position (one pooled key
+    /// per `ratio` positions and QSA layer, rounded up).
+    pub hyper_per_pos: usize,
     pub kv: KvConfig,
 }
 
@@ -161,11 +168,27 @@ impl StateSize {
             + c.ssm_n_v_heads * c.ssm_head_dim * c.ssm_head_dim)
             * std::mem::size_of::<f32>();
         let attn = c.layer_kinds.len() - rec + usize::from(model.has_mtp());
+        let f32s = std::mem::size_of::<f32>();
+        let (mut hyper_fixed, mut hyper_per_pos) = (0, 0);
+        if let Some(q) = &c.qwen4exp {
+            let key = q.indexer.head_dim * f32s;
+            for &ratio in q.indexer.ratios.iter().filter(|&&r| r > 0) {
+                // the raw keys' buffer grows by doubling
+                hyper_fixed += ratio.next_power_of_two() * key;
+                hyper_per_pos += key.div_ceil(ratio);
+            }
+            if let Some(p) = &q.ple {
+                hyper_fixed += (p.ngram - 1) * std::mem::size_of::<u32>()
+                    + p.conv_history() * q.streams * c.n_embd * f32s;
+            }
+        }
         StateSize {
             recurrent: rec * per_layer,
             attention_layers: attn,
             kv_per_pos: c.n_head_kv * c.head_dim,
             ring_slot: rec * per_layer,
+            hyper_fixed,
+            hyper_per_pos,
             kv,
         }
     }
@@ -182,6 +205,8 @@ impl StateSize {
         self.recurrent
             + self.attention_layers * self.kv.layer_bytes(self.kv_per_pos, positions, step_rows)
             + rewind_rows.saturating_sub(1) * self.ring_slot
+            + self.hyper_fixed
+            + positions * self.hyper_per_pos
     }
 }
 

@@ -5,11 +5,12 @@
 //! caller's.)
 
 use crate::kv::{KvCache, KvConfig, KvType};
+use crate::layers::qsa::IndexKeys;
 use crate::model::Model;
 use crate::state::{LayerState, RewindRing, SequenceState};
 
 /// Version of the encoding; a state of another version is refused.
-pub const STATE_FORMAT_VERSION: u32 = 1;
+pub const STATE_FORMAT_VERSION: u32 = 2;
 
 pub(crate) fn put_u64(out: &mut Vec<u8>, x: u64) {
     out.extend_from_slice(&x.to_le_bytes());
@@ -111,6 +112,29 @@ impl SequenceState {
                 put_f32s(&mut out, &m.seed);
             }
         }
+        // qwen4exp: the QSA layers' index keys and the PLE history.
+        match &self.hyper {
+            None => out.push(0),
+            Some(h) => {
+                out.push(1);
+                for keys in &h.index {
+                    match keys {
+                        None => out.push(0),
+                        Some(k) => {
+                            out.push(1);
+                            k.write_to(&mut out);
+                        }
+                    }
+                }
+                match &h.ple {
+                    None => out.push(0),
+                    Some(p) => {
+                        out.push(1);
+                        p.write_to(&mut out);
+                    }
+                }
+            }
+        }
         out
     }
 
@@ -164,6 +188,28 @@ impl SequenceState {
                 }
             }
             _ => return Err("an MTP head where the model has none (or none where it has)".into()),
+        }
+        match (&mut st.hyper, r.u8()?) {
+            (None, 0) => {}
+            (Some(h), 1) => {
+                let q = (model.config.qwen4exp.as_ref()).expect("a hyper state is qwen4exp's");
+                let ratios = &q.indexer.ratios;
+                for (l, keys) in h.index.iter_mut().enumerate() {
+                    match (keys, r.u8()?) {
+                        (None, 0) => {}
+                        (Some(k), 1) => {
+                            *k = IndexKeys::read_from(r, pos, ratios[l], q.indexer.head_dim)?
+                        }
+                        _ => return Err("index keys for another layer kind".into()),
+                    }
+                }
+                match (&mut h.ple, r.u8()?) {
+                    (None, 0) => {}
+                    (Some(p), 1) => p.read_into(r)?,
+                    _ => return Err("a PLE history where the model has none".into()),
+                }
+            }
+            _ => return Err("a qwen4exp state for another model (or none for one)".into()),
         }
         if !r.buf.is_empty() {
             return Err("trailing bytes after the state".into());

@@ -222,6 +222,62 @@ fn a_cloned_state_resumes_like_the_original() {
     assert_eq!(a, b);
 }
 
+/// A state written to bytes and read back (the disk prompt cache's format)
+/// resumes exactly: the index keys (complete blocks and the raw keys of an
+/// incomplete one) and the PLE history travel with it; a cut file and a
+/// state of another shape are refused.
+#[test]
+fn a_state_encoded_and_decoded_resumes_like_the_original() {
+    let run = runner(1);
+    for name in ["qwen4exp", "qwen4exp_b12r2"] {
+        let f = fixture(name);
+        let model: Model = load(&f);
+        let ids = ids(&f["prompt"]["ids"]);
+        // 51: past the budget, and inside a key block of every ratio > 1.
+        let cut = 51;
+        let mut st = SequenceState::new(&model, ids.len());
+        model
+            .forward(&run, &mut st, &ids[..cut], Rows::None)
+            .unwrap();
+        let bytes = st.encode();
+        let mut back = SequenceState::decode(&model, &bytes, ids.len()).unwrap();
+        assert_eq!(back.encode(), bytes, "{name}: encoding is canonical");
+        let a = model
+            .forward(&run, &mut st, &ids[cut..], Rows::All)
+            .unwrap();
+        let b = model
+            .forward(&run, &mut back, &ids[cut..], Rows::All)
+            .unwrap();
+        assert_eq!(a, b, "{name}: the decoded state resumes otherwise");
+        for end in [bytes.len() / 2, bytes.len() - 1] {
+            assert!(SequenceState::decode(&model, &bytes[..end], ids.len()).is_err());
+        }
+    }
+    let (a, b) = (load(&fixture("qwen4exp")), load(&fixture("qwen4exp_b12r2")));
+    let st = SequenceState::new(&a, 8);
+    assert!(SequenceState::decode(&b, &st.encode(), 8).is_err());
+}
+
+/// The worst case a memory budget plans with (`StateSize`) covers what a
+/// qwen4exp state holds: its KV, and also the index keys that grow with
+/// the context and the PLE history.
+#[test]
+fn state_size_bounds_what_a_state_holds() {
+    let run = runner(1);
+    for (name, f, model) in qwen4exp_models() {
+        let ids = ids(&f["prompt"]["ids"]);
+        let n = ids.len();
+        let size = rill_model::StateSize::of(&model, rill_model::KvConfig::f32());
+        let mut st = SequenceState::new(&model, n);
+        for chunk in ids.chunks(16) {
+            model.forward(&run, &mut st, chunk, Rows::None).unwrap();
+        }
+        let (held, worst) = (st.bytes(), size.bytes(n, 16, 0));
+        assert!(held <= worst, "{name}: {held} > {worst}");
+        assert!(size.hyper_per_pos > 0, "{name}: index keys grow");
+    }
+}
+
 /// The Hugging Face folder the first fixture was converted from, read as it
 /// ships (the indexer's fused `index_qk_proj`, the n-gram table in shards,
 /// hash constants derived from config.json, +1 on the zero-centred norms):

@@ -174,17 +174,16 @@ fn print_qwen4exp(
         );
     }
     if let Some(p) = &q.ple {
-        let table = info
-            .tensors
-            .iter()
-            .find(|t| t.name == "per_layer_token_embd.weight");
-        let (rows, bytes, enc) = table.map_or((0, 0, "?"), |t| {
-            (
-                t.shape.get(1).copied().unwrap_or(0),
-                t.bytes,
-                t.encoding.as_str(),
-            )
-        });
+        // GGUF: one table; a Hugging Face folder: its shards laid end to end.
+        let shards: Vec<_> = (info.tensors.iter())
+            .filter(|t| {
+                t.name == "per_layer_token_embd.weight" || t.name.contains("ngram_embedding.shard_")
+            })
+            .collect();
+        let values: u64 = shards.iter().map(|t| t.shape.iter().product::<u64>()).sum();
+        let rows = values / p.row_dim.max(1) as u64;
+        let bytes: u64 = shards.iter().map(|t| t.bytes).sum();
+        let enc = shards.first().map_or("?", |t| t.encoding.as_str());
         println!(
             "  PLE          layer {}: {}-grams, {} heads of {} values, conv {} taps (dilation {}); \
              table {rows} rows, {enc}, {:.1} MiB read in place",

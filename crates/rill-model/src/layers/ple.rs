@@ -20,6 +20,7 @@
 use crate::config::{ModelConfig, PleConfig};
 use crate::error::ModelError;
 use crate::scratch::{Buf, Exec};
+use crate::state_io::{put_f32s, put_u64, Reader};
 use crate::weights::{Binder, Experts, Matrix};
 use rill_kernels::ops::{rms_norm, sigmoid, silu};
 use rill_kernels::{matmul_many_on, MatJob, MatRef};
@@ -98,6 +99,32 @@ impl PleState {
 
     pub fn bytes(&self) -> usize {
         self.tokens.len() * 4 + self.conv.len() * 4
+    }
+
+    /// The history as bytes (`crate::state_io`'s format).
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        put_u64(out, self.tokens.len() as u64);
+        for &t in &self.tokens {
+            put_u64(out, t as u64);
+        }
+        put_f32s(out, &self.conv);
+    }
+
+    /// A history written by [`write_to`](Self::write_to) into `self` (a
+    /// fresh state of the same model: its sizes are the model's).
+    pub fn read_into(&mut self, r: &mut Reader) -> Result<(), String> {
+        if r.usize()? != self.tokens.len() {
+            return Err("a PLE token history of another length".into());
+        }
+        for t in self.tokens.iter_mut() {
+            *t = u32::try_from(r.u64()?).map_err(|_| "a PLE token past u32")?;
+        }
+        let conv = r.f32s()?;
+        if conv.len() != self.conv.len() {
+            return Err("a PLE conv history of another size".into());
+        }
+        self.conv = conv;
+        Ok(())
     }
 }
 

@@ -19,6 +19,7 @@ use crate::error::ModelError;
 use crate::kv::KvCache;
 use crate::rope::{Rope, Rotation};
 use crate::scratch::Exec;
+use crate::state_io::{put_f32s, put_u64, Reader};
 use crate::weights::{Binder, Matrix};
 use rill_kernels::attention::{attend_positions, positions_scratch_len, AttnShape};
 use rill_kernels::ops::rms_norm_inplace;
@@ -131,6 +132,40 @@ pub(crate) struct IndexKeys {
 impl IndexKeys {
     pub fn bytes(&self) -> usize {
         (self.tail.capacity() + self.blocks.len()) * 4
+    }
+
+    /// The keys as bytes (`crate::state_io`'s format).
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        put_u64(out, self.pos as u64);
+        put_f32s(out, &self.tail);
+        put_f32s(out, &self.blocks);
+    }
+
+    /// Keys written by [`write_to`](Self::write_to), checked against a
+    /// sequence at `pos` and a layer of key blocks of `ratio` positions and
+    /// keys of `head_dim` values.
+    pub fn read_from(
+        r: &mut Reader,
+        pos: usize,
+        ratio: usize,
+        head_dim: usize,
+    ) -> Result<IndexKeys, String> {
+        let (at, tail, blocks) = (r.usize()?, r.f32s()?, r.f32s()?);
+        if at != pos
+            || tail.len() != pos % ratio * head_dim
+            || blocks.len() != pos / ratio * head_dim
+        {
+            return Err(format!(
+                "index keys of {at} positions ({} raw, {} pooled values) in a state at {pos}",
+                tail.len(),
+                blocks.len()
+            ));
+        }
+        Ok(IndexKeys {
+            pos: at,
+            tail,
+            blocks,
+        })
     }
 
     /// Append the raw keys of positions `pos0..` (`[m × d_I]`) and pool
