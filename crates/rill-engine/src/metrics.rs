@@ -3,6 +3,40 @@
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+/// vLLM's buckets for the inter-token latency, seconds.
+pub const INTER_TOKEN_BUCKETS: [f64; 19] = [
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+];
+
+/// A histogram of durations over [`INTER_TOKEN_BUCKETS`], kept in atomic
+/// counters so that the engine thread observes without a lock or an
+/// allocation.
+#[derive(Default)]
+pub struct LatencyHistogram {
+    /// Per bucket (not cumulative), and one past the last bound.
+    counts: [AtomicU64; INTER_TOKEN_BUCKETS.len() + 1],
+    sum_us: AtomicU64,
+}
+
+impl LatencyHistogram {
+    pub fn observe(&self, d: std::time::Duration) {
+        let secs = d.as_secs_f64();
+        let i = (INTER_TOKEN_BUCKETS.iter())
+            .position(|&b| secs <= b)
+            .unwrap_or(INTER_TOKEN_BUCKETS.len());
+        self.counts[i].fetch_add(1, Relaxed);
+        self.sum_us.fetch_add(d.as_micros() as u64, Relaxed);
+    }
+
+    /// The per-bucket counts (the last: past the last bound) and the sum
+    /// in seconds.
+    pub fn snapshot(&self) -> (Vec<u64>, f64) {
+        let counts = self.counts.iter().map(|c| c.load(Relaxed)).collect();
+        (counts, self.sum_us.load(Relaxed) as f64 / 1e6)
+    }
+}
+
 #[derive(Default)]
 pub struct Metrics {
     pub requests_total: AtomicU64,
@@ -32,6 +66,8 @@ pub struct Metrics {
     /// Requests that resumed from a `--cache-dir` file (also in
     /// `cache_hits_total`).
     pub cache_disk_hits_total: AtomicU64,
+    /// The time between a sequence's consecutive tokens.
+    pub inter_token: LatencyHistogram,
     /// Sum and count of time to first token, in microseconds.
     pub ttft_us_sum: AtomicU64,
     pub ttft_count: AtomicU64,

@@ -65,6 +65,8 @@ pub(crate) struct Sequence {
     out: TextOutput,
     admitted_at: Instant,
     first_token_at: Option<Instant>,
+    /// When the last token was committed (the inter-token latency's start).
+    last_token_at: Option<Instant>,
     /// Structured output: the grammar, whether it applies yet, and the
     /// masked copy of the logits row (kept: no allocation per token).
     constraint: Option<Constrained>,
@@ -156,6 +158,7 @@ impl Sequence {
             sampler,
             admitted_at: Instant::now(),
             first_token_at: None,
+            last_token_at: None,
             spec: None,
         }
     }
@@ -436,8 +439,14 @@ impl Sequence {
     /// generation, the grammar, logprobs, its text, the stop strings and
     /// the budgets. `Some` when the sequence ends with it.
     fn commit(&mut self, id: u32, row: &[f32], context: usize, cx: &TokenContext) -> Option<End> {
+        let now = Instant::now();
+        if let Some(last) = self.last_token_at.replace(now) {
+            // (Tokens accepted from one speculative step count ~0 apart.)
+            cx.metrics
+                .inter_token
+                .observe(now.saturating_duration_since(last));
+        }
         if self.first_token_at.is_none() {
-            let now = Instant::now();
             self.first_token_at = Some(now);
             cx.metrics
                 .ttft_us_sum

@@ -1,12 +1,12 @@
 //! vLLM-named series on `/metrics`, beside rill's own, for the routers and
 //! dashboards that read vLLM's (each labelled `model_name`).
 //!
-//! Gauges and counters come from the engine's counters; the histograms and
-//! `vllm:request_success_total` from each finished request's [`Done`]
-//! (`AppState::observe_done`). The engine gives a request's time to first
-//! token and its total time, not its time in the queue, so there is no
-//! `vllm:request_queue_time_seconds`; the time to first token includes the
-//! wait in the queue.
+//! Gauges and counters come from the engine's counters, and so does the
+//! inter-token latency (observed by the engine per token); the other
+//! histograms and `vllm:request_success_total` come from each finished
+//! request's [`Done`] (`AppState::observe_done`). The time to first token
+//! includes the wait in the queue, which `vllm:request_queue_time_seconds`
+//! also gives apart.
 
 use crate::state::AppState;
 use rill_engine::{Done, FinishReason};
@@ -66,6 +66,17 @@ impl Histogram {
         }
     }
 
+    /// The engine's inter-token histogram as it stands.
+    fn of_engine(h: &rill_engine::metrics::LatencyHistogram) -> Histogram {
+        let (counts, sum) = h.snapshot();
+        Histogram {
+            bounds: rill_engine::metrics::INTER_TOKEN_BUCKETS.to_vec(),
+            count: counts.iter().sum(),
+            counts,
+            sum,
+        }
+    }
+
     fn observe(&mut self, v: f64) {
         let v = if v.is_finite() { v.max(0.0) } else { 0.0 };
         let i = self
@@ -107,6 +118,7 @@ fn fmt_bound(b: f64) -> String {
 struct Inner {
     ttft: Histogram,
     e2e: Histogram,
+    queue: Histogram,
     decode: Histogram,
     prompt_tokens: Histogram,
     generation_tokens: Histogram,
@@ -155,6 +167,7 @@ impl FleetMetrics {
             inner: Mutex::new(Inner {
                 ttft: Histogram::new(TTFT_BUCKETS.to_vec()),
                 e2e: Histogram::new(LATENCY_BUCKETS.to_vec()),
+                queue: Histogram::new(LATENCY_BUCKETS.to_vec()),
                 decode: Histogram::new(LATENCY_BUCKETS.to_vec()),
                 prompt_tokens: Histogram::new(tokens.clone()),
                 generation_tokens: Histogram::new(tokens),
@@ -170,6 +183,7 @@ impl FleetMetrics {
         };
         m.ttft.observe(d.ttft_ms / 1e3);
         m.e2e.observe(d.total_ms / 1e3);
+        m.queue.observe(d.queue_ms / 1e3);
         m.decode.observe((d.total_ms - d.ttft_ms) / 1e3);
         m.prompt_tokens.observe(d.prompt_tokens as f64);
         m.generation_tokens.observe(d.completion_tokens as f64);
@@ -280,6 +294,25 @@ impl FleetMetrics {
             "Time from arrival to the last token.",
             &label,
         );
+        m.queue.render(
+            &mut s,
+            "vllm:request_queue_time_seconds",
+            "Time from arrival to the start of the prompt's processing.",
+            &label,
+        );
+        let inter_token = Histogram::of_engine(&e.inter_token);
+        for name in [
+            "vllm:inter_token_latency_seconds",
+            // the name before vLLM 0.11
+            "vllm:time_per_output_token_seconds",
+        ] {
+            inter_token.render(
+                &mut s,
+                name,
+                "Time between a request's consecutive tokens.",
+                &label,
+            );
+        }
         m.decode.render(
             &mut s,
             "vllm:request_decode_time_seconds",

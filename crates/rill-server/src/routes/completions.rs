@@ -120,7 +120,10 @@ pub async fn completions(
 
 /// The prompt as token ids: text is tokenized (special tokens parsed), ids
 /// are checked against the vocabulary. Only one prompt per request.
-async fn prompt_tokens(state: &Arc<AppState>, prompt: Prompt) -> Result<Vec<u32>, ApiError> {
+pub(crate) async fn prompt_tokens(
+    state: &Arc<AppState>,
+    prompt: Prompt,
+) -> Result<Vec<u32>, ApiError> {
     let one = |n: usize| {
         if n == 1 {
             Ok(())

@@ -36,6 +36,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/tokenize", post(utility::tokenize))
         .route("/detokenize", post(utility::detokenize))
         .route("/apply-template", post(utility::apply_template))
+        .route("/v1/chat/completions/render", post(utility::render_chat))
+        .route("/v1/completions/render", post(utility::render_completion))
         .route("/props", get(utility::props))
         .route("/slots", get(utility::slots))
         .route_layer(middleware::from_fn_with_state(

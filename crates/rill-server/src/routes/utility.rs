@@ -1,10 +1,13 @@
 //! llama-server's utility endpoints: `POST /tokenize`, `POST /detokenize`,
 //! `POST /apply-template`, `GET /props`, `GET /slots` (with vLLM's names
-//! accepted and returned beside llama-server's where they differ).
+//! accepted and returned beside llama-server's where they differ), and
+//! vLLM's renderer endpoints (`POST /v1/chat/completions/render`,
+//! `POST /v1/completions/render`).
 
 use crate::errors::{parse_json, ApiError};
-use crate::openai::types::ChatCompletionRequest;
+use crate::openai::types::{ChatCompletionRequest, CompletionRequest, Prompt};
 use crate::routes::chat::prepare;
+use crate::routes::completions::prompt_tokens;
 use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
@@ -144,6 +147,54 @@ pub async fn apply_template(
     let req: ChatCompletionRequest = parse_json(&body?)?;
     let p = prepare(&state, req).await?;
     Ok(Json(json!({"prompt": p.prompt_text})))
+}
+
+/// `POST /v1/chat/completions/render` (vLLM's renderer API): a
+/// chat-completions body → `{token_ids, prompt, model}`, the tokens the model
+/// would be given, without generating (what a router's token producer asks
+/// for exact prefix hashes).
+pub async fn render_chat(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let req: ChatCompletionRequest = parse_json(&body?)?;
+    let p = prepare(&state, req).await?;
+    Ok(Json(json!({
+        "token_ids": p.request.prompt,
+        "prompt": p.prompt_text,
+        "model": state.config.model_id,
+    })))
+}
+
+/// `POST /v1/completions/render`: a completions body → `{token_ids, model}`
+/// for its prompt (a list of those for a batch of prompts, one per prompt),
+/// tokenized as `/v1/completions` tokenizes it.
+pub async fn render_completion(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let req: CompletionRequest = parse_json(&body?)?;
+    state.check_model(req.model.as_deref())?;
+    let (prompts, batch) = match req.prompt {
+        Prompt::Texts(v) => (v.into_iter().map(Prompt::Text).collect(), true),
+        Prompt::TokenBatch(v) => (v.into_iter().map(Prompt::Tokens).collect(), true),
+        one => (vec![one], false),
+    };
+    if prompts.is_empty() {
+        return Err(ApiError::bad_param("prompt", "the prompt list is empty"));
+    }
+    let mut out = Vec::with_capacity(prompts.len());
+    for p in prompts {
+        let ids = prompt_tokens(&state, p).await?;
+        if ids.is_empty() {
+            return Err(ApiError::bad_param("prompt", "the prompt is empty"));
+        }
+        out.push(json!({"token_ids": ids, "model": state.config.model_id}));
+    }
+    Ok(Json(match batch {
+        true => Value::Array(out),
+        false => out.remove(0),
+    }))
 }
 
 /// The sampling the server uses for a parameter a request leaves out (its

@@ -67,6 +67,7 @@ async fn vllm_series_follow_the_engine() {
     for h in [
         "vllm:time_to_first_token_seconds",
         "vllm:e2e_request_latency_seconds",
+        "vllm:request_queue_time_seconds",
         "vllm:request_prompt_tokens",
         "vllm:request_generation_tokens",
     ] {
@@ -87,6 +88,28 @@ async fn vllm_series_follow_the_engine() {
         0.0
     );
     assert_eq!(m(&format!("vllm:request_generation_tokens_sum{L}")), 13.0);
+    // One interval per token after a request's first: 4 + 4 + 2.
+    for h in [
+        "vllm:inter_token_latency_seconds",
+        "vllm:time_per_output_token_seconds",
+    ] {
+        assert_eq!(m(&format!("{h}_count{L}")), 10.0, "{h}");
+        assert_eq!(
+            m(&format!("{h}_bucket{{model_name=\"fixture\",le=\"+Inf\"}}")),
+            10.0,
+            "{h}"
+        );
+        let sum = m(&format!("{h}_sum{L}"));
+        assert!(
+            sum > 0.0 && sum <= m(&format!("vllm:request_decode_time_seconds_sum{L}")) + 1e-3,
+            "{h}: {sum}"
+        );
+    }
+    // Queue time is part of the time to first token.
+    assert!(
+        m(&format!("vllm:request_queue_time_seconds_sum{L}"))
+            <= m(&format!("vllm:time_to_first_token_seconds_sum{L}"))
+    );
     assert!(text.contains("vllm:cache_config_info{model_name=\"fixture\",block_size=\"4096\",num_gpu_blocks=\"1\",enable_prefix_caching=\"True\""), "{text}");
 
     // One stream holds the only slot, a second waits.

@@ -1,4 +1,5 @@
-//! `/tokenize`, `/detokenize`, `/apply-template`, `/props`, `/slots`, and
+//! `/tokenize`, `/detokenize`, `/apply-template`, `/props`, `/slots`, vLLM's
+//! `/v1/chat/completions/render` and `/v1/completions/render`, and
 //! `max_model_len` in `/v1/models`.
 
 use crate::common::*;
@@ -220,5 +221,68 @@ async fn slots_fail_when_all_are_busy() {
     assert_eq!(v[0]["is_processing"], true);
     drop(r);
     s.wait_metric("rill_requests_running", 0.0).await;
+    s.stop().await;
+}
+
+/// vLLM's renderer endpoints give the tokens the model would be given: the
+/// chat's as the chat endpoint counts them, a completion prompt's as
+/// `/v1/completions` reads it (text or token ids, one or a batch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn render_endpoints_give_the_prompt_tokens() {
+    let s = start(Opts::default()).await;
+    let chat = json!({
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi there"}],
+        "enable_thinking": false,
+        "max_tokens": 1,
+    });
+    let (st, r) = s.post("/v1/chat/completions/render", &chat).await;
+    assert_eq!(st, 200, "{r}");
+    let (_, t) = s.post("/apply-template", &chat).await;
+    assert_eq!(r["prompt"], t["prompt"]);
+    let ids: Vec<u32> = serde_json::from_value(r["token_ids"].clone()).unwrap();
+    assert_eq!(ids, s.state.encode_prompt(t["prompt"].as_str().unwrap()));
+    let (st, c) = s.post("/v1/chat/completions", &chat).await;
+    assert_eq!(st, 200, "{c}");
+    assert_eq!(
+        c["usage"]["prompt_tokens"],
+        ids.len(),
+        "the chat endpoint's count"
+    );
+
+    let text = "Once upon a time";
+    let (st, one) = s
+        .post("/v1/completions/render", &json!({"prompt": text}))
+        .await;
+    assert_eq!(st, 200, "{one}");
+    let want = s.state.encode_prompt(text);
+    assert_eq!(one["token_ids"], json!(want));
+    let (st, many) = s
+        .post(
+            "/v1/completions/render",
+            &json!({"prompt": [text, "the end"]}),
+        )
+        .await;
+    assert_eq!(st, 200, "{many}");
+    assert_eq!(many[0]["token_ids"], json!(want));
+    assert_eq!(
+        many[1]["token_ids"],
+        json!(s.state.encode_prompt("the end"))
+    );
+    let (_, ids) = s
+        .post("/v1/completions/render", &json!({"prompt": [5, 6, 7]}))
+        .await;
+    assert_eq!(ids["token_ids"], json!([5, 6, 7]));
+
+    let vocab = s.state.tok.vocab_size();
+    for (path, body) in [
+        ("/v1/chat/completions/render", json!({"messages": []})),
+        ("/v1/completions/render", json!({"prompt": ""})),
+        ("/v1/completions/render", json!({"prompt": [1, vocab]})),
+        ("/v1/completions/render", json!({"prompt": []})),
+    ] {
+        let (st, v) = s.post(path, &body).await;
+        assert_eq!(st, 400, "{path} {body}: {v}");
+        assert!(v["error"]["message"].is_string(), "{v}");
+    }
     s.stop().await;
 }
