@@ -96,6 +96,18 @@ impl Metrics {
         })
     }
 
+    /// What running sequences reserve of the budget, 0–1 (`None` without a
+    /// budget): the prompt cache left out, since it gives way to them (as
+    /// vLLM counts evictable cached blocks as free in its
+    /// `kv_cache_usage_perc`).
+    pub fn sequence_usage_of_budget(&self) -> Option<f64> {
+        let budget = self.mem_budget_bytes.load(Relaxed);
+        (budget > 0).then(|| {
+            let used = self.mem_reserved_bytes.load(Relaxed);
+            (used as f64 / budget as f64).min(1.0)
+        })
+    }
+
     fn memory_usage(&self) -> f64 {
         self.memory_usage_of_budget().unwrap_or(0.0)
     }

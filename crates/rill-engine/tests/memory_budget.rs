@@ -132,6 +132,10 @@ fn the_ladder_evicts_the_cache_then_quantizes_the_kv() {
         m.cache_entries.load(Relaxed) >= 1,
         "the first prompt is cached"
     );
+    // Idle, with the cache holding a prompt: the budget has that in use,
+    // the sequences (what vllm:kv_cache_usage_perc reports) nothing.
+    assert!(m.memory_usage_of_budget().unwrap() > 0.0);
+    assert_eq!(m.sequence_usage_of_budget(), Some(0.0));
     collect(e.submit(second).unwrap());
     assert!(m.mem_cache_evictions_total.load(Relaxed) >= 1, "rung 1");
     let (ids, _) = collect(e.submit(third.clone()).unwrap());

@@ -133,7 +133,7 @@ pub struct Load {
     pub running: u64,
     /// Requests waiting for a sequence slot.
     pub waiting: u64,
-    /// Sequence state and prompt cache over the memory budget, 0–1.
+    /// Sequence state over the memory budget (or slots in use), 0–1.
     pub usage: f64,
 }
 
@@ -142,11 +142,12 @@ impl Load {
         let e = state.engine.metrics();
         let running = e.requests_running.load(Relaxed);
         let slots = state.engine.config().max_parallel.max(1) as f64;
-        // With a memory budget: what its reservations and the prompt cache
-        // use of it. Without: each running sequence holds one of the
-        // --parallel slots of sequence state.
+        // With a memory budget: what running sequences reserve of it (the
+        // prompt cache gives way to them, so it counts as free, as vLLM
+        // counts evictable cached blocks). Without: each running sequence
+        // holds one of the --parallel slots of sequence state.
         let usage = e
-            .memory_usage_of_budget()
+            .sequence_usage_of_budget()
             .unwrap_or((running as f64 / slots).min(1.0));
         Load {
             running,

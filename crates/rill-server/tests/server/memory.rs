@@ -78,6 +78,8 @@ async fn over_budget_is_a_clear_400_and_a_load_stays_within_the_budget() {
         .metric("vllm:kv_cache_usage_perc{model_name=\"fixture\"}")
         .await;
     assert!((0.0..=1.0).contains(&usage), "{usage}");
-    assert_eq!(usage, s.metric("rill_memory_usage").await);
+    // Sequence state only: at most what the budget has in use with the
+    // prompt cache.
+    assert!(usage <= s.metric("rill_memory_usage").await);
     s.stop().await;
 }
