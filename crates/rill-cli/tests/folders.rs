@@ -73,6 +73,36 @@ fn scratch(name: &str, case: &str) -> PathBuf {
     dst
 }
 
+/// `rill run` (and `rill chat`, through the same options) take the model's
+/// own sampling defaults where no flag gives them: a folder whose
+/// `generation_config.json` says `do_sample: false` runs greedy whatever
+/// the seed; a flag still overrides it.
+#[test]
+fn run_takes_the_folders_generation_config_as_its_defaults() {
+    let dir = scratch("qwen35moe_mtp", "genconfig");
+    let run = |extra: &[&str]| -> Value {
+        let m = dir.to_str().unwrap();
+        let mut args = vec!["run", "-m", m, "-p", "The quick brown fox", "-n", "16"];
+        args.extend_from_slice(&["--ignore-eos", "--json", "-t", "2"]);
+        args.extend_from_slice(extra);
+        serde_json::from_str::<Value>(&ok(&args)).unwrap()["tokens"].clone()
+    };
+    // As shipped (temperature 0.6): the seed matters.
+    assert_ne!(run(&["--seed", "1"]), run(&["--seed", "2"]));
+    let gen = dir.join("generation_config.json");
+    let mut g: Value = serde_json::from_str(&std::fs::read_to_string(&gen).unwrap()).unwrap();
+    g["do_sample"] = Value::Bool(false);
+    std::fs::write(&gen, g.to_string()).unwrap();
+    let greedy = run(&["--temp", "0"]);
+    assert_eq!(run(&["--seed", "1"]), greedy);
+    assert_eq!(run(&["--seed", "2"]), greedy);
+    assert_ne!(
+        run(&["--temp", "1", "--seed", "1"]),
+        run(&["--temp", "1", "--seed", "2"])
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Rewrite the JSON header of a safetensors file (the data stays as it is).
 fn edit_header(file: &Path, edit: impl FnOnce(&mut Value)) {
     let bytes = std::fs::read(file).unwrap();

@@ -62,7 +62,8 @@ pub fn run(a: Args) -> Result<()> {
     let ctx_size = load::context(a.ctx_size, &loaded.model)?;
     let tmpl = template(&loaded.template, &loaded.info)?;
     let tok = Arc::new(loaded.tokenizer);
-    let sampler = a.sampling.config();
+    SamplingArgs::note_model_defaults(&loaded.info.sampling);
+    let sampler = a.sampling.config(&loaded.info.sampling);
     sampler.validate().context("bad sampling parameters")?;
     let arch = loaded.model.config.arch.name();
     let engine = Engine::start(

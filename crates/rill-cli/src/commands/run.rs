@@ -8,58 +8,76 @@ use crate::load;
 use anyhow::{Context, Result};
 use rill_engine::{Engine, EngineConfig, Request};
 use rill_load::Prefault;
-use rill_sampler::SamplerConfig;
+use rill_sampler::{SamplerConfig, SamplingPrefs};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// Sampling options shared by `run` and `chat`.
+/// Sampling options shared by `run` and `chat`. One left out takes the
+/// model's own default (`general.sampling.*` in a GGUF, a folder's
+/// `generation_config.json`), else the one shown, as llama.cpp does.
 #[derive(clap::Args, Clone)]
 pub struct SamplingArgs {
-    /// Temperature (0 = greedy).
-    #[arg(long, default_value_t = 0.8)]
-    pub temp: f32,
-    /// Keep the K most likely tokens (0 = off).
-    #[arg(long, default_value_t = 40)]
-    pub top_k: usize,
-    /// Nucleus sampling threshold (1 = off).
-    #[arg(long, default_value_t = 0.95)]
-    pub top_p: f32,
-    /// Drop tokens below this fraction of the best one's probability (0 = off).
-    #[arg(long, default_value_t = 0.05)]
-    pub min_p: f32,
-    /// Repetition penalty (1 = off).
-    #[arg(long, default_value_t = 1.0)]
-    pub repeat_penalty: f32,
-    /// Presence penalty (0 = off).
-    #[arg(long, default_value_t = 0.0)]
-    pub presence_penalty: f32,
-    /// Frequency penalty (0 = off).
-    #[arg(long, default_value_t = 0.0)]
-    pub frequency_penalty: f32,
+    /// Temperature (0 = greedy) [default: the model's, else 0.8].
+    #[arg(long)]
+    pub temp: Option<f32>,
+    /// Keep the K most likely tokens (0 = off) [default: the model's, else 40].
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    /// Nucleus sampling threshold (1 = off) [default: the model's, else 0.95].
+    #[arg(long)]
+    pub top_p: Option<f32>,
+    /// Drop tokens below this fraction of the best one's probability (0 =
+    /// off) [default: the model's, else 0.05].
+    #[arg(long)]
+    pub min_p: Option<f32>,
+    /// Repetition penalty (1 = off) [default: the model's, else 1].
+    #[arg(long)]
+    pub repeat_penalty: Option<f32>,
+    /// Presence penalty (0 = off) [default: the model's, else 0].
+    #[arg(long)]
+    pub presence_penalty: Option<f32>,
+    /// Frequency penalty (0 = off) [default: the model's, else 0].
+    #[arg(long)]
+    pub frequency_penalty: Option<f32>,
     /// Random seed (default: from the clock).
     #[arg(long)]
     pub seed: Option<u64>,
 }
 
 impl SamplingArgs {
-    /// The sampler these options ask for (checked by the engine).
-    pub fn config(&self) -> SamplerConfig {
+    /// Say on stderr which of the model's own sampling defaults apply.
+    pub fn note_model_defaults(model: &SamplingPrefs) {
+        if let Some(d) = model.describe() {
+            eprintln!("sampling defaults from the model file: {d} (flags override them)");
+        }
+    }
+
+    /// The sampler these options ask for (checked by the engine): each
+    /// value from its flag, else from `model` (the file's defaults), else
+    /// the built-in one.
+    pub fn config(&self, model: &SamplingPrefs) -> SamplerConfig {
         let seed = self.seed.unwrap_or_else(|| {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_nanos() as u64)
                 .unwrap_or(0)
         });
+        let pick = |flag: Option<f32>, file: Option<f64>, builtin: f32| {
+            flag.or(file.map(|v| v as f32)).unwrap_or(builtin)
+        };
         SamplerConfig {
-            temperature: self.temp,
-            top_k: self.top_k,
-            top_p: self.top_p,
-            min_p: self.min_p,
-            repetition_penalty: self.repeat_penalty,
-            presence_penalty: self.presence_penalty,
-            frequency_penalty: self.frequency_penalty,
+            temperature: pick(self.temp, model.temperature, 0.8),
+            // A negative top-k in a file means off, as 0 does here.
+            top_k: (self.top_k)
+                .or(model.top_k.map(|k| k.max(0) as usize))
+                .unwrap_or(40),
+            top_p: pick(self.top_p, model.top_p, 0.95),
+            min_p: pick(self.min_p, model.min_p, 0.05),
+            repetition_penalty: pick(self.repeat_penalty, model.repetition_penalty, 1.0),
+            presence_penalty: pick(self.presence_penalty, model.presence_penalty, 0.0),
+            frequency_penalty: pick(self.frequency_penalty, model.frequency_penalty, 0.0),
             seed,
             ..SamplerConfig::default()
         }
@@ -134,7 +152,8 @@ pub fn run(a: Args) -> Result<()> {
         "the prompt has {} tokens, more than the context size {ctx}",
         prompt.len()
     );
-    let sampler = a.sampling.config();
+    SamplingArgs::note_model_defaults(&loaded.info.sampling);
+    let sampler = a.sampling.config(&loaded.info.sampling);
     sampler.validate().context("bad sampling parameters")?;
     // The server's engine settings but one slot and no prompt cache: the
     // same prefill chunks, so the same tokens.
