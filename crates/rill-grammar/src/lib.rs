@@ -15,6 +15,7 @@ use llguidance::toktrie::{InferenceCapabilities, TokEnv, TokRxInfo, TokTrie, Tok
 use llguidance::{Matcher, ParserFactory};
 
 mod constraint;
+pub mod gbnf;
 mod helper;
 
 pub use constraint::Constraint;
@@ -32,9 +33,23 @@ pub enum GrammarSpec {
     Regex(String),
     /// Exactly one of these strings.
     Choice(Vec<String>),
-    /// A grammar in llguidance's Lark dialect (which also takes much of
-    /// GBNF's rule syntax).
+    /// A grammar in llguidance's Lark dialect.
     Lark(String),
+    /// A grammar in llama.cpp's GBNF (translated to Lark: [`gbnf`]).
+    Gbnf(String),
+}
+
+impl GrammarSpec {
+    /// A grammar given as text: GBNF when it defines rules with `::=`
+    /// (llama-server's `grammar`), else llguidance's Lark (also what
+    /// llama.cpp passes on after `%llguidance`).
+    pub fn grammar_text(text: String) -> GrammarSpec {
+        if gbnf::looks_like_gbnf(&text) {
+            GrammarSpec::Gbnf(text)
+        } else {
+            GrammarSpec::Lark(text)
+        }
+    }
 }
 
 /// Why a grammar was refused.
@@ -159,6 +174,7 @@ impl Grammars {
                 TopLevelGrammar::from_lark(format!("start: {}", alts.join(" | ")))
             }
             GrammarSpec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
+            GrammarSpec::Gbnf(g) => TopLevelGrammar::from_lark(gbnf::to_lark(g)?),
         };
         let parser = self
             .factory
@@ -249,7 +265,7 @@ fn check_nesting(spec: &GrammarSpec) -> Result<(), GrammarError> {
     let depth = match spec {
         // A schema level is an object holding a keyword holding the next.
         GrammarSpec::JsonSchema(v) => json_depth(v) / 2,
-        GrammarSpec::Regex(s) | GrammarSpec::Lark(s) => bracket_depth(s),
+        GrammarSpec::Regex(s) | GrammarSpec::Lark(s) | GrammarSpec::Gbnf(s) => bracket_depth(s),
         GrammarSpec::JsonObject | GrammarSpec::Choice(_) => 0,
     };
     if depth > MAX_NESTING {

@@ -136,6 +136,58 @@ fn json_object_regex_and_choice() {
     }
 }
 
+/// llama-server's GBNF grammars: a JSON grammar written in GBNF gives JSON,
+/// a list grammar with repetition bounds, optional parts, an empty
+/// alternative and `.` gives text of its shape.
+#[test]
+fn gbnf_grammars_constrain_like_their_lark_translation() {
+    let tok = tokenizer();
+    let g = Grammars::new(tok.clone(), MaskTiming::OnDemand).unwrap();
+    let json = r#"
+root    ::= object
+value   ::= object | array | string | number | ("true" | "false" | "null")
+object  ::= "{" ( string ": " value ( ", " string ": " value )* )? "}"
+array   ::= "[" ( value ( ", " value )* )? "]"
+string  ::= "\"" ( [^"\\\x00-\x1F] | "\\" ["\\/bfnrt] )* "\""
+number  ::= "-"? ( "0" | [1-9] [0-9]{0,8} ) ( "." [0-9]+ )?
+"#;
+    let items = r#"
+root ::= item ( "," item ){1,3} tail
+item ::= [a-c] | "x" [0-9]   # a letter, or x and a digit
+tail ::= "" | "!" .
+"#;
+    for seed in 0..3 {
+        let spec = GrammarSpec::grammar_text(json.into());
+        assert!(matches!(spec, GrammarSpec::Gbnf(_)));
+        let text = generate(&g, &tok, &spec, seed);
+        let v: serde_json::Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        assert!(v.is_object(), "{text}");
+
+        let text = generate(&g, &tok, &GrammarSpec::grammar_text(items.into()), seed);
+        let body = match text.find('!') {
+            Some(i) => {
+                assert_eq!(text[i + 1..].chars().count(), 1, "{text:?}");
+                &text[..i]
+            }
+            None => &text[..],
+        };
+        let parts: Vec<&str> = body.split(',').collect();
+        assert!((2..=4).contains(&parts.len()), "{text:?}");
+        for p in parts {
+            let ok = matches!(p, "a" | "b" | "c")
+                || (p.len() == 2 && p.starts_with('x') && p.as_bytes()[1].is_ascii_digit());
+            assert!(ok, "{p:?} in {text:?}");
+        }
+    }
+    // Broken GBNF is refused with a message that says GBNF.
+    let e = g
+        .compile(&GrammarSpec::Gbnf("root ::= missing".into()))
+        .err()
+        .unwrap();
+    assert!(e.0.contains("GBNF") && e.0.contains("missing"), "{}", e.0);
+}
+
 #[test]
 fn bad_grammars_are_refused_with_a_message() {
     let tok = tokenizer();

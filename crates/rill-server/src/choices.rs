@@ -9,6 +9,7 @@
 //! differ.
 
 use crate::errors::ApiError;
+use crate::openai::responses::Usage;
 use crate::sse::ChunkBuilder;
 use crate::state::AppState;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -20,6 +21,14 @@ use std::convert::Infallible;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Usage of all choices: the prompt once, every choice's completion.
+pub fn usage_of(dones: &[Done]) -> Usage {
+    let mut u = Usage::from_done(&dones[0]);
+    u.completion_tokens = dones.iter().map(|d| d.completion_tokens).sum();
+    u.total_tokens = u.prompt_tokens + u.completion_tokens;
+    u
+}
 
 /// Most choices one request may ask for.
 pub const MAX_CHOICES: usize = 16;

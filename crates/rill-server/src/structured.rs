@@ -7,8 +7,10 @@
 //!   older `guided_json`, `guided_regex`, `guided_choice`, `guided_grammar`;
 //! - llama-server: `json_schema` and `grammar`.
 //!
-//! `grammar` is llguidance's Lark dialect (llama.cpp's `%llguidance`
-//! grammars; much of GBNF's rule syntax parses too). At most one may be given.
+//! A grammar (`grammar`, `guided_grammar`, `structured_outputs.grammar`) is
+//! llama.cpp's GBNF when it defines rules with `::=` (translated by
+//! `rill_grammar::gbnf`), else llguidance's Lark dialect (llama.cpp's
+//! `%llguidance` grammars). At most one constraint may be given.
 
 use crate::errors::ApiError;
 use rill_engine::GrammarSpec;
@@ -81,7 +83,7 @@ fn structured_outputs(so: &Json) -> Result<Option<GrammarSpec>, ApiError> {
         let spec = match k.as_str() {
             "json" => schema("structured_outputs.json", v)?,
             "regex" => GrammarSpec::Regex(string(p, v)?),
-            "grammar" => GrammarSpec::Lark(string(p, v)?),
+            "grammar" => GrammarSpec::grammar_text(string(p, v)?),
             "choice" => GrammarSpec::Choice(serde_json::from_value(v.clone()).map_err(|_| {
                 ApiError::bad_param(p, "structured_outputs.choice must be a list of strings")
             })?),
@@ -130,13 +132,13 @@ impl ConstraintFields {
             specs.push(("guided_choice", GrammarSpec::Choice(c.clone())));
         }
         if let Some(g) = &self.guided_grammar {
-            specs.push(("guided_grammar", GrammarSpec::Lark(g.clone())));
+            specs.push(("guided_grammar", GrammarSpec::grammar_text(g.clone())));
         }
         if let Some(j) = &self.json_schema {
             specs.push(("json_schema", schema("json_schema", j)?));
         }
         if let Some(g) = &self.grammar {
-            specs.push(("grammar", GrammarSpec::Lark(g.clone())));
+            specs.push(("grammar", GrammarSpec::grammar_text(g.clone())));
         }
         match specs.len() {
             0 => Ok(None),
@@ -190,6 +192,15 @@ mod tests {
             (
                 json!({"grammar": "start: \"x\""}),
                 Some(GrammarSpec::Lark("start: \"x\"".into())),
+            ),
+            // llama-server's GBNF
+            (
+                json!({"grammar": "root ::= \"x\" | [0-9]"}),
+                Some(GrammarSpec::Gbnf("root ::= \"x\" | [0-9]".into())),
+            ),
+            (
+                json!({"structured_outputs": {"grammar": "root ::= \"y\""}}),
+                Some(GrammarSpec::Gbnf("root ::= \"y\"".into())),
             ),
             (
                 json!({"structured_outputs": {"regex": "b"}}),

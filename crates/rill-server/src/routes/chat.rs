@@ -1,6 +1,7 @@
 //! `POST /v1/chat/completions`.
 
 use crate::choices;
+use crate::choices::usage_of;
 use crate::errors::{parse_json, ApiError};
 use crate::openai::logprobs::{chat_token, ChatLogprobs};
 use crate::openai::params::{build_request, logprobs_count, random_id};
@@ -111,14 +112,6 @@ pub async fn chat_completions(
 /// A parser for a builder that only writes the usage chunk.
 fn prepared_output_placeholder() -> ReplyOutput {
     ReplyOutput::new("", None, true)
-}
-
-/// Usage of all choices: the prompt once, every choice's completion.
-fn usage_of(dones: &[Done]) -> Usage {
-    let mut u = Usage::from_done(&dones[0]);
-    u.completion_tokens = dones.iter().map(|d| d.completion_tokens).sum();
-    u.total_tokens = u.prompt_tokens + u.completion_tokens;
-    u
 }
 
 /// Check the request, render the prompt, tokenize it.

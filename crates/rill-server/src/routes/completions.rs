@@ -1,5 +1,6 @@
 //! `POST /v1/completions` (raw text in, text out).
 
+use crate::choices::{self, usage_of};
 use crate::errors::{parse_json, ApiError};
 use crate::openai::logprobs::CompletionLogprobs;
 use crate::openai::params::{build_request, logprobs_count, random_id};
@@ -29,12 +30,7 @@ pub async fn completions(
             "only best_of = 1 is supported",
         ));
     }
-    if crate::choices::count(req.sampling.n)? != 1 {
-        return Err(ApiError::bad_param(
-            "n",
-            "/v1/completions gives one choice; use /v1/chat/completions for n > 1",
-        ));
-    }
+    let n = choices::count(req.sampling.n)?;
     if req.echo == Some(true) {
         return Err(ApiError::bad_param("echo", "echo is not supported"));
     }
@@ -58,37 +54,80 @@ pub async fn completions(
         });
     let return_ids = req.return_token_ids == Some(true);
     let prompt_ids = return_ids.then(|| request.prompt.clone());
-    let handle = state.engine.submit(request).map_err(|e| {
-        let mut e = ApiError::from(e);
+    let mut submitted = choices::submit(&state, request, n).await.map_err(|mut e| {
         if e.param.is_some() {
             e.param = Some("prompt".into());
         }
         e
     })?;
-    let mut builder = CompletionStream {
-        id: format!("cmpl-{}", random_id(24)),
-        created: now(),
+    let include_usage = req.streaming.include_usage();
+    let (id, created) = (format!("cmpl-{}", random_id(24)), now());
+    let builder = |index: usize| CompletionStream {
+        id: id.clone(),
+        index,
+        created,
         model: state.config.model_id.clone(),
         tok: state.tok.clone(),
         logprobs: logprobs.is_some(),
         offset: 0,
-        include_usage: req.streaming.include_usage(),
+        // With several choices the usage chunk comes once, after all.
+        include_usage: include_usage && n == 1,
     };
     if req.streaming.enabled() {
-        return Ok(sse::response(handle, builder, state.clone()));
+        if n == 1 {
+            let choice = submitted.pop().expect("one choice");
+            return Ok(sse::response(choice.handle, builder(0), state.clone()));
+        }
+        let builders = (0..n).map(builder).collect();
+        let tail_chunk = builder(0);
+        let tail: choices::Tail = Box::new(move |dones: &[Done]| match include_usage {
+            true => vec![tail_chunk.chunk(String::new(), None, None, Some(usage_of(dones)))],
+            false => Vec::new(),
+        });
+        return Ok(choices::response(submitted, builders, tail, state.clone()));
     }
-    let mut handle = handle;
+    let mut out = Vec::with_capacity(n);
+    let mut dones = Vec::with_capacity(n);
+    for (index, choice) in submitted.into_iter().enumerate() {
+        let (mut c, d) = collect(&state, choice, index, logprobs.is_some()).await?;
+        c.prompt_token_ids = prompt_ids.clone();
+        if !return_ids {
+            c.token_ids = None;
+        }
+        out.push(c);
+        dones.push(d);
+    }
+    let body = Completion {
+        id,
+        object: "text_completion",
+        created,
+        model: state.config.model_id.clone(),
+        choices: out,
+        usage: Some(usage_of(&dones)),
+        timings: Some(Timings::from_done(&dones[0])),
+    };
+    Ok(Json(body).into_response())
+}
+
+/// One choice, read to its end: its text, logprobs and token ids.
+async fn collect(
+    state: &AppState,
+    mut choice: choices::Choice,
+    index: usize,
+    logprobs: bool,
+) -> Result<(CompletionChoice, Done), ApiError> {
     let mut text = String::new();
     let mut lp = CompletionLogprobs::default();
     let mut ids = Vec::new();
+    let mut offset = 0;
     let done = loop {
-        match handle.events.recv().await {
+        match choice.recv().await {
             Some(Event::Text { text: t, tokens }) => {
                 ids.extend(tokens.iter().map(|t| t.id));
                 for tk in &tokens {
-                    lp.push(&state.tok, tk, builder.offset);
+                    lp.push(&state.tok, tk, offset);
                 }
-                builder.offset += t.chars().count();
+                offset += t.chars().count();
                 text.push_str(&t);
             }
             Some(Event::Done(d)) => {
@@ -99,23 +138,15 @@ pub async fn completions(
             None => return Err(ApiError::internal("the engine stopped")),
         }
     };
-    let body = Completion {
-        id: builder.id,
-        object: "text_completion",
-        created: builder.created,
-        model: builder.model,
-        choices: vec![CompletionChoice {
-            index: 0,
-            text,
-            logprobs: logprobs.map(|_| lp),
-            finish_reason: Some(finish_reason(&done, false)),
-            prompt_token_ids: prompt_ids,
-            token_ids: return_ids.then_some(ids),
-        }],
-        usage: Some(Usage::from_done(&done)),
-        timings: Some(Timings::from_done(&done)),
+    let choice = CompletionChoice {
+        index,
+        text,
+        logprobs: logprobs.then_some(lp),
+        finish_reason: Some(finish_reason(&done, false)),
+        prompt_token_ids: None,
+        token_ids: Some(ids),
     };
-    Ok(Json(body).into_response())
+    Ok((choice, done))
 }
 
 /// The prompt as token ids: text is tokenized (special tokens parsed), ids
@@ -175,6 +206,8 @@ fn token_ids(tok: &Tokenizer, ids: &[i64]) -> Result<Vec<u32>, ApiError> {
 /// The chunks of a streamed completion.
 struct CompletionStream {
     id: String,
+    /// The choice's index.
+    index: usize,
     created: u64,
     model: String,
     tok: Arc<Tokenizer>,
@@ -201,7 +234,7 @@ impl CompletionStream {
                 Vec::new()
             } else {
                 vec![CompletionChoice {
-                    index: 0,
+                    index: self.index,
                     text,
                     logprobs,
                     finish_reason: finish,

@@ -255,3 +255,89 @@ async fn a_final_assistant_message_is_continued() {
     assert_eq!(st, 200, "{m}");
     s.stop().await;
 }
+
+/// llama-server's `grammar` field in GBNF (and vLLM's `guided_grammar`):
+/// the reply has the grammar's shape, in completions and chat alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gbnf_grammar_shapes_the_reply() {
+    let s = start(Opts::default()).await;
+    let gbnf = "root ::= answer \" \" digit{2}\nanswer ::= \"yes\" | \"no\"\ndigit ::= [0-9]\n";
+    let shaped = |t: &str| {
+        let (a, d) = t.split_once(' ').unwrap_or_else(|| panic!("{t:?}"));
+        (a == "yes" || a == "no") && d.len() == 2 && d.bytes().all(|b| b.is_ascii_digit())
+    };
+    for seed in 0..3 {
+        let b = json!({"prompt": "Is it raining?", "max_tokens": 20, "seed": seed,
+                       "temperature": 1.0, "grammar": gbnf});
+        let (st, v) = s.post("/v1/completions", &b).await;
+        assert_eq!(st, 200, "{v}");
+        let text = v["choices"][0]["text"].as_str().unwrap();
+        assert!(shaped(text), "{text:?}");
+        let c = json!({"messages": [{"role": "user", "content": "Is it raining?"}],
+                       "enable_thinking": false, "max_tokens": 20, "seed": seed,
+                       "temperature": 1.0, "guided_grammar": gbnf});
+        let (st, v) = s.post("/v1/chat/completions", &c).await;
+        assert_eq!(st, 200, "{v}");
+        let text = v["choices"][0]["message"]["content"].as_str().unwrap();
+        assert!(shaped(text), "{text:?}");
+    }
+    // A broken one is a 400 that says what is wrong.
+    let b = json!({"prompt": "x", "grammar": "root ::= answer"});
+    let (st, v) = s.post("/v1/completions", &b).await;
+    assert_eq!(st, 400, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("answer"),
+        "{v}"
+    );
+    s.stop().await;
+}
+
+/// `n > 1` on `/v1/completions`: choice `i` is the request with seed
+/// `seed + i` alone; streamed, the same texts under their indexes and one
+/// usage chunk for all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_give_several_choices() {
+    let s = start(Opts::default()).await;
+    let b = json!({"prompt": "Lists and tuples in Python", "max_tokens": 6, "n": 3, "seed": 21,
+                   "temperature": 1.0, "ignore_eos": true, "return_token_ids": true});
+    let (st, v) = s.post("/v1/completions", &b).await;
+    assert_eq!(st, 200, "{v}");
+    let choices = v["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3);
+    assert_eq!(v["usage"]["completion_tokens"], 18, "{v}");
+    let texts: Vec<String> = choices
+        .iter()
+        .map(|c| c["text"].as_str().unwrap().to_string())
+        .collect();
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"], i);
+        assert_eq!(c["token_ids"].as_array().unwrap().len(), 6, "{c}");
+        let mut one = b.clone();
+        one["n"] = json!(1);
+        one["seed"] = json!(21 + i);
+        let (_, alone) = s.post("/v1/completions", &one).await;
+        assert_eq!(alone["choices"][0]["text"], c["text"], "choice {i}");
+    }
+    assert!(texts[0] != texts[1] || texts[1] != texts[2], "{texts:?}");
+    let mut sb = b.clone();
+    sb["stream"] = json!(true);
+    sb["stream_options"] = json!({"include_usage": true});
+    let lines = s.stream("/v1/completions", &sb).await;
+    assert_eq!(lines.last().map(String::as_str), Some("[DONE]"));
+    let chunks = chunks(&lines);
+    let mut streamed = vec![String::new(); 3];
+    let mut finished = [false; 3];
+    for c in &chunks {
+        if let Some(ch) = c["choices"].as_array().and_then(|a| a.first()) {
+            let i = ch["index"].as_u64().unwrap() as usize;
+            streamed[i] += ch["text"].as_str().unwrap_or_default();
+            finished[i] |= ch["finish_reason"].is_string();
+        }
+    }
+    assert_eq!(streamed, texts);
+    assert_eq!(finished, [true; 3]);
+    let usage: Vec<_> = chunks.iter().filter(|c| c["usage"].is_object()).collect();
+    assert_eq!(usage.len(), 1, "{chunks:?}");
+    assert_eq!(usage[0]["usage"]["completion_tokens"], 18);
+    s.stop().await;
+}
