@@ -3,8 +3,8 @@
 
     python3 scripts/bench/kv_quality.py -m MODEL -f TEXT [-c 2048] [--chunks 8] [-t 2]
 
-For each engine: a base run with an f32 KV cache (`--kl-divergence-base`), then one run per KV
-type against it (`--kl-divergence`): mean KL divergence, ln(PPL/PPL_base), same-top %. llama.cpp
+For each engine: a base run with an f32 KV cache (`--kl-divergence-base`; `--base f16` for an f16
+one, the default KV of both engines), then one run per KV type against it (`--kl-divergence`): mean KL divergence, ln(PPL/PPL_base), same-top %. llama.cpp
 runs as it does by default (Hadamard rotation of Q/K/V when the cache is quantized) and with
 LLAMA_ATTN_ROT_DISABLE=1. rill's quantized rows run with and without the rotation, its 4-bit ones without and with
 its f16 sinks/window. The base
@@ -48,13 +48,14 @@ def main():
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--rill", default=str(ROOT / "target/release/rill"))
     ap.add_argument("--types", default="f16,q8_0,q4_0")
+    ap.add_argument("--base", default="f32", help="KV type of the base run (f32 or f16)")
     a = ap.parse_args()
     work = Path("/tmp/rill-kv-quality")
     work.mkdir(exist_ok=True)
     common = ["-m", a.model, "-t", str(a.threads)]
 
     # llama.cpp (its rows cached per setting: they do not change with rill)
-    cache = work / f"llama_rows_{Path(a.model).name}_{Path(a.file).name}_{a.ctx}_{a.chunks}_{a.types}.json"
+    cache = work / f"llama_rows_{Path(a.model).name}_{Path(a.file).name}_{a.ctx}_{a.chunks}_{a.types}_{a.base}.json"
     if cache.exists():
         rows = [tuple(r) for r in json.loads(cache.read_text())]
     else:
@@ -67,12 +68,12 @@ def main():
 def llama_rows(a, common, work):
     rows = []
     ppl = str(ORACLE / "llama-build/bin/llama-perplexity")
-    lbase = str(work / "llama_f32.kld")
+    lbase = str(work / f"llama_{a.base}.kld")
     c = ["-c", str(a.ctx), "-b", str(a.ctx)]
-    log = run([ppl, *common, *c, "-f", a.file, "--chunks", str(a.chunks), "-ctk", "f32", "-ctv", "f32",
+    log = run([ppl, *common, *c, "-f", a.file, "--chunks", str(a.chunks), "-ctk", a.base, "-ctv", a.base,
                "--kl-divergence-base", lbase])
     lppl = float(re.search(r"Final estimate: PPL = ([0-9.]+)", log).group(1))
-    rows.append(("llama.cpp", "f32", {"ppl": lppl}))
+    rows.append(("llama.cpp", a.base, {"ppl": lppl}))
     for t in a.types.split(","):
         for rot, env in ([("", {})] if t == "f16" else [("", {}), (" no-rot", {"LLAMA_ATTN_ROT_DISABLE": "1"})]):
             log = run([ppl, *common, *c, "-ctk", t, "-ctv", t, "--kl-divergence-base", lbase,
@@ -82,10 +83,10 @@ def llama_rows(a, common, work):
 
 
 def rill_rows(a, common, work, rows):
-    rbase = str(work / "rill_f32.kld")
+    rbase = str(work / f"rill_{a.base}.kld")
     out = run([a.rill, "perplexity", *common, "-c", str(a.ctx), "-f", a.file, "--chunks", str(a.chunks),
-               "-ctk", "f32", "-ctv", "f32", "--kl-divergence-base", rbase, "--json"], stdout_only=True)
-    rows.append(("rill", "f32", {"ppl": json.loads(out.strip().splitlines()[-1])["ppl"]}))
+               "-ctk", a.base, "-ctv", a.base, "--kl-divergence-base", rbase, "--json"], stdout_only=True)
+    rows.append(("rill", a.base, {"ppl": json.loads(out.strip().splitlines()[-1])["ppl"]}))
     for t in a.types.split(","):
         variants = [("", [])]
         if t in ("q8_0", "q4_0", "q5_1"):
@@ -104,7 +105,7 @@ def rill_rows(a, common, work, rows):
 
 def print_rows(a, rows):
     print(f"model {a.model}, text {a.file}, -c {a.ctx}, {a.chunks} windows, {a.threads} threads")
-    print(f"{'engine':38} {'KV':6} {'PPL':>10} {'KLD vs f32 KV':>14} {'ln PPL ratio':>13} {'same top':>9}")
+    print(f"{'engine':38} {'KV':6} {'PPL':>10} {'KLD vs ' + a.base + ' KV':>14} {'ln PPL ratio':>13} {'same top':>9}")
     for eng, t, r in rows:
         f = lambda k, fmt: format(r[k], fmt) if k in r else "-"
         print(f"{eng:38} {t:6} {f('ppl', '10.4f')} {f('kld', '14.6f')} {f('ln_ppl_ratio', '13.6f')} "

@@ -296,6 +296,31 @@ def test_tool_choice_required_and_named(client):
             tool_choice={"type": "function", "function": {"name": "not_a_tool"}})
 
 
+def test_structured_output_after_thinking(client):
+    """Thinking on (the template opens the block): the model thinks freely, its block closed after
+    a budget of 8 tokens here, and the schema or the forced call applies to the answer after it."""
+    think = {"thinking_budget_tokens": 8}
+    for seed in range(3):
+        r = client.chat.completions.create(
+            model=ALIAS, messages=MESSAGES, max_tokens=300, temperature=0.7, seed=seed,
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "weather", "schema": SCHEMA, "strict": True}},
+            extra_body=think,
+        )
+        c = r.choices[0]
+        assert c.finish_reason == "stop", c
+        assert (c.message.model_extra or {}).get("reasoning_content"), c
+        _valid(json.loads(c.message.content))
+        r = client.chat.completions.create(
+            model=ALIAS, messages=MESSAGES, tools=WEATHER_TOOLS, tool_choice="required",
+            max_tokens=300, temperature=0.8, seed=seed, extra_body=think)
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls", c
+        assert (c.message.model_extra or {}).get("reasoning_content"), c
+        for call in c.message.tool_calls:
+            _valid_call(call)
+
+
 def test_n_choices_and_logit_bias(client):
     r = client.chat.completions.create(model=ALIAS, messages=MESSAGES, n=3, max_tokens=5, seed=4,
                                        temperature=1.0, extra_body={"ignore_eos": True})

@@ -1,5 +1,5 @@
 //! A Hugging Face folder as the GGUF llama.cpp's `convert_hf_to_gguf.py`
-//! writes from it (qwen35moe / qwen35 / qwen3next): the architecture's
+//! writes from it (qwen35moe / qwen35 / qwen3next / qwen4exp): the architecture's
 //! metadata and every tensor, named, shaped and laid out as the converter
 //! does, its values decoded to f32 (`rill convert` encodes them).
 //!
@@ -14,7 +14,11 @@
 //! - Qwen3-Next: splits the per-key-head `in_proj_qkvz` (`[q, k, r·v, r·z]`)
 //!   into `attn_qkv = [all q, all k, all v]` and `attn_gate = [all z]`;
 //! - splits fused experts `gate_up_proj` into `ffn_gate_exps` and
-//!   `ffn_up_exps`, and stacks per-expert tensors.
+//!   `ffn_up_exps`, and stacks per-expert tensors;
+//! - qwen4exp: splits the indexer's fused `index_qk_proj` into `q_proj` and
+//!   `k_proj`, and lays the PLE table's shards end to end as one
+//!   `per_layer_token_embd` (the source binds them as a stack of equal
+//!   shards: the same values in the same order).
 //!
 //! NVFP4 tensors of a checkpoint it keeps NVFP4 ([`HfSource::gguf_nvfp4`]):
 //! GGUF NVFP4 blocks of the same codes and group scales, laid out by the
@@ -51,6 +55,9 @@ enum Part {
     /// Of Qwen3-Next's `ssm_in`: `[q, k, v]` or `z`.
     Qkv,
     Z,
+    /// Of qwen4exp's indexer `qk_proj`: the query rows or the key rows.
+    IndexQ,
+    IndexK,
 }
 
 /// The values of the source canonical tensor this output comes from.
@@ -61,6 +68,7 @@ fn source_name(t: &GgufTensor) -> String {
         Part::Whole => t.name.clone(),
         Part::Gate | Part::Up => format!("{blk}.ffn_gate_up_exps.weight"),
         Part::Qkv | Part::Z => format!("{blk}.ssm_in.weight"),
+        Part::IndexQ | Part::IndexK => format!("{blk}.qk_proj.weight"),
     }
 }
 
@@ -80,11 +88,7 @@ fn inconsistent(why: String) -> ModelError {
 impl HfSource {
     fn arch_for_gguf(&self) -> Result<Arch, ModelError> {
         match self.config.model.arch {
-            a @ (Arch::Qwen35Moe | Arch::Qwen35 | Arch::Qwen3Next) => Ok(a),
-            other => Err(ModelError::UnsupportedArch(format!(
-                "{}: rill converts qwen35moe, qwen35 and qwen3next folders",
-                other.name()
-            ))),
+            a @ (Arch::Qwen35Moe | Arch::Qwen35 | Arch::Qwen3Next | Arch::Qwen4Exp) => Ok(a),
         }
     }
 
@@ -140,6 +144,26 @@ impl HfSource {
                     Part::Qkv,
                 );
                 push(format!("{blk}.attn_gate.weight"), vec![h, vd], Part::Z);
+            } else if let Some(blk) = blk.strip_suffix(".qk_proj") {
+                // `blk` ends in `.indexer`
+                let ix = (c.qwen4exp.as_ref())
+                    .map(|q| &q.indexer)
+                    .ok_or_else(|| inconsistent(format!("{name} outside qwen4exp")))?;
+                let (h, n_q) = (shape[0], (ix.n_head * ix.head_dim) as u64);
+                push(format!("{blk}.q_proj.weight"), vec![h, n_q], Part::IndexQ);
+                let n_k = shape[1].checked_sub(n_q).ok_or_else(|| {
+                    inconsistent(format!(
+                        "{name} of shape {shape:?}: fewer rows than the queries'"
+                    ))
+                })?;
+                push(format!("{blk}.k_proj.weight"), vec![h, n_k], Part::IndexK);
+            } else if name == "per_layer_token_embd.weight" && shape.len() == 3 {
+                // the shards, end to end
+                push(
+                    name.clone(),
+                    vec![shape[0], shape[1] * shape[2]],
+                    Part::Whole,
+                );
             } else {
                 push(name.clone(), shape, Part::Whole);
             }
@@ -286,6 +310,11 @@ impl HfSource {
                     _ => part(2 * q + vv, vv).collect(),
                 };
             }
+            Part::IndexQ => v.truncate(t.shape[1] as usize * cols),
+            Part::IndexK => {
+                let k_values = t.shape[1] as usize * cols;
+                v.drain(..v.len().saturating_sub(k_values));
+            }
         }
         if c.value_head_order == HeadOrder::Grouped && arch.value_head_order() == HeadOrder::Tiled {
             tile_value_heads(&t.name, &mut v, cols, c)?;
@@ -374,6 +403,9 @@ impl HfSource {
             .unwrap_or(4) as usize;
         kv("full_attention_interval", u(interval));
         kv("rope.dimension_count", u(c.n_rot));
+        if let Some(q) = &c.qwen4exp {
+            qwen4exp_metadata(q, &raw, &mut kv);
+        }
         Ok(m)
     }
 
@@ -384,6 +416,43 @@ impl HfSource {
             .map_err(|e| super::file_err(&path, format!("not valid JSON: {e}")))?;
         Ok(v.get("text_config").cloned().unwrap_or(v))
     }
+}
+
+/// qwen4exp's keys, in the converter's order: the hyper-connections, the
+/// QSA indexer, and (when the model has one) the PLE n-gram memory.
+fn qwen4exp_metadata(
+    q: &crate::config::Qwen4ExpConfig,
+    raw: &Value,
+    kv: &mut impl FnMut(&str, MetaValue),
+) {
+    let u = |x: usize| MetaValue::U32(x as u32);
+    let i32s = |v: &mut dyn Iterator<Item = usize>| {
+        MetaValue::Array(v.map(|x| MetaValue::I32(x as i32)).collect())
+    };
+    let u64s = |v: &[u64]| MetaValue::Array(v.iter().map(|&x| MetaValue::U64(x)).collect());
+    kv("hyper_connection.count", u(q.streams));
+    kv("hyper_connection.low_rank", u(q.hc_rank));
+    let ix = &q.indexer;
+    kv("attention.indexer.head_count", u(ix.n_head));
+    kv("attention.indexer.key_length", u(ix.head_dim));
+    kv("attention.indexer.top_k", u(ix.budget));
+    kv(
+        "attention.compress_ratios",
+        i32s(&mut ix.ratios.iter().copied()),
+    );
+    let Some(p) = &q.ple else { return };
+    kv("ple.layers", i32s(&mut std::iter::once(p.layer)));
+    kv("ple.ngram_size", u(p.ngram));
+    kv("ple.heads_per_ngram", u(p.heads_per_ngram));
+    kv("ple.conv_kernel", u(p.conv_kernel));
+    kv("ple.eos_token_id", MetaValue::U32(p.eos));
+    if let Some(img) = raw.get("image_token_id").and_then(Value::as_u64) {
+        kv("ple.image_token_id", MetaValue::U32(img as u32));
+    }
+    kv("embedding_length_per_layer_input", u(p.row_dim));
+    kv("ple.layer_multipliers", u64s(&p.multipliers));
+    kv("ple.head_offsets", u64s(&p.offsets));
+    kv("ple.head_vocab_sizes", u64s(&p.sizes));
 }
 
 /// The whole tensor `t` as f32, its separate scales multiplied in.
