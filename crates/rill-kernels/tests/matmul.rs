@@ -333,9 +333,10 @@ mod scaled {
             dtype: DType::E2M1,
             cols,
             codes: (0..ROWS * cols / 2).map(|_| rng.next() as u8).collect(),
-            // Scales near 1..100 (E4M3 exponents 7..13), sign cleared.
+            // Scales of magnitude 1..100 (E4M3 exponents 7..13), a quarter
+            // of them negative.
             scales: (0..ROWS * cols / 16)
-                .map(|_| 0x38 + (rng.below(48) as u8))
+                .map(|_| (0x38 + rng.below(48) as u8) | (u8::from(rng.below(4) == 0) << 7))
                 .collect(),
             kind: Kind::Groups(3.7e-4),
         }

@@ -452,9 +452,9 @@ unsafe fn nvfp4_rows(
         false => nvfp4_parts(&w).expect("q8: not an NVFP4 matrix"),
     };
     let gb = if gguf { 0 } else { w.cols / 16 };
-    // GGUF's blocks and several tokens: the row panels first.
+    // Several tokens: the row panels first.
     #[cfg(target_arch = "x86_64")]
-    let r0 = match gguf && isa != Isa::Scalar {
+    let r0 = match isa != Isa::Scalar {
         // SAFETY: this function's contract; the CPU runs `isa` (checked by
         // the caller), an x86 class, so AVX2.
         true => unsafe { x86::nvfp4_panels(w, acts, r0, r1, out, &mut scratch.panel) },

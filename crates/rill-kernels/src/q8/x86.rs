@@ -114,6 +114,7 @@ use avx512::{kmin_z, q6k_z_body, q80_z_body};
 use avx512_decode::{kmin_z1, q6k_body_z1};
 use codebook::codebook_y;
 use iq4::{iq4xs_y, iq4xs_z};
+use nvfp4::decode32_checkpoint as nvfp4_decode32_checkpoint;
 use nvfp4::decode32_gguf as nvfp4_decode32;
 pub(super) use nvfp4::{offset_acts as nvfp4_offset_acts, row as nvfp4_row};
 pub(super) use panel::MIN_PANEL_BUF as PANEL_BUF_MIN;
@@ -158,12 +159,14 @@ pub(super) unsafe fn rows(
     true
 }
 
-/// Rows `r0..r1` of a GGUF NVFP4 matrix × several tokens on the AVX2 row
-/// panels (every x86 class runs them); returns the first row left (past
-/// the last whole panel) for the per-row kernels. Few tokens: none done.
+/// Rows `r0..r1` of an NVFP4 matrix (GGUF's blocks, or a checkpoint's
+/// codes with their scales apart) × several tokens on the AVX2 row panels
+/// (every x86 class runs them); returns the first row left (past the last
+/// whole panel) for the per-row kernels. Few tokens, a checkpoint's rows
+/// not whole blocks of 64 or a NaN scale among the rows: none done.
 ///
 /// # Safety
-/// As [`rows`]; `w` is GGUF NVFP4.
+/// As [`rows`]; `w` is NVFP4 ([`super::nvfp4_rows`]).
 pub(super) unsafe fn nvfp4_panels(
     w: MatRef<'_>,
     acts: Q8Rows<'_>,
@@ -175,8 +178,33 @@ pub(super) unsafe fn nvfp4_panels(
     if acts.n() < panel::AVX2.min_tokens {
         return r0;
     }
-    // SAFETY: as this function; every x86 class runs AVX2.
-    unsafe { panel::rows(&panel::AVX2, w, acts, r0, r1, out, panel_buf) }
+    if w.dtype == DType::NVFP4 {
+        // SAFETY: as this function; every x86 class runs AVX2.
+        return unsafe { panel::rows(&panel::AVX2, w, acts, r0, r1, out, panel_buf) };
+    }
+    let Some((scales, global)) = super::nvfp4_parts(&w) else {
+        return r0;
+    };
+    let (rb, sb) = (w.cols / 2, w.cols / 16);
+    let nan = |b: &u8| b & 0x7F == 0x7F;
+    if !w.cols.is_multiple_of(64) || scales[r0 * sb..r1 * sb].iter().any(nan) {
+        return r0;
+    }
+    // SAFETY: as this function; the rows are whole blocks of 64 and no
+    // scale is NaN (checked).
+    unsafe {
+        panel::nvfp4_checkpoint_rows(
+            (w.data, rb),
+            (scales, sb),
+            global,
+            (w.rows, w.cols),
+            acts,
+            r0,
+            r1,
+            out,
+            panel_buf,
+        )
+    }
 }
 
 static Z_VNNI: [Table; 18] = [

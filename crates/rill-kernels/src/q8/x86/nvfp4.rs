@@ -143,6 +143,12 @@ unsafe fn scales_at<const GGUF: bool>(codes: *const u8, scales: *const u8, c: us
     }
 }
 
+/// [`decode32`] of a checkpoint's byte order, for the row panels.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(in crate::q8::x86) unsafe fn decode32_checkpoint(w: *const u8) -> (__m256i, __m256i) {
+    decode32::<false>(w)
+}
+
 /// [`decode32`] of GGUF's byte order, for the row panels.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(in crate::q8::x86) unsafe fn decode32_gguf(w: *const u8) -> (__m256i, __m256i) {

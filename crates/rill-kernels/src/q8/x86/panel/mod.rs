@@ -207,9 +207,122 @@ pub(super) unsafe fn rows(
     }) else {
         return r0;
     };
+    let (rb, nb) = (w.row_bytes(), w.cols / k.values);
+    let data = w.data.as_ptr();
     let rows = set.rows;
-    let (rb, nb, n) = (w.row_bytes(), w.cols / k.values, acts.n());
-    let bytes = nb * k.bytes;
+    let src = Source {
+        // SAFETY (of the calls): rows r..r + rows are whole rows of `w`.
+        pack: &|r, dst| unsafe { (k.pack)(data.add(r * rb), rb, nb, dst) },
+        next: &|r| (data.wrapping_add(r * rb), rows * rb),
+        out_scale: None,
+    };
+    // SAFETY: as this function.
+    unsafe {
+        drive(
+            set,
+            nb,
+            nb * k.bytes,
+            &k.kernels,
+            &src,
+            w.rows,
+            acts,
+            r0,
+            r1,
+            out,
+            buf,
+        )
+    }
+}
+
+/// Rows `r0..r1` of a checkpoint's NVFP4 matrix (E2M1 `codes`, `rb` bytes
+/// a row; E4M3 `scales`, `sb` bytes a row; `global`) × every token of
+/// `acts` on AVX2 row panels; returns the first row it left. The caller
+/// checked that `cols` is whole blocks of 64 and that no scale is NaN.
+///
+/// # Safety
+/// As `q8::rows`; the CPU runs AVX2.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn nvfp4_checkpoint_rows(
+    (codes, rb): (&[u8], usize),
+    (scales, sb): (&[u8], usize),
+    global: f32,
+    (n_rows, cols): (usize, usize),
+    acts: Q8Rows<'_>,
+    r0: usize,
+    r1: usize,
+    out: SharedMut<f32>,
+    buf: &mut Vec<u8>,
+) -> usize {
+    let nb = cols / 64;
+    let (c, s) = (codes.as_ptr(), scales.as_ptr());
+    let src = Source {
+        // SAFETY (of the calls): rows r..r + 8 are whole rows of the matrix.
+        pack: &|r, dst| unsafe {
+            nvfp4::pack_checkpoint(c.add(r * rb), rb, s.add(r * sb), sb, nb, dst)
+        },
+        next: &|r| (c.wrapping_add(r * rb), 8 * rb),
+        // the reference's `tree · (global / 2)`
+        out_scale: Some(global * 0.5),
+    };
+    let kernels = by_tokens!(nvfp4_checkpoint_kernel);
+    // SAFETY: as this function.
+    unsafe {
+        drive(
+            &AVX2,
+            nb,
+            nb * nvfp4::BYTES,
+            &kernels,
+            &src,
+            n_rows,
+            acts,
+            r0,
+            r1,
+            out,
+            buf,
+        )
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nvfp4_checkpoint_kernel<const T: usize>(
+    panel: *const u8,
+    nb: usize,
+    x: &Toks8,
+) -> [[f32; 16]; TOKENS] {
+    nvfp4::panel_checkpoint::<T>(panel, nb, x)
+}
+
+/// Where a panel's rows come from.
+struct Source<'a> {
+    /// Rewrite the panel of rows `r..r + rows` at the pointer.
+    pack: &'a dyn Fn(usize, *mut u8),
+    /// The bytes of rows `r..` that the next panel reads (to prefetch).
+    next: &'a dyn Fn(usize) -> (*const u8, usize),
+    /// A factor every output is multiplied by after the kernel.
+    out_scale: Option<f32>,
+}
+
+/// The panel loop: `rows` rows of `set` at a time, packed by `src` into
+/// `buf` (`bytes` a panel), then every token group of `acts` through
+/// `kernels`; returns the first row past the last whole panel.
+///
+/// # Safety
+/// As `q8::rows`; `src` packs whole rows of a matrix of `n_rows` rows.
+#[allow(clippy::too_many_arguments)]
+unsafe fn drive(
+    set: &Set,
+    nb: usize,
+    bytes: usize,
+    kernels: &[PanelKernel; TOKENS],
+    src: &Source,
+    n_rows: usize,
+    acts: Q8Rows<'_>,
+    r0: usize,
+    r1: usize,
+    out: SharedMut<f32>,
+    buf: &mut Vec<u8>,
+) -> usize {
+    let (rows, n) = (set.rows, acts.n());
     // Every slot's buffer starts at MIN_PANEL_BUF (`RowScratch`); a wider
     // panel grows it.
     if buf.len() < bytes + 64 {
@@ -235,22 +348,23 @@ pub(super) unsafe fn rows(
         }
         let mut r = r0;
         while r + rows <= r1 {
-            // SAFETY: rows r..r + rows are whole rows of `w`; the panel holds
-            // `bytes`.
-            (k.pack)(w.data.as_ptr().add(r * rb), rb, nb, panel);
+            (src.pack)(r, panel);
             // The next panel's rows come from DRAM while this one is used:
             // packing waited on them (~85% of its time) without this.
-            let next = w.data.as_ptr().wrapping_add((r + rows) * rb);
-            for o in (0..rows * rb).step_by(64) {
+            let (next, len) = (src.next)(r + rows);
+            for o in (0..len).step_by(64) {
                 _mm_prefetch(next.wrapping_add(o) as *const i8, _MM_HINT_T2);
             }
             for &(t0, nt, ref toks) in &groups[..ng] {
-                let res = (k.kernels[nt - 1])(panel, nb, toks);
+                let mut res = (kernels[nt - 1])(panel, nb, toks);
                 for t in 0..nt {
+                    if let Some(f) = src.out_scale {
+                        res[t][..rows].iter_mut().for_each(|v| *v *= f);
+                    }
                     // SAFETY: rows r..r + rows of the output are this caller's.
                     std::ptr::copy_nonoverlapping(
                         res[t].as_ptr(),
-                        out.at((t0 + t) * w.rows + r),
+                        out.at((t0 + t) * n_rows + r),
                         rows,
                     );
                 }

@@ -1,4 +1,5 @@
-//! AVX2 row panels of GGUF's NVFP4 (8 rows): the codebook panels' plan
+//! AVX2 row panels of NVFP4 (8 rows), GGUF's blocks and a checkpoint's codes
+//! with their E4M3 scales apart alike: the codebook panels' plan
 //! (`super::codebook`) with a float scale per 16 values. The 4-row kernels
 //! of NVFP4 (`x86::nvfp4`) fold every 128 values of every token with three
 //! `vphaddw`, which made its prefill about half as fast as the Q4_K panel's.
@@ -11,7 +12,10 @@
 //! = 12192 < 2¹⁵), then one `vpmaddwd` by ones: each lane holds its row's
 //! `i_g` of the reference (`q8::reference::dot_nvfp4_gguf_ref`), and the
 //! tail is its term `(s_g · d_x) · f(i_g)` into `p[g mod 8]`, lane by lane:
-//! the reference's bits.
+//! the reference's bits. A checkpoint's rows (`reference::dot_nvfp4_ref`:
+//! codes two a byte in value order, signed E4M3 scales, a global scale)
+//! pack into the same panel, 64 values a block; their tree is multiplied by
+//! `global / 2` by the caller, as the reference does.
 
 #![allow(clippy::needless_range_loop)]
 
@@ -19,7 +23,8 @@ use std::arch::x86_64::*;
 
 use super::ymm::{bcast, finish, transpose8};
 use super::{Toks8, TOKENS};
-use crate::q8::x86::nvfp4_decode32;
+use crate::q8::x86::{nvfp4_decode32, nvfp4_decode32_checkpoint};
+use crate::quant::fp8::E4M3;
 use crate::quant::nvfp4::ue4m3_to_f32;
 
 /// Rows of a panel.
@@ -57,14 +62,73 @@ pub(super) unsafe fn pack(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
     }
 }
 
+/// Rewrite 8 rows of a checkpoint's NVFP4 as a panel at `dst`: `codes` the
+/// first row's codes (`rb` bytes apart), `scales` its E4M3 scales (`sb`
+/// bytes apart), `nb` blocks of 64 values. Its scale bytes must not be NaN
+/// (the caller checks).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn pack_checkpoint(
+    codes: *const u8,
+    rb: usize,
+    scales: *const u8,
+    sb: usize,
+    nb: usize,
+    dst: *mut u8,
+) {
+    for b in 0..nb {
+        let pb = dst.add(b * BYTES);
+        for u in 0..2 {
+            let v: [__m256i; ROWS] = std::array::from_fn(|r| {
+                nvfp4_decode32_checkpoint(codes.add(r * rb + 32 * b + 16 * u)).0
+            });
+            let t = transpose8(v);
+            for k in 0..8 {
+                let at = pb.add(64 * (8 * u + k));
+                _mm256_storeu_si256(at as *mut __m256i, t[k]);
+                _mm256_storeu_si256(at.add(32) as *mut __m256i, _mm256_abs_epi8(t[k]));
+            }
+        }
+        for g in 0..4 {
+            let s: [f32; ROWS] =
+                std::array::from_fn(|r| E4M3[*scales.add(r * sb + 4 * b + g) as usize]);
+            _mm256_storeu_ps(
+                pb.add(SCALES + 32 * g) as *mut f32,
+                _mm256_loadu_ps(s.as_ptr()),
+            );
+        }
+    }
+}
+
 /// The panel at `panel` (`nb` blocks) × `T` tokens: lanes 0..8 of result
-/// `t` are the 8 rows' outputs for token `t`.
+/// `t` are the 8 rows' outputs for token `t` (GGUF's: its tree halved).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn panel<const T: usize>(
     panel: *const u8,
     nb: usize,
     x: &Toks8,
 ) -> [[f32; 16]; TOKENS] {
+    // The scales' halving (the levels are doubled), after the tree.
+    let mut out = tree::<T>(panel, nb, x);
+    for row in out.iter_mut().take(T) {
+        row[..ROWS].iter_mut().for_each(|v| *v *= 0.5);
+    }
+    out
+}
+
+/// The checkpoint's panel: the tree alone (the caller multiplies it by
+/// `global / 2`).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn panel_checkpoint<const T: usize>(
+    panel: *const u8,
+    nb: usize,
+    x: &Toks8,
+) -> [[f32; 16]; TOKENS] {
+    tree::<T>(panel, nb, x)
+}
+
+/// The canonical tree of every row and token, before the final scale.
+#[inline(always)]
+unsafe fn tree<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
     let (z, ones) = (_mm256_setzero_si256(), _mm256_set1_epi16(1));
     let mut p = [[_mm256_setzero_ps(); 8]; T];
     for b in 0..nb {
@@ -90,10 +154,5 @@ pub(super) unsafe fn panel<const T: usize>(
             }
         }
     }
-    // The scales' halving (the levels are doubled), after the tree.
-    let mut out = finish(&p);
-    for row in out.iter_mut().take(T) {
-        row[..ROWS].iter_mut().for_each(|v| *v *= 0.5);
-    }
-    out
+    finish(&p)
 }
