@@ -2,7 +2,8 @@
 //! malformed JSON schemas, regexes, choices and grammars, in every field a
 //! client may carry them in (OpenAI's `response_format` and tools, vLLM's
 //! `structured_outputs` and `guided_*`, llama-server's `json_schema` and
-//! `grammar`, Anthropic's `input_schema`). Each request must get a 200 or a
+//! `grammar`, Anthropic's `input_schema`, the Responses API's `text.format`
+//! and function tools), and malformed bodies of every generating endpoint. Each request must get a 200 or a
 //! 400 with a message — never a 5xx, a dropped connection or a sequence
 //! that hangs — and the server must serve normally afterwards.
 
@@ -265,6 +266,19 @@ fn chat_body(carrier: usize, spec: &Value, thinking: bool) -> (&'static str, Val
             });
             return ("/v1/messages", body);
         }
+        8 | 9 => {
+            let mut body = json!({
+                "input": "Answer in the format asked.", "max_output_tokens": 6,
+                "temperature": 0, "reasoning": {"effort": "none"},
+            });
+            if carrier == 8 {
+                body["text"] = json!({"format": {"type": "json_schema", "name": "x", "schema": spec, "strict": true}});
+            } else {
+                body["tools"] = json!([{"type": "function", "name": "f", "parameters": spec}]);
+                body["tool_choice"] = json!("required");
+            }
+            return ("/v1/responses", body);
+        }
         // A schema passed as a JSON string.
         _ => {
             b["response_format"] =
@@ -288,6 +302,60 @@ fn text_body(field: usize, text: &str) -> Value {
         _ => b["structured_outputs"] = json!({"regex": text}),
     }
     b
+}
+
+/// Malformed bodies of the Responses and Messages APIs and of completions:
+/// wrong shapes where items, content blocks, tools and formats go.
+fn malformed_other_bodies() -> Vec<(&'static str, Value)> {
+    let responses = |extra: Value| {
+        let mut b = json!({"input": "x", "max_output_tokens": 4});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        ("/v1/responses", b)
+    };
+    let messages = |extra: Value| {
+        let mut b = json!({"model": MODEL_ID, "max_tokens": 4,
+                           "messages": [{"role": "user", "content": "x"}]});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        ("/v1/messages", b)
+    };
+    vec![
+        responses(json!({"input": 5})),
+        responses(json!({"input": [5, null]})),
+        responses(json!({"input": [{"type": "no_such_item"}]})),
+        responses(json!({"input": [{"role": "wizard", "content": "x"}]})),
+        responses(json!({"input": [{"type": "function_call_output", "output": {"a": 1}}]})),
+        responses(json!({"input": [{"role": "user", "content": [{"type": "input_text"}]}]})),
+        responses(json!({"text": {"format": {"type": "json_schema"}}})),
+        responses(json!({"text": {"format": {"type": "xml"}}})),
+        responses(json!({"text": {"format": "json"}})),
+        responses(json!({"tools": "f"})),
+        responses(json!({"tools": [{"type": "function"}]})),
+        responses(
+            json!({"tools": [{"type": "function", "name": "f", "parameters": 7}], "tool_choice": "required"}),
+        ),
+        responses(json!({"tool_choice": {"type": "function", "name": "missing"}})),
+        responses(json!({"max_output_tokens": -3})),
+        responses(json!({"instructions": ["a"]})),
+        messages(json!({"messages": "x"})),
+        messages(json!({"messages": [{"role": "user", "content": [{"type": "no_such_block"}]}]})),
+        messages(json!({"messages": [{"role": "user", "content": [{"type": "tool_result"}]}]})),
+        messages(json!({"system": 5})),
+        messages(json!({"max_tokens": -1})),
+        messages(json!({"tools": [{"name": 5}]})),
+        messages(
+            json!({"tools": [{"name": "f", "input_schema": "x"}], "tool_choice": {"type": "tool"}}),
+        ),
+        messages(json!({"stop_sequences": 3})),
+        ("/v1/completions", json!({"prompt": {"a": 1}})),
+        ("/v1/completions", json!({"prompt": [[1, -2]]})),
+        ("/v1/completions", json!({"prompt": "x", "n": 99})),
+        ("/v1/completions/render", json!({"prompt": [1.5]})),
+        ("/v1/chat/completions/render", json!({"messages": 4})),
+    ]
 }
 
 /// Malformed carriers: the right field holding the wrong shape.
@@ -344,7 +412,9 @@ fn malformed_bodies() -> Vec<Value> {
 fn assert_answer(case: &str, status: u16, body: &Value) {
     match status {
         200 => assert!(
-            body.get("choices").is_some() || body.get("content").is_some(),
+            body.get("choices").is_some()
+                || body.get("content").is_some()
+                || body.get("output").is_some(),
             "{case}: a 200 without a reply: {body}"
         ),
         400 => {
@@ -361,7 +431,7 @@ async fn hostile_constraints_get_a_400_or_an_answer_never_a_crash_or_a_hang() {
     let s = start(Opts::default()).await;
     let mut cases: Vec<(String, &'static str, Value)> = Vec::new();
     for (i, schema) in hostile_schemas().iter().enumerate() {
-        for carrier in 0..8 {
+        for carrier in 0..10 {
             let (path, body) = chat_body(carrier, schema, i % 3 == 0);
             cases.push((format!("schema {i} in carrier {carrier}"), path, body));
         }
@@ -386,6 +456,9 @@ async fn hostile_constraints_get_a_400_or_an_answer_never_a_crash_or_a_hang() {
     for (i, body) in malformed_bodies().into_iter().enumerate() {
         cases.push((format!("malformed {i}"), "/v1/chat/completions", body));
     }
+    for (i, (path, body)) in malformed_other_bodies().into_iter().enumerate() {
+        cases.push((format!("malformed {path} {i}"), path, body));
+    }
     // Seeded random mutations of valid schemas.
     let mut rng = Rng::new(0x5eed);
     let valid = valid_schemas();
@@ -394,7 +467,7 @@ async fn hostile_constraints_get_a_400_or_an_answer_never_a_crash_or_a_hang() {
         for _ in 0..1 + rng.below(3) {
             schema = mutate(&mut rng, &schema);
         }
-        let (path, body) = chat_body(rng.below(8), &schema, rng.below(4) == 0);
+        let (path, body) = chat_body(rng.below(10), &schema, rng.below(4) == 0);
         cases.push((format!("mutation {i}: {schema}"), path, body));
     }
     let total = cases.len();
