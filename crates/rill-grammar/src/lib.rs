@@ -37,9 +37,24 @@ pub enum GrammarSpec {
     Lark(String),
     /// A grammar in llama.cpp's GBNF (translated to Lark: [`gbnf`]).
     Gbnf(String),
+    /// Free text up to `</think>`, then this grammar
+    /// ([`GrammarSpec::after_thinking_text`]).
+    AfterThinking(Box<GrammarSpec>),
 }
 
 impl GrammarSpec {
+    /// This grammar after the thinking block the text starts in, for a
+    /// vocabulary without a `</think>` token (with one, the engine starts
+    /// the grammar after that token instead): free text up to `</think>`,
+    /// the template's blank line, then the grammar — so the constraint never
+    /// binds the thinking.
+    pub fn after_thinking_text(self) -> GrammarSpec {
+        match self {
+            GrammarSpec::AfterThinking(_) => self,
+            other => GrammarSpec::AfterThinking(Box::new(other)),
+        }
+    }
+
     /// A grammar given as text: GBNF when it defines rules with `::=`
     /// (llama-server's `grammar`), else llguidance's Lark (also what
     /// llama.cpp passes on after `%llguidance`).
@@ -175,6 +190,13 @@ impl Grammars {
             }
             GrammarSpec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
             GrammarSpec::Gbnf(g) => TopLevelGrammar::from_lark(gbnf::to_lark(g)?),
+            GrammarSpec::AfterThinking(inner) => {
+                // The grammar on its own first: refused as it would be alone
+                // (a schema no text satisfies, say), not left to run on in
+                // the free thinking text.
+                self.compile(inner)?;
+                TopLevelGrammar::from_lark(lark_after_thinking(inner)?)
+            }
         };
         let parser = self
             .factory
@@ -197,6 +219,29 @@ impl Grammars {
         }
         Ok(Constraint::new(matcher, self.helper.clone(), first))
     }
+}
+
+/// One Lark grammar: free text up to `</think>`, the template's blank line,
+/// then `inner` nested in it (`%json`, `%lark`, an inline regex or the
+/// choices).
+fn lark_after_thinking(inner: &GrammarSpec) -> Result<String, GrammarError> {
+    let body = match inner {
+        GrammarSpec::JsonObject => {
+            format!("%json {}", compact(serde_json::json!({"type": "object"})))
+        }
+        GrammarSpec::JsonSchema(s) => format!("%json {}", compact(s.clone())),
+        GrammarSpec::Regex(r) => format!("/{}/", r.replace('/', "\\/")),
+        GrammarSpec::Choice(options) => (options.iter())
+            .map(|o| serde_json::Value::String(o.clone()).to_string())
+            .collect::<Vec<_>>()
+            .join(" | "),
+        GrammarSpec::Lark(g) => format!("%lark {{\n{g}\n}}"),
+        GrammarSpec::Gbnf(g) => format!("%lark {{\n{}\n}}", gbnf::to_lark(g)?),
+        GrammarSpec::AfterThinking(inner) => return lark_after_thinking(inner),
+    };
+    Ok(format!(
+        "start: think lead? body\nthink[suffix=\"</think>\"]: /(?s:.*)/\nlead: \"\\n\" | \"\\n\\n\"\nbody: {body}\n"
+    ))
 }
 
 /// llguidance's error, without the parser-state dump it appends: its
@@ -267,6 +312,7 @@ fn check_nesting(spec: &GrammarSpec) -> Result<(), GrammarError> {
         GrammarSpec::JsonSchema(v) => json_depth(v) / 2,
         GrammarSpec::Regex(s) | GrammarSpec::Lark(s) | GrammarSpec::Gbnf(s) => bracket_depth(s),
         GrammarSpec::JsonObject | GrammarSpec::Choice(_) => 0,
+        GrammarSpec::AfterThinking(inner) => return check_nesting(inner),
     };
     if depth > MAX_NESTING {
         return Err(GrammarError(format!(

@@ -188,6 +188,67 @@ tail ::= "" | "!" .
     assert!(e.0.contains("GBNF") && e.0.contains("missing"), "{}", e.0);
 }
 
+/// A vocabulary without a `</think>` token: every kind of grammar, wrapped
+/// to come after the thinking block, lets the thinking run free up to its
+/// `</think>` and binds what follows.
+#[test]
+fn a_grammar_after_thinking_text_binds_only_the_answer() {
+    let tok = tokenizer();
+    assert!(
+        tok.token_to_id("</think>").is_none(),
+        "the fixture vocabulary has no such token"
+    );
+    let g = Grammars::new(tok.clone(), MaskTiming::OnDemand).unwrap();
+    let schema = serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}},
+                                    "required": ["a"], "additionalProperties": false});
+    let cases = [
+        (GrammarSpec::JsonSchema(schema), "{\"a\": 12}", "{\"b\": 1}"),
+        (GrammarSpec::JsonObject, "{}", "[]"),
+        (GrammarSpec::Regex("[0-9]{2}/x".into()), "42/x", "4/x"),
+        (
+            GrammarSpec::Choice(vec!["yes".into(), "no".into()]),
+            "no",
+            "maybe",
+        ),
+        (
+            GrammarSpec::Lark("start: \"(\" /[a-z]+/ \")\"".into()),
+            "(ok)",
+            "(OK)",
+        ),
+        (
+            GrammarSpec::Gbnf("root ::= [0-9]+ \"!\"".into()),
+            "7!",
+            "x!",
+        ),
+    ];
+    // Feeds `text`, token by token: whether the grammar took all of it and
+    // may end there.
+    let feed = |spec: &GrammarSpec, text: &str| -> bool {
+        let mut c = g.compile(&spec.clone().after_thinking_text()).unwrap();
+        for id in tok.encode(text, false) {
+            if !c.allows(id).unwrap() || c.commit(id).is_err() {
+                return false;
+            }
+        }
+        c.is_accepting()
+    };
+    for (spec, good, bad) in cases {
+        let thought = "Hmm {not json} [0-9]? maybe yes.";
+        assert!(
+            feed(&spec, &format!("{thought}</think>\n\n{good}")),
+            "{spec:?}"
+        );
+        assert!(
+            !feed(&spec, &format!("{thought}</think>\n\n{bad}")),
+            "{spec:?}"
+        );
+        assert!(
+            !feed(&spec, thought),
+            "{spec:?}: it may not end while thinking"
+        );
+    }
+}
+
 #[test]
 fn bad_grammars_are_refused_with_a_message() {
     let tok = tokenizer();

@@ -23,7 +23,9 @@ use rill_chat::reply::ToolCall;
 use rill_chat::reply::{argument_piece, close_arguments, Gathered, Part, ThinkSplitter};
 use rill_chat::ChatTemplate;
 use rill_chat::{ChatPrompt, ChatRequest, Content, Message};
-use rill_engine::{ConstraintRequest, Done, Event, Request, ThinkingBudget, TokenInfo};
+use rill_engine::{
+    ConstraintRequest, Done, Event, GrammarSpec, Request, ThinkingBudget, TokenInfo,
+};
 use serde_json::Value as Json;
 use std::sync::Arc;
 
@@ -226,16 +228,15 @@ pub(crate) async fn prepare(
     let end_think = in_think
         .then(|| state.tok.token_to_id("</think>"))
         .flatten();
+    let free_thinking = in_think && end_think.is_none();
     if let Some((syntax, chosen, one)) = forced {
         // A vocabulary without a `</think>` token: the call's grammar itself
         // lets the thinking run to its end.
         let refs: Vec<&Json> = chosen.iter().collect();
-        grammar = Some(call_grammar(
-            syntax,
-            &refs,
-            one,
-            in_think && end_think.is_none(),
-        )?);
+        grammar = Some(call_grammar(syntax, &refs, one, free_thinking)?);
+    } else if free_thinking {
+        // The same for any other constraint: free text up to `</think>`.
+        grammar = grammar.map(GrammarSpec::after_thinking_text);
     }
     request.constraint = grammar.map(|grammar| ConstraintRequest {
         grammar,
