@@ -2,11 +2,11 @@
 //! parameters and seed give the same tokens from both, bit for bit.
 
 use serde_json::{json, Value};
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+
+mod serving;
+use serving::{http, serve};
 
 fn fixture(name: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -14,84 +14,6 @@ fn fixture(name: &str) -> String {
         .join(name)
         .to_string_lossy()
         .into_owned()
-}
-
-/// A running `rill serve`, killed when dropped.
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
-/// One HTTP/1.1 exchange on loopback: (status, body).
-fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(120))).ok()?;
-    let payload = body.map(|b| b.to_string()).unwrap_or_default();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{payload}",
-        payload.len()
-    );
-    s.write_all(req.as_bytes()).ok()?;
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).ok()?;
-    let (head, rest) = raw.split_once("\r\n\r\n")?;
-    let status = head.split_whitespace().nth(1)?.parse().ok()?;
-    // Bodies of this size come whole or chunked; undo chunking.
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        let mut out = String::new();
-        let mut r = rest;
-        while let Some((len, tail)) = r.split_once("\r\n") {
-            let n = usize::from_str_radix(len.trim(), 16).ok()?;
-            if n == 0 {
-                break;
-            }
-            out.push_str(tail.get(..n)?);
-            r = tail.get(n + 2..)?;
-        }
-        out
-    } else {
-        rest.to_string()
-    };
-    Some((status, body))
-}
-
-fn serve(model: &str) -> Server {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_rill"))
-        .args(["serve", "-m", model, "--port", &port.to_string(), "-t", "2"])
-        .args(["--parallel", "2", "-c", "2048"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start rill serve");
-    let server = Server { child, port };
-    let t0 = Instant::now();
-    while http(port, "GET", "/health", None).is_none_or(|(s, _)| s != 200) {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    server
 }
 
 fn ids(v: &Value) -> Vec<u64> {
@@ -150,7 +72,7 @@ fn run_and_serve_give_the_same_tokens() {
         "qwen4exp.f32.gguf",
     ] {
         let path = fixture(model);
-        let server = serve(&path);
+        let server = serve(&path, &[]);
         for (flags, fields) in cases() {
             let mut args = vec!["run", "-m", &path, "-p", &prompt, "-n", "24"];
             args.extend(["--ignore-eos", "--json", "-t", "2"]);
