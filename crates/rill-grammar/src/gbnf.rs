@@ -8,8 +8,8 @@
 //! and `{m}` `{m,}` `{m,n}`, comments from `#` to the end of the line.
 //!
 //! The translation keeps the language: rule `name` becomes `g_<name>`
-//! (letters kept, `-` → `__`, an upper-case letter → `_` and its lower
-//! case, so that every name stays a Lark rule and no two collide),
+//! (letters kept, `-` → `__`, `_` → `_0`, an upper-case letter → `_` and
+//! its lower case, so that every name stays a Lark rule and no two collide),
 //! `start: g_root`; literals become JSON-escaped strings; classes and `.`
 //! become one-character regexes whose characters are written as
 //! `\x{…}` escapes. A rule may span lines (it ends where the next
@@ -24,9 +24,7 @@ use std::fmt::Write;
 pub fn looks_like_gbnf(text: &str) -> bool {
     text.lines().any(|l| {
         let l = l.trim_start();
-        let name_end = l
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
-            .unwrap_or(l.len());
+        let name_end = l.find(|c: char| !is_name_char(c)).unwrap_or(l.len());
         name_end > 0 && l[name_end..].trim_start().starts_with("::=")
     })
 }
@@ -61,6 +59,12 @@ pub fn to_lark(src: &str) -> Result<String, GrammarError> {
         out.push('\n');
     }
     Ok(out)
+}
+
+/// A character of a rule name: llama.cpp's letters, digits and `-`, and
+/// `_` as well (some grammars in the wild use it).
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '-' || c == '_'
 }
 
 fn err(msg: String) -> GrammarError {
@@ -246,12 +250,9 @@ fn lex(src: &str) -> Result<Vec<Tok>, GrammarError> {
                 }
                 out.push(Tok::Repeat(lo, hi));
             }
-            _ if c.is_ascii_alphanumeric() || c == '-' => {
+            _ if is_name_char(c) => {
                 let start = i;
-                while chars
-                    .get(i)
-                    .is_some_and(|c| c.is_ascii_alphanumeric() || *c == '-')
-                {
+                while chars.get(i).is_some_and(|&c| is_name_char(c)) {
                     i += 1;
                 }
                 out.push(Tok::Name(chars[start..i].iter().collect()));
@@ -357,12 +358,14 @@ impl Parser<'_> {
 }
 
 /// `g_` and the GBNF name, spelled so that it is a Lark rule name and two
-/// names never meet: `-` → `__`, an upper-case letter → `_` + lower case.
+/// names never meet: `-` → `__`, `_` → `_0`, an upper-case letter → `_` +
+/// lower case.
 fn rule_name(gbnf: &str) -> String {
     let mut s = String::from("g_");
     for c in gbnf.chars() {
         match c {
             '-' => s.push_str("__"),
+            '_' => s.push_str("_0"),
             c if c.is_ascii_uppercase() => {
                 s.push('_');
                 s.push(c.to_ascii_lowercase());
@@ -455,20 +458,22 @@ mod tests {
     fn rules_literals_classes_and_repetitions_translate() {
         let g = r#"
 # a comment
-root ::= greeting ws? Name-list   # trailing comment
+root ::= greeting ws? Name-list a_b   # trailing comment
 greeting ::= "hi\t\"x\"" | "\u00e9\x41"
 ws ::= [ \t\n]*
 Name-list ::=
     [a-zA-Z_] [^"\\\x7F\x00-\x1F]{0,3}
   ( "," . ){2,} ("!"{3})?
+a_b ::= "x"
 "#;
         let lark = to_lark(g).unwrap();
         let want = [
             "start: g_root",
-            "g_root: g_greeting g_ws? g__name__list",
+            "g_root: g_greeting g_ws? g__name__list g_a_0b",
             r#"g_greeting: "hi\t\"x\"" | "éA""#,
             r"g_ws: /[\x{20}\x{9}\x{A}]/*",
             r#"g__name__list: /[a-zA-Z\x{5F}]/ /[^\x{22}\x{5C}\x{7F}\x{0}-\x{1F}]/{0,3} ("," /(?s:.)/){2,} ("!"{3})?"#,
+            r#"g_a_0b: "x""#,
         ];
         assert_eq!(lark.lines().collect::<Vec<_>>(), want, "{lark}");
         assert!(looks_like_gbnf(g));
