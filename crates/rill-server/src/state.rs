@@ -40,6 +40,9 @@ pub struct ServerConfig {
     /// (`--reasoning-budget`; `None`: no limit). A request's
     /// `thinking_budget_tokens` wins.
     pub reasoning_budget: Option<usize>,
+    /// Most tokens a request that names no `max_tokens` generates
+    /// (`--n-predict`, llama-server's `-n`; `None`: up to the context).
+    pub n_predict: Option<usize>,
     /// Written before `</think>` when the server closes a block
     /// (`--reasoning-budget-message`).
     pub reasoning_budget_message: Option<String>,
@@ -59,6 +62,7 @@ impl ServerConfig {
             sampling: Default::default(),
             chat_template_kwargs: Default::default(),
             reasoning_budget: None,
+            n_predict: None,
             reasoning_budget_message: None,
         }
     }

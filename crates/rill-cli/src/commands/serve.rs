@@ -131,6 +131,12 @@ pub struct Args {
     /// block, e.g. "Time is up, I answer now."
     #[arg(long, env = "RILL_REASONING_BUDGET_MESSAGE")]
     reasoning_budget_message: Option<String>,
+    /// Most tokens a request that names no `max_tokens` generates: -1 up
+    /// to the context (llama-server's `-n`). With a memory budget, such a
+    /// request reserves its prompt and these tokens, not the whole context.
+    #[arg(short = 'n', long, default_value_t = -1, allow_negative_numbers = true,
+          value_parser = clap::value_parser!(i64).range(-1..), env = "RILL_N_PREDICT")]
+    n_predict: i64,
     #[command(flatten)]
     spec: crate::spec_args::SpecArgs,
 }
@@ -241,6 +247,7 @@ pub fn run(a: Args) -> Result<()> {
         sampling,
         chat_template_kwargs,
         reasoning_budget: usize::try_from(a.reasoning_budget).ok(),
+        n_predict: usize::try_from(a.n_predict).ok(),
         reasoning_budget_message: a.reasoning_budget_message.clone(),
         ..ServerConfig::new(id.clone())
     };
@@ -280,6 +287,9 @@ pub fn run(a: Args) -> Result<()> {
             }
         );
         tracing::info!("default sampling: {}", sampling_line);
+        if a.n_predict >= 0 {
+            tracing::info!("default max_tokens: {} (--n-predict)", a.n_predict);
+        }
         if a.reasoning_budget >= 0 {
             tracing::info!("reasoning budget: {} tokens", a.reasoning_budget);
         }

@@ -78,6 +78,15 @@ impl SamplingFields {
         self.prefs = self.prefs.or(defaults);
         self
     }
+
+    /// `max_tokens` from `n_predict` (the server's `--n-predict`) where the
+    /// request names none.
+    pub fn or_n_predict(mut self, n_predict: Option<usize>) -> SamplingFields {
+        if self.max_tokens.is_none() {
+            self.max_tokens = n_predict.map(|n| n.min(i64::MAX as usize) as i64);
+        }
+        self
+    }
 }
 
 /// `POST /v1/chat/completions`.

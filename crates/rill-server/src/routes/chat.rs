@@ -161,7 +161,10 @@ pub(crate) async fn prepare(
         req.top_logprobs,
         "top_logprobs",
     )?;
-    let sampling = req.sampling().or_defaults(&state.config.sampling);
+    let sampling = req
+        .sampling()
+        .or_defaults(&state.config.sampling)
+        .or_n_predict(state.config.n_predict);
     let mut request = build_request(&sampling, logprobs, state.ctx_size())?;
     crate::openai::params::check_token_ids(&request, state.tok.vocab_size())?;
 

@@ -41,7 +41,11 @@ pub async fn completions(
         None => None,
         Some(k) => logprobs_count(true, Some(k), "logprobs")?,
     };
-    let sampling = req.sampling.clone().or_defaults(&state.config.sampling);
+    let sampling = req
+        .sampling
+        .clone()
+        .or_defaults(&state.config.sampling)
+        .or_n_predict(state.config.n_predict);
     let mut request = build_request(&sampling, logprobs, state.ctx_size())?;
     crate::openai::params::check_token_ids(&request, state.tok.vocab_size())?;
     request.prompt = prompt_tokens(&state, req.prompt.clone()).await?;

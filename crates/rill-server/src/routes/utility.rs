@@ -202,7 +202,7 @@ pub async fn render_completion(
 fn default_params(state: &AppState) -> Value {
     let d = &state.config.sampling;
     json!({
-        "n_predict": -1,
+        "n_predict": state.config.n_predict.map_or(-1, |n| n as i64),
         "temperature": d.temperature.unwrap_or(1.0),
         "top_k": d.top_k.unwrap_or(0),
         "top_p": d.top_p.unwrap_or(1.0),

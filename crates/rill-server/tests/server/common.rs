@@ -49,6 +49,8 @@ pub struct Opts {
     pub mem_budget: Option<usize>,
     /// `--reasoning-budget` (`None`: no limit).
     pub reasoning_budget: Option<usize>,
+    /// `--n-predict`.
+    pub n_predict: Option<usize>,
     /// Another model than the fixture (the trained demo model, say).
     pub model: Option<PathBuf>,
 }
@@ -67,6 +69,7 @@ impl Default for Opts {
             chat_template_kwargs: Default::default(),
             mem_budget: None,
             reasoning_budget: None,
+            n_predict: None,
             model: None,
         }
     }
@@ -132,6 +135,7 @@ pub async fn start(o: Opts) -> TestServer {
         sampling: o.sampling,
         chat_template_kwargs: o.chat_template_kwargs,
         reasoning_budget: o.reasoning_budget,
+        n_predict: o.n_predict,
         ..ServerConfig::new(MODEL_ID)
     };
     let state = AppState::new(engine, tok, Some(template), config);

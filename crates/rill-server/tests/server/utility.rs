@@ -286,3 +286,36 @@ async fn render_endpoints_give_the_prompt_tokens() {
     }
     s.stop().await;
 }
+
+/// `--n-predict`: requests that name no `max_tokens` generate that many
+/// tokens at most (chat and completions); a request's own wins; `/props`
+/// reports it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn n_predict_is_the_default_max_tokens() {
+    let s = start(Opts {
+        n_predict: Some(5),
+        ..Opts::default()
+    })
+    .await;
+    let (_, c) = s
+        .post(
+            "/v1/completions",
+            &json!({"prompt": "Once upon", "ignore_eos": true}),
+        )
+        .await;
+    assert_eq!(c["usage"]["completion_tokens"], 5, "{c}");
+    assert_eq!(c["choices"][0]["finish_reason"], "length");
+    let chat = json!({"messages": [{"role": "user", "content": "hi"}], "ignore_eos": true});
+    let (_, c) = s.post("/v1/chat/completions", &chat).await;
+    assert_eq!(c["usage"]["completion_tokens"], 5, "{c}");
+    let mut own = chat.clone();
+    own["max_completion_tokens"] = json!(9);
+    let (_, c) = s.post("/v1/chat/completions", &own).await;
+    assert_eq!(c["usage"]["completion_tokens"], 9, "{c}");
+    let (_, p) = get(&s, "/props").await;
+    assert_eq!(
+        p["default_generation_settings"]["params"]["n_predict"], 5,
+        "{p}"
+    );
+    s.stop().await;
+}
