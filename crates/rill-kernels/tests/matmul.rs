@@ -515,7 +515,7 @@ mod scaled {
             let q8 = ActFormat::for_mat(&w);
             assert_eq!(
                 q8.is_some(),
-                cfg!(target_arch = "x86_64") && cols % 32 == 0,
+                cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) && cols % 32 == 0,
                 "{}",
                 case.what
             );

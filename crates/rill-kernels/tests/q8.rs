@@ -14,10 +14,10 @@ use common::{dot_f64, matrix, Rng};
 
 /// Encodings with integer kernels, with a column count each: fewer blocks
 /// than a group of 8 partials, exactly 8, and more (the partials wrap;
-/// Q8_0 also ends on a partial group of blocks). IQ4_XS, Q4_0, Q4_1, Q5_0,
-/// Q5_1, IQ4_NL, MXFP4, NVFP4 and the IQ1 / IQ2 / IQ3 codebook encodings
-/// have them on x86 only; elsewhere they are skipped. (NVFP4 of 64 columns:
-/// not whole blocks of 128, the reference's path.)
+/// Q8_0 also ends on a partial group of blocks). The IQ1 / IQ2 / IQ3
+/// codebook encodings have them on x86 only; elsewhere they are skipped.
+/// (NVFP4 of 64 columns: on x86 not whole blocks of 128, the reference's
+/// path.)
 const CASES: [(DType, usize); 32] = [
     (DType::Q8_0, 224),
     (DType::Q8_0, 2048),

@@ -40,7 +40,7 @@
 //! | MXFP4 | `i = Σ 2E(w)·q` (twice the E2M1 level: an integer in −12..=12) | `(d_w·d_x) · f(i)`, `d_w` half the E8M0 scale (llama.cpp's `GGML_E8M0_TO_FP32_HALF`) |
 //! | IQ4_XS | `i = Σ_j ls_j·Σ_{j} L(w)·q` (`L` the signed level of index `w`, `ls_j` in −32..=31) | `(d_w·d_x) · f(i)` |
 //! | IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (x86) | `i = Σ_j s_j·Σ_{j} L(w)·q` over sub-blocks of 16 (`L` the signed codebook level — IQ1: `8g ± 1` —, `s_j` the odd scale `2s + 1`) | `((d_w·u)·d_x) · f(i)`, `u` a power of two: 1/8 (IQ1, IQ2), 1/4 (IQ3_XXS), 1 (IQ3_S) |
-//! | NVFP4 (x86; 16-value blocks, E4M3 scale `s` each) | `i = Σ 2E(w)·q` (twice the E2M1 level: an integer in −12..=12) | `(s·d_x) · f(i)`, and the tree's sum times `global / 2` |
+//! | NVFP4 (16-value blocks, E4M3 scale `s` each) | `i = Σ 2E(w)·q` (twice the E2M1 level: an integer in −12..=12) | `(s·d_x) · f(i)`, and the tree's sum times `global / 2` |
 //!
 //! where `w` are the unsigned stored quants, `f` the conversion to f32
 //! (round to nearest even), and `S16_j`/`S32_j` the sums of the quantized
@@ -77,7 +77,7 @@ pub enum Precision {
     #[default]
     Exact,
     /// 8-bit activations for the encodings that have integer kernels
-    /// (Q4_K, Q5_K, Q6_K, Q8_0, IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and MXFP4; on x86 also NVFP4 and the IQ1 / IQ2 / IQ3 codebooks; the others stay exact): llama.cpp's
+    /// (Q4_K, Q5_K, Q6_K, Q8_0, IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 and NVFP4; on x86 also the IQ1 / IQ2 / IQ3 codebooks; the others stay exact): llama.cpp's
     /// numerics, and faster.
     Q8,
 }
@@ -168,8 +168,8 @@ impl ActFormat {
                 Some(ActFormat::K256)
             }
             DType::Q8_0 => Some(ActFormat::B32),
-            // GGUF's NVFP4: the checkpoints' NVFP4 kernels (x86 only so far)
-            DType::NVFP4 if cfg!(target_arch = "x86_64") => Some(ActFormat::B32),
+            // GGUF's NVFP4: the checkpoints' NVFP4 kernels (x86 and aarch64)
+            DType::NVFP4 if KERNELS_FOR_LEVELS => Some(ActFormat::B32),
             // run as the Q8_0 blocks of their levels (x86 and aarch64)
             DType::Q4_0 | DType::IQ4NL | DType::MXFP4 | DType::Q5_0 | DType::Q4_1 | DType::Q5_1
                 if KERNELS_FOR_LEVELS =>
@@ -182,13 +182,13 @@ impl ActFormat {
 
     /// The format the integer kernels of matrix `w` take, if it has them:
     /// as [`for_weights`](Self::for_weights), and NVFP4 (E2M1 codes with
-    /// E4M3 scales per 16) in the B32 format, on x86.
+    /// E4M3 scales per 16) in the B32 format, on x86 and aarch64.
     pub fn for_mat(w: &MatRef<'_>) -> Option<ActFormat> {
         // Per-row output scales are applied after the product.
         if matches!(w.scales, crate::Scales::None | crate::Scales::Rows { .. }) {
             return ActFormat::for_weights(w.dtype);
         }
-        (cfg!(target_arch = "x86_64") && nvfp4_parts(w).is_some()).then_some(ActFormat::B32)
+        (KERNELS_FOR_LEVELS && nvfp4_parts(w).is_some()).then_some(ActFormat::B32)
     }
 
     /// Values per scale.
@@ -482,6 +482,24 @@ unsafe fn nvfp4_rows(
                 }
             }
         {
+            continue;
+        }
+        // aarch64: NEON with the dot-product instructions (a checkpoint's
+        // rows with a NaN scale take the reference).
+        #[cfg(target_arch = "aarch64")]
+        if isa == Isa::Neon && neon::usable() && (gguf || !sc.iter().any(|b| b & 0x7F == 0x7F)) {
+            for t in 0..acts.n() {
+                // SAFETY: the CPU has NEON and the dot-product instructions
+                // (checked); the row and the activations hold `cols` values.
+                let v = unsafe {
+                    match gguf {
+                        true => neon::nvfp4_dot::<true>(codes, sc, global, acts.row(t), w.cols),
+                        false => neon::nvfp4_dot::<false>(codes, sc, global, acts.row(t), w.cols),
+                    }
+                };
+                // SAFETY: `out` as this function's contract.
+                unsafe { *out.at(t * w.rows + r) = v };
+            }
             continue;
         }
         let _ = isa;

@@ -57,7 +57,9 @@ use crate::threads::SharedMut;
 use rill_dtype::DType;
 
 mod levels;
+mod nvfp4;
 use levels::iq4xs_body;
+pub(super) use nvfp4::dot as nvfp4_dot;
 
 /// Bytes ahead of the block being read that are prefetched, per row: the
 /// x86 kernels' distance (not yet measured on aarch64 hardware).
