@@ -39,27 +39,13 @@ const SCALES: usize = 16 * 64;
 /// Rewrite 8 rows (`rb` bytes apart, `nb` blocks each) as a panel at `dst`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn pack(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
-    for b in 0..nb {
-        let pb = dst.add(b * BYTES);
-        let blk = |r: usize| w.add(r * rb + BLOCK * b);
-        for u in 0..2 {
-            let v: [__m256i; ROWS] =
-                std::array::from_fn(|r| nvfp4_decode32(blk(r).add(4 + 16 * u)).0);
-            let t = transpose8(v);
-            for k in 0..8 {
-                let at = pb.add(64 * (8 * u + k));
-                _mm256_storeu_si256(at as *mut __m256i, t[k]);
-                _mm256_storeu_si256(at.add(32) as *mut __m256i, _mm256_abs_epi8(t[k]));
-            }
-        }
-        for g in 0..4 {
-            let s: [f32; ROWS] = std::array::from_fn(|r| ue4m3_to_f32(*blk(r).add(g)));
-            _mm256_storeu_ps(
-                pb.add(SCALES + 32 * g) as *mut f32,
-                _mm256_loadu_ps(s.as_ptr()),
-            );
-        }
-    }
+    let blk = |r: usize, b: usize| w.add(r * rb + BLOCK * b);
+    write_blocks(
+        nb,
+        dst,
+        |r, b, u| nvfp4_decode32(blk(r, b).add(4 + 16 * u)).0,
+        |r, b, g| ue4m3_to_f32(*blk(r, b).add(g)),
+    );
 }
 
 /// Rewrite 8 rows of a checkpoint's NVFP4 as a panel at `dst`: `codes` the
@@ -75,12 +61,29 @@ pub(super) unsafe fn pack_checkpoint(
     nb: usize,
     dst: *mut u8,
 ) {
+    write_blocks(
+        nb,
+        dst,
+        |r, b, u| nvfp4_decode32_checkpoint(codes.add(r * rb + 32 * b + 16 * u)).0,
+        |r, b, g| E4M3[*scales.add(r * sb + 4 * b + g) as usize],
+    );
+}
+
+/// The panel's blocks at `dst`: per block `b`, the 8 rows' signed levels
+/// of its halves `u` of 32 values (`levels(r, b, u)`, value order) as
+/// 4-value groups with their magnitudes, then the rows' 4 group scales
+/// (`scale(r, b, g)`) as f32 vectors.
+#[inline(always)]
+unsafe fn write_blocks(
+    nb: usize,
+    dst: *mut u8,
+    levels: impl Fn(usize, usize, usize) -> __m256i,
+    scale: impl Fn(usize, usize, usize) -> f32,
+) {
     for b in 0..nb {
         let pb = dst.add(b * BYTES);
         for u in 0..2 {
-            let v: [__m256i; ROWS] = std::array::from_fn(|r| {
-                nvfp4_decode32_checkpoint(codes.add(r * rb + 32 * b + 16 * u)).0
-            });
+            let v: [__m256i; ROWS] = std::array::from_fn(|r| levels(r, b, u));
             let t = transpose8(v);
             for k in 0..8 {
                 let at = pb.add(64 * (8 * u + k));
@@ -89,8 +92,7 @@ pub(super) unsafe fn pack_checkpoint(
             }
         }
         for g in 0..4 {
-            let s: [f32; ROWS] =
-                std::array::from_fn(|r| E4M3[*scales.add(r * sb + 4 * b + g) as usize]);
+            let s: [f32; ROWS] = std::array::from_fn(|r| scale(r, b, g));
             _mm256_storeu_ps(
                 pb.add(SCALES + 32 * g) as *mut f32,
                 _mm256_loadu_ps(s.as_ptr()),
