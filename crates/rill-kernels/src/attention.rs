@@ -29,7 +29,9 @@
 //! So a prompt gives the same bits in one step, in chunks, or alone or in a
 //! batch with other sequences, and decode (one row) takes the same path.
 
+mod index;
 mod sparse;
+pub use index::{block_scores, block_scores_scratch_len};
 pub use sparse::{attend_positions, positions_scratch_len};
 
 use crate::kv::{ExactRows, KvRows, KvSide};

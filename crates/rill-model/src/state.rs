@@ -8,7 +8,7 @@ use crate::config::{LayerKind, ModelConfig};
 use crate::error::ModelError;
 use crate::kv::{KvCache, KvConfig};
 use crate::layers::ple::PleState;
-use crate::layers::qsa::IndexKeys;
+use crate::layers::qsa::{index_key_encoding, IndexKeys};
 use crate::model::Model;
 
 #[derive(Clone, Debug)]
@@ -63,10 +63,11 @@ pub(crate) struct HyperState {
 }
 
 impl HyperState {
-    fn new(c: &ModelConfig) -> Option<Box<HyperState>> {
+    fn new(c: &ModelConfig, kv: &KvConfig) -> Option<Box<HyperState>> {
         let q = c.qwen4exp.as_ref()?;
+        let d = q.indexer.head_dim;
         let index = (q.indexer.ratios.iter())
-            .map(|&r| (r > 0).then(IndexKeys::default))
+            .map(|&r| (r > 0).then(|| IndexKeys::new(kv, d, r)))
             .collect();
         Some(Box::new(HyperState {
             index,
@@ -150,7 +151,8 @@ pub struct StateSize {
     /// per QSA layer) ...
     pub hyper_fixed: usize,
     /// ... and at most what its index keys add per position (one pooled key
-    /// per `ratio` positions and QSA layer, rounded up).
+    /// per `ratio` positions and QSA layer, in the K cache's type, rounded
+    /// up).
     pub hyper_per_pos: usize,
     pub kv: KvConfig,
 }
@@ -171,11 +173,12 @@ impl StateSize {
         let f32s = std::mem::size_of::<f32>();
         let (mut hyper_fixed, mut hyper_per_pos) = (0, 0);
         if let Some(q) = &c.qwen4exp {
-            let key = q.indexer.head_dim * f32s;
+            let d = q.indexer.head_dim;
+            let (dtype, _) = index_key_encoding(&kv, d);
+            let pooled = rill_kernels::kv::encoded_len(dtype, d);
             for &ratio in q.indexer.ratios.iter().filter(|&&r| r > 0) {
-                // the raw keys' buffer grows by doubling
-                hyper_fixed += ratio.next_power_of_two() * key;
-                hyper_per_pos += key.div_ceil(ratio);
+                hyper_fixed += ratio * d * f32s;
+                hyper_per_pos += pooled.div_ceil(ratio);
             }
             if let Some(p) = &q.ple {
                 hyper_fixed += (p.ngram - 1) * std::mem::size_of::<u32>()
@@ -191,11 +194,6 @@ impl StateSize {
             hyper_per_pos,
             kv,
         }
-    }
-
-    /// The same model with another KV type.
-    pub fn with_kv(self, kv: KvConfig) -> StateSize {
-        StateSize { kv, ..self }
     }
 
     /// Most bytes of a state holding up to `positions` positions, fed at
@@ -285,7 +283,7 @@ impl SequenceState {
             }),
             kv,
             ring: RewindRing::default(),
-            hyper: HyperState::new(c),
+            hyper: HyperState::new(c, &kv),
         }
     }
 

@@ -5,12 +5,11 @@
 //! caller's.)
 
 use crate::kv::{KvCache, KvConfig, KvType};
-use crate::layers::qsa::IndexKeys;
 use crate::model::Model;
 use crate::state::{LayerState, RewindRing, SequenceState};
 
 /// Version of the encoding; a state of another version is refused.
-pub const STATE_FORMAT_VERSION: u32 = 2;
+pub const STATE_FORMAT_VERSION: u32 = 3;
 
 pub(crate) fn put_u64(out: &mut Vec<u8>, x: u64) {
     out.extend_from_slice(&x.to_le_bytes());
@@ -192,14 +191,10 @@ impl SequenceState {
         match (&mut st.hyper, r.u8()?) {
             (None, 0) => {}
             (Some(h), 1) => {
-                let q = (model.config.qwen4exp.as_ref()).expect("a hyper state is qwen4exp's");
-                let ratios = &q.indexer.ratios;
-                for (l, keys) in h.index.iter_mut().enumerate() {
+                for keys in h.index.iter_mut() {
                     match (keys, r.u8()?) {
                         (None, 0) => {}
-                        (Some(k), 1) => {
-                            *k = IndexKeys::read_from(r, pos, ratios[l], q.indexer.head_dim)?
-                        }
+                        (Some(k), 1) => k.read_into(r, pos)?,
                         _ => return Err("index keys for another layer kind".into()),
                     }
                 }

@@ -6,15 +6,16 @@
 mod common;
 
 use common::*;
-use rill_model::{BatchItem, HfSource, Model, Outputs, Rows, SequenceState};
+use rill_model::{BatchItem, HfSource, KvConfig, KvType, Model, Outputs, Rows, SequenceState};
 use serde_json::Value;
 use std::sync::Arc;
 
-const FIXTURES: [&str; 4] = [
+const FIXTURES: [&str; 5] = [
     "qwen4exp",
     "qwen4exp_b12r2",
     "qwen4exp_b64",
     "qwen4exp_yarn",
+    "qwen4exp_i32",
 ];
 
 /// Each fixture with its name and its model.
@@ -267,14 +268,17 @@ fn state_size_bounds_what_a_state_holds() {
     for (name, f, model) in qwen4exp_models() {
         let ids = ids(&f["prompt"]["ids"]);
         let n = ids.len();
-        let size = rill_model::StateSize::of(&model, rill_model::KvConfig::f32());
-        let mut st = SequenceState::new(&model, n);
-        for chunk in ids.chunks(16) {
-            model.forward(&run, &mut st, chunk, Rows::None).unwrap();
+        for t in [KvType::F32, KvType::F16, KvType::Q8_0, KvType::Q4_0] {
+            let kv = KvConfig::uniform(t);
+            let size = rill_model::StateSize::of(&model, kv);
+            let mut st = SequenceState::with_kv(&model, n, kv).unwrap();
+            for chunk in ids.chunks(16) {
+                model.forward(&run, &mut st, chunk, Rows::None).unwrap();
+            }
+            let (held, worst) = (st.bytes(), size.bytes(n, 16, 0));
+            assert!(held <= worst, "{name} {t}: {held} > {worst}");
+            assert!(size.hyper_per_pos > 0, "{name}: index keys grow");
         }
-        let (held, worst) = (st.bytes(), size.bytes(n, 16, 0));
-        assert!(held <= worst, "{name}: {held} > {worst}");
-        assert!(size.hyper_per_pos > 0, "{name}: index keys grow");
     }
 }
 
@@ -340,5 +344,74 @@ fn quantized_files_are_as_close_to_transformers_as_llama_cpp() {
                 "{qt} {precision:?}: {mean_all:e} past the budget"
             );
         }
+    }
+}
+
+/// With a block-quantized K cache the pooled index keys are stored in its
+/// type too (as llama.cpp's indexer cache takes `-ctk`), rotated with the
+/// index queries when K is rotated: on a model whose index keys are one
+/// q8_0 / q4_0 block long, the logits stay within the KV type's error of
+/// transformers past the budget, decoding and chunks give the batch's
+/// logits, and a state written to bytes resumes exactly.
+#[test]
+fn index_keys_follow_the_k_cache_type() {
+    let run = runner(2);
+    let f = fixture("qwen4exp_i32");
+    let model = load(&f);
+    let ids = ids(&f["prompt"]["ids"]);
+    let n = ids.len();
+    let v = model.config.n_vocab;
+    let (_, want) = read_npy(f["prompt"]["logits"].as_str().unwrap());
+    let sparse_from = f["prompt"]["sparse_from_position"].as_u64().unwrap() as usize;
+    let logits = |st: &mut SequenceState, chunks: &[usize]| -> Vec<f32> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        for len in chunks.iter().cycle() {
+            if at == n {
+                break;
+            }
+            let end = (at + len).min(n);
+            out.extend(model.forward(&run, st, &ids[at..end], Rows::All).unwrap());
+            at = end;
+        }
+        out
+    };
+    for (t, rotate, max_tol, mean_tol) in [
+        (KvType::Q8_0, true, 0.02, 2e-3),
+        (KvType::Q4_0, true, 0.3, 1e-2),
+        (KvType::Q4_0, false, 0.3, 1e-2),
+    ] {
+        let kv = KvConfig {
+            rotate,
+            ..KvConfig::uniform(t)
+        };
+        let state = || SequenceState::with_kv(&model, n, kv).unwrap();
+        let batch = logits(&mut state(), &[n]);
+        let sparse = sparse_from * v..;
+        let (max, mean) = diff(&batch[sparse.clone()], &want[sparse.clone()]);
+        eprintln!("{t} (rotated: {rotate}) past the budget: max |Δ| {max:.2e}, mean {mean:.2e}");
+        assert!(
+            max <= max_tol && mean <= mean_tol,
+            "{t}: {max:e} / {mean:e}"
+        );
+        let agree = (batch[sparse.clone()].chunks_exact(v))
+            .zip(want[sparse].chunks_exact(v))
+            .filter(|(g, w)| argmax(g) == argmax(w))
+            .count();
+        assert!(agree * 10 >= (n - sparse_from) * 9, "{t}: argmax {agree}");
+        for chunks in [&[1][..], &[5, 1, 13, 7, 2]] {
+            let (d, _) = diff(&logits(&mut state(), chunks), &batch);
+            assert!(d <= 1e-4, "{t}: chunks {chunks:?} vs batch {d:e}");
+        }
+        let mut st = state();
+        model
+            .forward(&run, &mut st, &ids[..51], Rows::None)
+            .unwrap();
+        let mut back = SequenceState::decode(&model, &st.encode(), n).unwrap();
+        let a = model.forward(&run, &mut st, &ids[51..], Rows::All).unwrap();
+        let b = model
+            .forward(&run, &mut back, &ids[51..], Rows::All)
+            .unwrap();
+        assert_eq!(a, b, "{t}: the decoded state resumes otherwise");
     }
 }

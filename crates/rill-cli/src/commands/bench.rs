@@ -195,7 +195,7 @@ pub fn run(a: Args) -> Result<()> {
             ..EngineConfig::default()
         },
     );
-    let has_head = engine.config().spec.is_on();
+    let spec_on = engine.config().spec.is_on();
     let spec_line = engine.speculation();
     let mut rng = Rng::new(42);
     let mut random_tokens = |n: usize| -> Vec<u32> {
@@ -293,7 +293,7 @@ pub fn run(a: Args) -> Result<()> {
             "decode_weight_bandwidth_bytes_s": decode_bw,
             "read_bandwidth_bytes_s": bw,
             "spec": {
-                "draft_max": if has_head { spec.draft_max } else { 0 },
+                "draft_max": if spec_on { spec.draft_max } else { 0 },
                 "setting": spec_line,
                 "drafted": drafted,
                 "accepted": accepted,
@@ -336,12 +336,9 @@ pub fn run(a: Args) -> Result<()> {
             100.0 * acceptance
         );
     } else if a.n_gen > 0 {
-        let why = if has_head {
-            "off"
-        } else {
-            "the model has no MTP head"
-        };
-        println!("speculation: {why}");
+        // The engine's own account: off by request, no head, or why
+        // `auto` judged that drafting would not pay here.
+        println!("speculation: {spec_line}");
     }
     if let Some(r) = rss {
         println!("peak resident memory: {:.1} MiB", r as f64 / 1048576.0);

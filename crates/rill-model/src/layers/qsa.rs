@@ -16,12 +16,16 @@
 
 use crate::config::ModelConfig;
 use crate::error::ModelError;
-use crate::kv::KvCache;
+use crate::kv::{KvCache, KvConfig};
 use crate::rope::{Rope, Rotation};
 use crate::scratch::Exec;
-use crate::state_io::{put_f32s, put_u64, Reader};
+use crate::state_io::{put_bytes, put_f32s, put_u64, Reader};
 use crate::weights::{Binder, Matrix};
-use rill_kernels::attention::{attend_positions, positions_scratch_len, AttnShape};
+use rill_dtype::DType;
+use rill_kernels::attention::{
+    attend_positions, block_scores, block_scores_scratch_len, positions_scratch_len, AttnShape,
+};
+use rill_kernels::kv::{encode, encoded_len, hadamard, hadamard_block, KvRows};
 use rill_kernels::ops::rms_norm_inplace;
 use rill_kernels::threads::SharedMut;
 use rill_kernels::MatRef;
@@ -119,53 +123,103 @@ impl IndexerWeights {
 /// on its own tokens' raw keys, so those are kept only until the block is
 /// complete: the cache grows by one key per `ratio` tokens (llama.cpp keeps
 /// every token's raw key).
-#[derive(Clone, Debug, Default)]
+///
+/// The pooled keys are stored in the sequence's K cache type (`-ctk`), as
+/// llama.cpp stores its indexer keys; a quantized type rotates them (and
+/// the queries scored against them) by a Walsh–Hadamard transform first
+/// when the K cache is rotated, which leaves the scores as they are. Where
+/// the type's blocks do not divide the key length, the keys are f16.
+#[derive(Clone, Debug)]
 pub(crate) struct IndexKeys {
     /// Positions seen.
     pos: usize,
-    /// The raw keys of the incomplete block's positions, `[< ratio × d_I]`.
+    /// Values per key (`d_I`) and tokens per block.
+    head_dim: usize,
+    ratio: usize,
+    /// The raw keys of the incomplete block's positions, `[< ratio × d_I]`
+    /// (room for `ratio` keys reserved once).
     tail: Vec<f32>,
-    /// The pooled, normed and rotated key of each complete block, `[blocks × d_I]`.
-    blocks: Vec<f32>,
+    /// How the pooled keys are stored.
+    dtype: DType,
+    /// Walsh–Hadamard block the pooled keys and the queries are rotated by
+    /// (1: none).
+    rotation: usize,
+    /// The pooled, normed and rotated key of each complete block, `[blocks × d_I]`
+    /// in `dtype`.
+    blocks: Vec<u8>,
+}
+
+/// How a sequence stores its index keys of `head_dim` values: the K cache's
+/// type where its blocks divide the key, else f16; and the rotation.
+pub(crate) fn index_key_encoding(kv: &KvConfig, head_dim: usize) -> (DType, usize) {
+    let t = kv.k.dtype();
+    if !head_dim.is_multiple_of(t.block_len()) {
+        return (DType::F16, 1);
+    }
+    let rotate = kv.rotate && kv.k.is_quantized();
+    (
+        t,
+        if rotate {
+            hadamard_block(head_dim, 256)
+        } else {
+            1
+        },
+    )
 }
 
 impl IndexKeys {
+    pub fn new(kv: &KvConfig, head_dim: usize, ratio: usize) -> IndexKeys {
+        let (dtype, rotation) = index_key_encoding(kv, head_dim);
+        IndexKeys {
+            pos: 0,
+            head_dim,
+            ratio,
+            tail: Vec::with_capacity(ratio * head_dim),
+            dtype,
+            rotation,
+            blocks: Vec::new(),
+        }
+    }
+
     pub fn bytes(&self) -> usize {
-        (self.tail.capacity() + self.blocks.len()) * 4
+        self.tail.capacity() * 4 + self.blocks.len()
+    }
+
+    /// The pooled keys as the scoring kernel reads them.
+    fn rows(&self) -> KvRows<'_> {
+        KvRows::Coded {
+            dtype: self.dtype,
+            bytes: &self.blocks,
+        }
     }
 
     /// The keys as bytes (`crate::state_io`'s format).
     pub fn write_to(&self, out: &mut Vec<u8>) {
         put_u64(out, self.pos as u64);
         put_f32s(out, &self.tail);
-        put_f32s(out, &self.blocks);
+        put_bytes(out, &self.blocks);
     }
 
-    /// Keys written by [`write_to`](Self::write_to), checked against a
-    /// sequence at `pos` and a layer of key blocks of `ratio` positions and
-    /// keys of `head_dim` values.
-    pub fn read_from(
-        r: &mut Reader,
-        pos: usize,
-        ratio: usize,
-        head_dim: usize,
-    ) -> Result<IndexKeys, String> {
-        let (at, tail, blocks) = (r.usize()?, r.f32s()?, r.f32s()?);
+    /// Read keys written by [`write_to`](Self::write_to) into these (of
+    /// the same layer and KV types), checked against a sequence at `pos`.
+    pub fn read_into(&mut self, r: &mut Reader, pos: usize) -> Result<(), String> {
+        let (at, tail, blocks) = (r.usize()?, r.f32s()?, r.bytes()?);
+        let (d, ratio) = (self.head_dim, self.ratio);
         if at != pos
-            || tail.len() != pos % ratio * head_dim
-            || blocks.len() != pos / ratio * head_dim
+            || tail.len() != pos % ratio * d
+            || blocks.len() != pos / ratio * encoded_len(self.dtype, d)
         {
             return Err(format!(
-                "index keys of {at} positions ({} raw, {} pooled values) in a state at {pos}",
+                "index keys of {at} positions ({} raw values, {} pooled bytes) in a state at {pos}",
                 tail.len(),
                 blocks.len()
             ));
         }
-        Ok(IndexKeys {
-            pos: at,
-            tail,
-            blocks,
-        })
+        self.pos = at;
+        self.tail.clear();
+        self.tail.extend_from_slice(&tail);
+        self.blocks = blocks;
+        Ok(())
     }
 
     /// Append the raw keys of positions `pos0..` (`[m × d_I]`) and pool
@@ -178,9 +232,11 @@ impl IndexKeys {
         c: &ModelConfig,
         rope: &Rope,
     ) {
-        let (d, r) = (w.choice.head_dim, w.choice.ratio);
+        let (d, r) = (self.head_dim, self.ratio);
+        debug_assert_eq!((d, r), (w.choice.head_dim, w.choice.ratio));
         debug_assert_eq!(self.pos, pos0);
         let mut pooled = vec![0f32; d];
+        let row_bytes = encoded_len(self.dtype, d);
         for row in raw.chunks_exact(d) {
             self.tail.extend_from_slice(row);
             self.pos += 1;
@@ -203,51 +259,49 @@ impl IndexKeys {
             let mut rot = Rotation::new(rope);
             rot.set(blk * r);
             rot.apply(&mut pooled);
-            self.blocks.extend_from_slice(&pooled);
+            if self.rotation > 1 {
+                hadamard(&mut pooled, self.rotation);
+            }
+            let at = self.blocks.len();
+            self.blocks.resize(at + row_bytes, 0);
+            encode(self.dtype, &pooled, &mut self.blocks[at..]);
         }
     }
 }
 
-/// The positions a query at `query` attends to, given its index heads
-/// `q` (`[n_head × d]`, normed and rotated) and the pooled keys of the
-/// complete blocks (`[≥ nb × d]`), into `positions` (ascending); `false`
-/// when it attends densely (every position up to its own). `scores` is
-/// scratch.
+/// The positions a query at `query` attends to, given the scores of the
+/// complete blocks it sees (`[(query + 1) / ratio]`, from
+/// [`block_scores`]), into `positions` (ascending); `false` when it attends
+/// densely (every position up to its own). `order` is scratch.
 pub(crate) fn select(
     w: &BlockChoice,
-    q: &[f32],
+    scores: &[f32],
     query: usize,
-    blocks: &[f32],
-    scores: &mut Vec<(f32, usize)>,
+    order: &mut Vec<(f32, usize)>,
     positions: &mut Vec<usize>,
 ) -> bool {
-    let (d, r) = (w.head_dim, w.ratio);
+    let r = w.ratio;
     let nb = (query + 1) / r;
     if nb <= w.top_blocks {
         return false;
     }
-    let scale = 1.0 / (d as f32).sqrt();
-    scores.clear();
-    for b in 0..nb {
-        let kb = &blocks[b * d..(b + 1) * d];
-        let mut s = 0.0f32;
-        for qh in q.chunks_exact(d) {
-            let dot: f32 = qh.iter().zip(kb).map(|(a, b)| a * b).sum();
-            s += dot.max(0.0);
-        }
-        scores.push((s * scale, b));
-    }
+    assert_eq!(scores.len(), nb, "one score per complete block");
+    order.clear();
+    order.extend(scores.iter().copied().zip(0..));
     // Best first; equal scores: the lower block first.
-    scores.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    scores.truncate(w.top_blocks);
-    scores.sort_unstable_by_key(|&(_, b)| b);
+    order.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    order.truncate(w.top_blocks);
+    order.sort_unstable_by_key(|&(_, b)| b);
     positions.clear();
-    for &(_, b) in scores.iter() {
+    for &(_, b) in order.iter() {
         positions.extend(b * r..(b + 1) * r);
     }
     positions.extend(nb * r..=query);
     true
 }
+
+/// Queries scored together against each decoded tile of block keys.
+const QUERY_GROUP: usize = 8;
 
 /// The QSA part of one sequence's attention step, after its keys and
 /// values are in the cache: index the rows `iq` (`[m × n_idx·d]`, raw,
@@ -283,40 +337,62 @@ pub(crate) fn index_and_attend_sparse(
             rms_norm_inplace(qh, &w.q_norm, c.rms_eps);
             rot.apply(qh);
         }
+        if keys.rotation > 1 {
+            hadamard(row, keys.rotation);
+        }
     }
     let shape = AttnShape {
         n_head: c.n_head,
         n_head_kv: c.n_head_kv,
         head_dim: c.head_dim,
     };
-    let width = c.n_head * c.head_dim;
-    let (blocks, iq) = (&keys.blocks[..], &*iq);
+    let (width, iw) = (c.n_head * c.head_dim, ch.n_head * d);
+    let (rows, iq) = (keys.rows(), &*iq);
     let (k_side, v_side) = (kv.k.side(), kv.v.side());
     let out_ptr = SharedMut::new(out);
     let most = (ch.top_blocks + 1) * ch.ratio;
+    // Every row's complete blocks are among the last row's.
+    let nb_most = (pos0 + m) / ch.ratio;
     ex.threads.for_ranges(m - dense, 1, |a, b| {
-        let mut scores = Vec::new();
+        let mut order = Vec::new();
         let mut positions = Vec::with_capacity(most);
         let mut scratch = vec![0f32; positions_scratch_len(shape, most)];
-        for t in dense + a..dense + b {
-            let query = pos0 + t;
-            let qi = &iq[t * ch.n_head * d..(t + 1) * ch.n_head * d];
-            if !select(&ch, qi, query, blocks, &mut scores, &mut positions) {
-                unreachable!("rows past `sparse_from` attend sparsely");
-            }
-            // SAFETY: row t of out is this task's alone.
-            let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.at(t * width), width) };
-            attend_positions(
+        let group = QUERY_GROUP.min(b - a);
+        let mut score_room = vec![0f32; block_scores_scratch_len(ch.n_head, d, group)];
+        let mut scores = vec![0f32; group * nb_most];
+        for g0 in (dense + a..dense + b).step_by(group) {
+            let g1 = (g0 + group).min(dense + b);
+            // The group's last query sees the most complete blocks.
+            let nb = (pos0 + g1) / ch.ratio;
+            block_scores(
                 ex.isa,
-                shape,
-                &q[t * width..(t + 1) * width],
-                query,
-                &positions,
-                k_side,
-                v_side,
-                &mut scratch,
-                o,
+                &iq[g0 * iw..g1 * iw],
+                (ch.n_head, d),
+                rows,
+                nb,
+                &mut score_room,
+                &mut scores,
             );
+            for t in g0..g1 {
+                let query = pos0 + t;
+                let s = &scores[(t - g0) * nb..][..(query + 1) / ch.ratio];
+                if !select(&ch, s, query, &mut order, &mut positions) {
+                    unreachable!("rows past `sparse_from` attend sparsely");
+                }
+                // SAFETY: row t of out is this task's alone.
+                let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.at(t * width), width) };
+                attend_positions(
+                    ex.isa,
+                    shape,
+                    &q[t * width..(t + 1) * width],
+                    query,
+                    &positions,
+                    k_side,
+                    v_side,
+                    &mut scratch,
+                    o,
+                );
+            }
         }
     });
     dense
@@ -347,10 +423,8 @@ mod tests {
         let score = |b: usize| -> f32 {
             let mut s = 0.0f32;
             for h in 0..w.n_head {
-                let mut dot = 0.0f32;
-                for i in 0..d {
-                    dot += q[h * d + i] * blocks[b * d + i];
-                }
+                // one fused multiply-add chain in order (the kernel's contract)
+                let dot = (0..d).fold(0f32, |a, i| q[h * d + i].mul_add(blocks[b * d + i], a));
                 s += dot.max(0.0);
             }
             s / (d as f32).sqrt()
@@ -386,9 +460,26 @@ mod tests {
             .collect()
     }
 
+    /// `select` on the scores of `block_scores`.
+    fn pick(
+        w: &BlockChoice,
+        q: &[f32],
+        query: usize,
+        blocks: &[f32],
+        pos: &mut Vec<usize>,
+    ) -> bool {
+        let (d, nb) = (w.head_dim, (query + 1) / w.ratio);
+        let mut room = vec![0f32; block_scores_scratch_len(w.n_head, d, 1)];
+        let mut scores = vec![0f32; nb];
+        let rows = KvRows::F32(blocks);
+        let isa = rill_kernels::Isa::Scalar;
+        block_scores(isa, q, (w.n_head, d), rows, nb, &mut room, &mut scores);
+        select(w, &scores, query, &mut Vec::new(), pos)
+    }
+
     fn check(w: &BlockChoice, q: &[f32], query: usize, blocks: &[f32]) {
-        let (mut scores, mut pos) = (Vec::new(), Vec::new());
-        let sparse = select(w, q, query, blocks, &mut scores, &mut pos);
+        let mut pos = Vec::new();
+        let sparse = pick(w, q, query, blocks, &mut pos);
         let want = direct(w, q, query, blocks);
         if sparse {
             assert_eq!(pos, want, "query {query}");
@@ -407,10 +498,10 @@ mod tests {
                 check(&w, &q, query, &blocks);
             }
             // Dense exactly up to `budget + ratio − 2`, sparse from `budget + ratio − 1`.
-            let (mut s, mut p) = (Vec::new(), Vec::new());
+            let mut p = Vec::new();
             let first = w.sparse_from();
-            assert!(!select(&w, &q, first - 1, &blocks, &mut s, &mut p));
-            assert!(select(&w, &q, first, &blocks, &mut s, &mut p));
+            assert!(!pick(&w, &q, first - 1, &blocks, &mut p));
+            assert!(pick(&w, &q, first, &blocks, &mut p));
             // There, `budget / ratio + 1` blocks are complete and the tail is empty.
             assert_eq!(p.len(), budget);
         }
@@ -422,17 +513,17 @@ mod tests {
         // Every block scores the same: the first two blocks win.
         let blocks = vec![0.5f32; 50 * 4];
         let q = vec![1.0f32; 4];
-        let (mut s, mut p) = (Vec::new(), Vec::new());
-        assert!(select(&w, &q, 13, &blocks, &mut s, &mut p));
+        let mut p = Vec::new();
+        assert!(pick(&w, &q, 13, &blocks, &mut p));
         // 14 tokens: 3 complete blocks (0..12), tail 12..=13.
         assert_eq!(p, vec![0, 1, 2, 3, 4, 5, 6, 7, 12, 13]);
         // A query that completes a block has no tail.
-        assert!(select(&w, &q, 15, &blocks, &mut s, &mut p));
+        assert!(pick(&w, &q, 15, &blocks, &mut p));
         assert_eq!(p, vec![0, 1, 2, 3, 4, 5, 6, 7]);
         check(&w, &q, 15, &blocks);
         // All scores negative: relu makes them 0 — still ties, still the lower blocks.
         let q = vec![-1.0f32; 4];
-        assert!(select(&w, &q, 20, &blocks, &mut s, &mut p));
+        assert!(pick(&w, &q, 20, &blocks, &mut p));
         assert_eq!(p, vec![0, 1, 2, 3, 4, 5, 6, 7, 20]);
     }
 }
