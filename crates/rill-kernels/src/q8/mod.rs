@@ -487,7 +487,7 @@ unsafe fn nvfp4_rows(
         // aarch64: NEON with the dot-product instructions (a checkpoint's
         // rows with a NaN scale take the reference).
         #[cfg(target_arch = "aarch64")]
-        if isa == Isa::Neon && neon::usable() && (gguf || !sc.iter().any(|b| b & 0x7F == 0x7F)) {
+        if isa == Isa::Neon && neon::usable() && (gguf || !crate::quant::nvfp4::any_nan_scale(sc)) {
             for t in 0..acts.n() {
                 // SAFETY: the CPU has NEON and the dot-product instructions
                 // (checked); the row and the activations hold `cols` values.

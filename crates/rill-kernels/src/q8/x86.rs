@@ -186,8 +186,7 @@ pub(super) unsafe fn nvfp4_panels(
         return r0;
     };
     let (rb, sb) = (w.cols / 2, w.cols / 16);
-    let nan = |b: &u8| b & 0x7F == 0x7F;
-    if !w.cols.is_multiple_of(64) || scales[r0 * sb..r1 * sb].iter().any(nan) {
+    if !w.cols.is_multiple_of(64) || crate::quant::nvfp4::any_nan_scale(&scales[r0 * sb..r1 * sb]) {
         return r0;
     }
     // SAFETY: as this function; the rows are whole blocks of 64 and no

@@ -29,6 +29,7 @@ use std::arch::x86_64::*;
 
 use crate::q8::Q8Rows;
 use crate::quant::mxfp4::E2M1_DOUBLED;
+use crate::quant::nvfp4::{any_nan_scale, any_nan_scale_in_blocks};
 
 /// Bytes ahead that each row prefetches into L2 (the other integer
 /// kernels' distance).
@@ -56,11 +57,10 @@ pub(crate) unsafe fn row<const GGUF: bool>(
     mut put: impl FnMut(usize, f32),
 ) -> bool {
     let cols = acts.cols();
-    let nan = |b: &u8| b & 0x7F == 0x7F;
     let bad_scale = if GGUF {
-        codes.chunks_exact(36).any(|b| b[..4].iter().any(nan))
+        any_nan_scale_in_blocks(codes)
     } else {
-        scales.iter().any(nan)
+        any_nan_scale(scales)
     };
     if !cols.is_multiple_of(128) || bad_scale {
         return false;
