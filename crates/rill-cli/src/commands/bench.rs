@@ -46,6 +46,11 @@ pub struct Args {
     /// aggregate tokens/s.
     #[arg(long, default_value_t = 1)]
     parallel: usize,
+    /// Prompt tokens per sequence per engine step (llama-bench's `-ub`;
+    /// `rill serve --prefill-chunk`). Default: the whole prompt of the pp
+    /// test in one step, a deep context in steps of at most 4096.
+    #[arg(long, alias = "ubatch-size")]
+    prefill_chunk: Option<usize>,
     /// Also measure the machine's read bandwidth with the same threads.
     #[arg(long)]
     bandwidth: bool,
@@ -185,7 +190,9 @@ pub fn run(a: Args) -> Result<()> {
             ctx_size: (a.n_prompt + 1).max(a.depth + a.n_gen + gen_prompt_len + 1),
             // The whole prompt in one batch, as llama-bench's pp does (a
             // deep context in chunks of at most 4096).
-            prefill_chunk: a.n_prompt.max(1).max(a.depth.min(4096)),
+            prefill_chunk: (a.prefill_chunk)
+                .unwrap_or(a.n_prompt.max(a.depth.min(4096)))
+                .max(1),
             cache_bytes: 0,
             threads: a.compute.threads,
             kernels,

@@ -235,6 +235,9 @@ impl IndexKeys {
         let (d, r) = (self.head_dim, self.ratio);
         debug_assert_eq!((d, r), (w.choice.head_dim, w.choice.ratio));
         debug_assert_eq!(self.pos, pos0);
+        // Room for one block's raw keys, exactly (a clone's buffer is only
+        // as long as its keys, and would otherwise grow by doubling).
+        self.tail.reserve_exact(r * d - self.tail.len());
         let mut pooled = vec![0f32; d];
         let row_bytes = encoded_len(self.dtype, d);
         for row in raw.chunks_exact(d) {
@@ -357,7 +360,7 @@ pub(crate) fn index_and_attend_sparse(
         let mut order = Vec::new();
         let mut positions = Vec::with_capacity(most);
         let mut scratch = vec![0f32; positions_scratch_len(shape, most)];
-        let group = QUERY_GROUP.min(b - a);
+        let group = QUERY_GROUP.min(b - a).max(1);
         let mut score_room = vec![0f32; block_scores_scratch_len(ch.n_head, d, group)];
         let mut scores = vec![0f32; group * nb_most];
         for g0 in (dense + a..dense + b).step_by(group) {
