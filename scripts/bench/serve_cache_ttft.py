@@ -12,6 +12,8 @@ the speed-up, and the prompt-cache counters from /metrics. Standard library only
 
 #16's long-context figure, a 2,000-token follow-up of a 100k-token conversation:
     serve_cache_ttft.py --words 100000 --followup-words 2000 --ctx-size 110000
+and the model's whole context (262,144 tokens) through the server:
+    serve_cache_ttft.py --words 255000 --followup-words 2000 --ctx-size 262144 --no-cold
 """
 import argparse
 import http.client
@@ -90,6 +92,8 @@ def main():
     ap.add_argument("--followup-words", type=int, default=0, help="words of the second question (0: a short one)")
     ap.add_argument("--ctx-size", type=int, default=8192)
     ap.add_argument("--rill", default=str(REPO / "target" / "release" / "rill"))
+    ap.add_argument("--no-cold", action="store_true",
+                    help="skip the cold reference run (at 250k tokens it costs as much as the first turn)")
     a = ap.parse_args()
     rnd = random.Random(0)
     vocab = "river stone light field music paper winter garden number system cloud window story engine".split()
@@ -111,6 +115,10 @@ def main():
     finally:
         proc.terminate()
         proc.wait()
+    if a.no_cold:
+        print(f"second turn TTFT: warm {warm:.3f} s (no cold run)")
+        print("metrics:", m)
+        return
     proc, port = start(a.rill, a.model, a.t, a.ctx_size)
     try:
         _, cold = chat(port, second, 4, stream=True)
