@@ -21,19 +21,17 @@ sys.path.insert(0, str(HERE.parent / "fixtures"))
 import models  # noqa: E402
 
 
-def main():
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/rill-hf-bench")
-    hf = out / "hf"
+def write_folder(hf, p, shards=2):
+    """Preset `p`'s random weights as a BF16 Hugging Face folder in `hf`, in `shards` safetensors files (as
+    releases ship them), with its config, a small tokenizer and a generation config."""
     hf.mkdir(parents=True, exist_ok=True)
-    p = models.preset("realdims")
     cfg, shapes = models.hf_param_shapes(p)
     from safetensors.torch import save_file
-    # two shards, as releases ship them
     names = sorted(shapes)
-    half = len(names) // 2
     weight_map = {}
-    for k, part in enumerate([names[:half], names[half:]]):
-        fn = f"model-{k + 1:05d}-of-00002.safetensors"
+    for k in range(shards):
+        fn = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
+        part = names[k * len(names) // shards:(k + 1) * len(names) // shards]
         tensors = {n: models.gen_tensor(n, shapes[n], p, 0).to(torch.bfloat16).contiguous() for n in part}
         save_file(tensors, str(hf / fn), metadata={"format": "pt"})
         weight_map.update({n: fn for n in part})
@@ -43,6 +41,12 @@ def main():
     cfg.save_pretrained(str(hf))
     models.write_small_tokenizer(hf, p["vocab"])
     (hf / "generation_config.json").write_text(json.dumps({"eos_token_id": p["vocab"] - 1}))
+
+
+def main():
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/rill-hf-bench")
+    hf = out / "hf"
+    write_folder(hf, models.preset("realdims"))
     print(hf)
 
 

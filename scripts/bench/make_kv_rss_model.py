@@ -14,32 +14,23 @@ token computes is cut down so that 262,144 prefilled tokens take minutes on 2 co
 heads (the KV heads; query heads do not change the state), 8 experts top-2 of 64. The weights are a few MB,
 so the peak RSS is the state plus what the process needs besides it.
 """
-import json
 import sys
 from pathlib import Path
 
-import torch
-
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "fixtures"))
 import models  # noqa: E402
+from make_hf_bench import write_folder  # noqa: E402
 
 
 def main():
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/rill-kv-rss")
     hf = out / "hf"
-    hf.mkdir(parents=True, exist_ok=True)
     p = models.preset("realdims", hidden_size=256, num_attention_heads=2, num_experts=8, num_experts_per_tok=2,
                       moe_intermediate_size=64, shared_expert_intermediate_size=64,
                       max_position_embeddings=262144)
-    cfg, shapes = models.hf_param_shapes(p)
-    from safetensors.torch import save_file
-    tensors = {n: models.gen_tensor(n, shapes[n], p, 0).to(torch.bfloat16).contiguous() for n in sorted(shapes)}
-    save_file(tensors, str(hf / "model.safetensors"), metadata={"format": "pt"})
-    cfg.dtype = "bfloat16"
-    cfg.save_pretrained(str(hf))
-    models.write_small_tokenizer(hf, p["vocab"])
-    (hf / "generation_config.json").write_text(json.dumps({"eos_token_id": p["vocab"] - 1}))
+    write_folder(hf, p, shards=1)
     print(hf)
 
 

@@ -6,7 +6,9 @@
 mod common;
 
 use common::*;
-use rill_model::{BatchItem, HfSource, KvConfig, KvType, Model, Outputs, Rows, SequenceState};
+use rill_model::{
+    BatchItem, HfSource, KvConfig, KvType, Model, Outputs, Rows, Runner, SequenceState,
+};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -161,24 +163,32 @@ fn decode_and_chunks_equal_the_batch() {
         let (max, _) = diff(&one, &batch);
         assert!(max <= 1e-4, "{name}: token by token vs batch {max:e}");
         let mut st = SequenceState::new(&model, ids.len());
-        let mut chunked = Vec::new();
-        let mut at = 0;
-        for len in [5, 1, 13, 7, 2].iter().cycle() {
-            if at == ids.len() {
-                break;
-            }
-            let end = (at + len).min(ids.len());
-            chunked.extend(
-                model
-                    .forward(&run, &mut st, &ids[at..end], Rows::All)
-                    .unwrap(),
-            );
-            at = end;
-        }
+        let chunked = chunked_logits(&model, &run, &mut st, &ids, &[5, 1, 13, 7, 2]);
         let (max, _) = diff(&chunked, &batch);
         assert!(max <= 1e-4, "{name}: chunks vs batch {max:e}");
         assert_eq!(chunked.len(), ids.len() * v);
     }
+}
+
+/// Every row's logits of `ids` fed in chunks of the lengths `chunks`, cycled.
+fn chunked_logits(
+    model: &Model,
+    run: &Runner,
+    st: &mut SequenceState,
+    ids: &[u32],
+    chunks: &[usize],
+) -> Vec<f32> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for len in chunks.iter().cycle() {
+        if at == ids.len() {
+            break;
+        }
+        let end = (at + len).min(ids.len());
+        out.extend(model.forward(run, st, &ids[at..end], Rows::All).unwrap());
+        at = end;
+    }
+    out
 }
 
 /// A sequence's logits do not depend on the others in its step.
@@ -364,17 +374,7 @@ fn index_keys_follow_the_k_cache_type() {
     let (_, want) = read_npy(f["prompt"]["logits"].as_str().unwrap());
     let sparse_from = f["prompt"]["sparse_from_position"].as_u64().unwrap() as usize;
     let logits = |st: &mut SequenceState, chunks: &[usize]| -> Vec<f32> {
-        let mut out = Vec::new();
-        let mut at = 0;
-        for len in chunks.iter().cycle() {
-            if at == n {
-                break;
-            }
-            let end = (at + len).min(n);
-            out.extend(model.forward(&run, st, &ids[at..end], Rows::All).unwrap());
-            at = end;
-        }
-        out
+        chunked_logits(&model, &run, st, &ids, chunks)
     };
     for (t, rotate, max_tol, mean_tol) in [
         (KvType::Q8_0, true, 0.02, 2e-3),

@@ -26,7 +26,6 @@ pub fn block_scores_scratch_len(n_head: usize, d: usize, queries: usize) -> usiz
 /// The scores of the query rows `q` (`[m × n_head × d]`) against the first
 /// `nb` block keys of `keys` (one row of `d` values per block), into
 /// `scores` (`[m × nb]`: row `i` for query `i`).
-#[allow(clippy::too_many_arguments)]
 pub fn block_scores(
     isa: Isa,
     q: &[f32],
