@@ -391,10 +391,32 @@ fn detect(isa: Isa) -> bool {
 }
 
 /// The CPU's model name (the x86 brand string, or `/proc/cpuinfo`'s), for
-/// logs and benchmark reports.
+/// logs and benchmark reports. On x86-64 the family and model numbers
+/// follow it: virtual machines often report a bare "AMD EPYC" for every
+/// generation, and Zen 1 (family 23) or Zen 3 (family 25, model 0-15)
+/// differ in what the kernels can reach.
 pub fn cpu_name() -> String {
     static NAME: OnceLock<String> = OnceLock::new();
     NAME.get_or_init(read_cpu_name).clone()
+}
+
+/// The display family and model of CPUID leaf 1's `eax` (the extended
+/// fields count where the base family is 15, and for the model also 6).
+#[cfg(target_arch = "x86_64")]
+fn x86_family_model(eax: u32) -> (u32, u32) {
+    let base_family = (eax >> 8) & 0xF;
+    let base_model = (eax >> 4) & 0xF;
+    let family = if base_family == 0xF {
+        base_family + ((eax >> 20) & 0xFF)
+    } else {
+        base_family
+    };
+    let model = if base_family == 0xF || base_family == 6 {
+        base_model | ((eax >> 16) & 0xF) << 4
+    } else {
+        base_model
+    };
+    (family, model)
 }
 
 fn read_cpu_name() -> String {
@@ -414,7 +436,9 @@ fn read_cpu_name() -> String {
             let s = String::from_utf8_lossy(&bytes);
             let s = s.trim_matches(char::from(0)).trim();
             if !s.is_empty() {
-                return s.split_whitespace().collect::<Vec<_>>().join(" ");
+                let (family, model) = x86_family_model(__cpuid(1).eax);
+                let name = s.split_whitespace().collect::<Vec<_>>().join(" ");
+                return format!("{name} (family {family} model {model})");
             }
         }
     }
@@ -428,4 +452,19 @@ fn read_cpu_name() -> String {
         }
     }
     format!("unknown {} CPU", std::env::consts::ARCH)
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::x86_family_model;
+
+    #[test]
+    fn family_and_model_read_the_extended_fields() {
+        // CPUID signatures of real parts: EPYC 7551 (Zen 1), EPYC 7763
+        // (Zen 3), EPYC 9654 (Zen 4), Xeon Sapphire Rapids.
+        assert_eq!(x86_family_model(0x0080_0F12), (23, 1));
+        assert_eq!(x86_family_model(0x00A0_0F11), (25, 1));
+        assert_eq!(x86_family_model(0x00A1_0F11), (25, 17));
+        assert_eq!(x86_family_model(0x0008_06F8), (6, 143));
+    }
 }
