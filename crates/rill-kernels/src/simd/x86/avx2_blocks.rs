@@ -24,6 +24,11 @@ use crate::quant::k_quants::q3_k_scales;
 use crate::quant::mxfp4::{e8m0_to_f32_half, E2M1_DOUBLED};
 use crate::quant::QK_K;
 
+mod parted;
+// The K blocks' in-register canonical kernels interleave the rows part by
+// part (see `parted`).
+pub(super) use parted::{canon_q4_k, canon_q5_k, canon_q6_k};
+
 type Acc = [__m256; 4];
 
 /// Where a block decoder's vectors of 8 values go. A decoder calls
@@ -502,9 +507,9 @@ row_kernels! {"avx2,fma,f16c", _mm256_setzero_ps(), hsum4;
     q8_0: dot_q8_0, deq_q8_0, canon_q8_0: Canon, canon16_q8_0: Canon16; 34, 32;
     q2_k: dot_q2_k, deq_q2_k, canon_q2_k: Canon, canon16_q2_k: Canon16; 84, QK_K;
     q3_k: dot_q3_k, deq_q3_k, canon_q3_k: Canon, canon16_q3_k: Canon16; 110, QK_K;
-    q4_k: dot_q4_k, deq_q4_k, canon_q4_k: Canon, canon16_q4_k: Canon16; 144, QK_K;
-    q5_k: dot_q5_k, deq_q5_k, canon_q5_k: Canon, canon16_q5_k: Canon16; 176, QK_K;
-    q6_k: dot_q6_k, deq_q6_k, canon_q6_k: Canon, canon16_q6_k: Canon16; 210, QK_K;
+    q4_k: dot_q4_k, deq_q4_k; 144, QK_K;
+    q5_k: dot_q5_k, deq_q5_k; 176, QK_K;
+    q6_k: dot_q6_k, deq_q6_k; 210, QK_K;
     iq4_nl: dot_iq4_nl, deq_iq4_nl, canon_iq4_nl: Canon, canon16_iq4_nl: Canon16; 18, 32;
     iq4_xs: dot_iq4_xs, deq_iq4_xs, canon_iq4_xs: Canon, canon16_iq4_xs: Canon16; 136, QK_K;
     mxfp4: dot_mxfp4, deq_mxfp4, canon_mxfp4: Canon, canon16_mxfp4: Canon16; 17, 32;

@@ -22,7 +22,7 @@ use rill_dtype::DType;
 /// four): the AVX2 and AVX-512 paths run these loops on their own vectors.
 macro_rules! row_kernels {
     ($feat:literal, $zero:expr, $sum4:ident;
-     $($block:path: $dot:ident, $deq:ident, $($canon:ident: $acc:ident),+; $bb:expr, $bl:expr;)*) => {$(
+     $($block:path: $dot:ident, $deq:ident $(, $canon:ident: $acc:ident)*; $bb:expr, $bl:expr;)*) => {$(
         #[target_feature(enable = $feat)]
         pub(super) unsafe fn $dot(row: &[u8], x: &[f32]) -> f32 {
             let n = x.len() / $bl;
@@ -72,7 +72,7 @@ macro_rules! row_kernels {
         ) -> [[f32; T]; R] {
             super::canon_rows::<$acc<T>, R, T>(w, x, cols, ($bb, $bl), |b, e| $block(b, e, 0))
         }
-        )+
+        )*
     )*};
 }
 
