@@ -65,45 +65,80 @@ pub(super) unsafe fn transpose8(a: [__m256i; 8]) -> [__m256i; 8] {
     o
 }
 
-/// The unsigned quants of values `32u..32u + 32` of block `blk`, in
-/// element order.
+/// The 8 rows' 32 bytes at `at(r)`, transposed by 4-byte groups (lane `r`
+/// of result `k` is bytes `4k..4k + 4` of row `r`).
 #[inline(always)]
-unsafe fn quants<const KIND: usize>(blk: *const u8, u: usize) -> __m256i {
+unsafe fn rows_t(at: impl Fn(usize) -> *const u8) -> [__m256i; 8] {
+    let mut v = [_mm256_setzero_si256(); 8];
+    for (r, vr) in v.iter_mut().enumerate() {
+        *vr = _mm256_loadu_si256(at(r) as *const __m256i);
+    }
+    transpose8(v)
+}
+
+/// Write the unsigned quants of the 8 rows' block (`blk(r)`) into the panel
+/// block at `pb`: values `32u..32u + 32` as vectors `8u..8u + 8`, 4-value
+/// group `k` of every row in vector `8u + k`. Every step after the loads
+/// works byte by byte (the 16-bit shifts are masked back to each byte's own
+/// bits), and a transpose moves whole 4-byte groups, so the raw bytes are
+/// transposed once and the nibbles and high bits taken after: one transpose
+/// serves both nibbles of a Q4_K / Q5_K byte run, and Q6_K's `qh` serves four
+/// vectors (before, every vector of quants was transposed on its own).
+#[inline(always)]
+unsafe fn pack_quants<const KIND: usize>(blk: impl Fn(usize) -> *const u8, pb: *mut u8) {
     let nib = _mm256_set1_epi8(0x0F);
     if KIND == 2 {
         // Q6_K: half h = u/4, quarter s = u%4: nibble s/2 of
         // ql[64h + 32(s%2)..], bits 2s..2s+1 of qh[32h..] as 16·hi.
-        let (h, s) = (u / 4, u % 4);
-        let ql = _mm256_loadu_si256(blk.add(64 * h + 32 * (s % 2)) as *const __m256i);
-        let lo = if s < 2 {
-            ql
-        } else {
-            _mm256_srli_epi16::<4>(ql)
-        };
-        let qh = _mm256_loadu_si256(blk.add(128 + 32 * h) as *const __m256i);
-        let hi = super::super::avx2::shift16_y(qh, 4 - 2 * s as i32);
-        return _mm256_or_si256(
-            _mm256_and_si256(lo, nib),
-            _mm256_and_si256(hi, _mm256_set1_epi8(0x30)),
-        );
+        let hib = _mm256_set1_epi8(0x30);
+        for h in 0..2 {
+            let ql = [
+                rows_t(|r| blk(r).add(64 * h)),
+                rows_t(|r| blk(r).add(64 * h + 32)),
+            ];
+            let qh = rows_t(|r| blk(r).add(128 + 32 * h));
+            for s in 0..4 {
+                for k in 0..8 {
+                    let l = ql[s % 2][k];
+                    let lo = if s < 2 { l } else { _mm256_srli_epi16::<4>(l) };
+                    let hi = super::super::avx2::shift16_y(qh[k], 4 - 2 * s as i32);
+                    let v = _mm256_or_si256(_mm256_and_si256(lo, nib), _mm256_and_si256(hi, hib));
+                    _mm256_storeu_si256(pb.add(32 * (8 * (4 * h + s) + k)) as *mut __m256i, v);
+                }
+            }
+        }
+        return;
     }
-    // Q4_K / Q5_K: run u/2 of qs, low nibbles (u even) or high ones.
+    // Q4_K / Q5_K: run m of qs holds values 64m.. (low nibbles, u = 2m)
+    // and 64m + 32.. (high nibbles, u = 2m + 1); Q5_K: bit u of qh[l] as 16.
     let qs_at = if KIND == 1 { 48 } else { 16 };
-    let v = _mm256_loadu_si256(blk.add(qs_at + 32 * (u / 2)) as *const __m256i);
-    let v = if u.is_multiple_of(2) {
-        v
+    let qh = if KIND == 1 {
+        rows_t(|r| blk(r).add(16))
     } else {
-        _mm256_srli_epi16::<4>(v)
+        [_mm256_setzero_si256(); 8]
     };
-    let q = _mm256_and_si256(v, nib);
-    if KIND == 0 {
-        return q;
+    let sixteen = _mm256_set1_epi8(16);
+    for m in 0..4 {
+        let qs = rows_t(|r| blk(r).add(qs_at + 32 * m));
+        for k in 0..8 {
+            let mut lo = _mm256_and_si256(qs[k], nib);
+            let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(qs[k]), nib);
+            if KIND == 1 {
+                // (No closures here: they would not inherit the target
+                // features.)
+                let (b0, b1) = (
+                    _mm256_set1_epi8(1 << (2 * m)),
+                    _mm256_set1_epi8(2 << (2 * m)),
+                );
+                let set0 = _mm256_cmpeq_epi8(_mm256_and_si256(qh[k], b0), b0);
+                let set1 = _mm256_cmpeq_epi8(_mm256_and_si256(qh[k], b1), b1);
+                lo = _mm256_or_si256(lo, _mm256_and_si256(set0, sixteen));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(set1, sixteen));
+            }
+            _mm256_storeu_si256(pb.add(32 * (8 * (2 * m) + k)) as *mut __m256i, lo);
+            _mm256_storeu_si256(pb.add(32 * (8 * (2 * m + 1) + k)) as *mut __m256i, hi);
+        }
     }
-    // Q5_K: bit u of qh[l] as 16.
-    let qh = _mm256_loadu_si256(blk.add(16) as *const __m256i);
-    let bit = _mm256_set1_epi8(1 << u);
-    let set = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
-    _mm256_or_si256(q, _mm256_and_si256(set, _mm256_set1_epi8(16)))
 }
 
 /// `(v, v)` i16 pairs of the i32 lanes `v` (each within i16).
@@ -133,16 +168,7 @@ unsafe fn pack<const KIND: usize>(w: *const u8, rb: usize, nb: usize, dst: *mut 
         let blk = |r: usize| w.add(r * rb + b * l.block);
         let pb = dst.add(b * l.bytes);
         let store = |at: usize, v: __m256i| _mm256_storeu_si256(pb.add(at) as *mut __m256i, v);
-        for u in 0..8 {
-            let mut v = [_mm256_setzero_si256(); 8];
-            for r in 0..ROWS {
-                v[r] = quants::<KIND>(blk(r), u);
-            }
-            let t = transpose8(v);
-            for k in 0..8 {
-                store(32 * (8 * u + k), t[k]);
-            }
-        }
+        pack_quants::<KIND>(blk, pb);
         let mut lo = [_mm256_setzero_si256(); 8];
         let mut hi = [_mm256_setzero_si256(); 8];
         if KIND == 2 {
