@@ -18,7 +18,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{h2f, hsum4, ld8s, ld8u, ld8u4};
+use super::{h2f, hsum4, ld8s, ld8u4};
 use crate::quant::iq4::IQ4_NL_VALUES;
 use crate::quant::k_quants::q3_k_scales;
 use crate::quant::mxfp4::{e8m0_to_f32_half, E2M1_DOUBLED};
@@ -391,112 +391,25 @@ pub(super) unsafe fn k4_scales(b: *const u8) -> ([f32; 8], [f32; 8]) {
     (dl, ml)
 }
 
-/// Q4_K. Not one const-generic function with Q5_K: that shared body cost
-/// ~4% of a Q4_K_M prefill (pp512, AVX-512 class on Zen 4), although its
-/// instruction counts were the same.
+/// Q4_K, Q5_K and Q6_K: the 64-value parts of `parted` in order (the
+/// canonical kernels interleave rows between parts; one decoding of each
+/// encoding serves both).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
-    let (dl, ml) = k4_scales(b);
-    let qs = b.add(16);
-    let m15 = _mm256_set1_epi32(15);
-    for c in 0..4 {
-        let (g0, g1) = (2 * c, 2 * c + 1);
-        let (dl0, ml0) = (_mm256_set1_ps(dl[g0]), _mm256_set1_ps(ml[g0]));
-        let (dl1, ml1) = (_mm256_set1_ps(dl[g1]), _mm256_set1_ps(ml[g1]));
-        let v = [0, 1, 2, 3].map(|k| ld8u(qs.add(32 * c + 8 * k)));
-        // Low nibbles are elements 64c..64c+32, high ones the next 32.
-        for k in 0..4 {
-            let lo = cvt(_mm256_and_si256(v[k], m15));
-            e.put(64 * c + 8 * k, scale_min::<E>(dl0, lo, ml0), k);
-        }
-        for k in 0..4 {
-            let hi = cvt(_mm256_srli_epi32(v[k], 4));
-            e.put(64 * c + 32 + 8 * k, scale_min::<E>(dl1, hi, ml1), k ^ 2);
-        }
-    }
+    parted::emit::<parted::Q4K, E>(b, e)
 }
 
-/// Q5_K: Q4_K's layout plus bit `g` of `qh` as bit 4 of sub-block `g`'s
-/// quants.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
-    let (dl, ml) = k4_scales(b);
-    let qs = b.add(48);
-    let hraw = ld8u4(b.add(16));
-    let (m15, one) = (_mm256_set1_epi32(15), _mm256_set1_epi32(1));
-    for c in 0..4 {
-        let (g0, g1) = (2 * c, 2 * c + 1);
-        let (dl0, ml0) = (_mm256_set1_ps(dl[g0]), _mm256_set1_ps(ml[g0]));
-        let (dl1, ml1) = (_mm256_set1_ps(dl[g1]), _mm256_set1_ps(ml[g1]));
-        let v = [0, 1, 2, 3].map(|k| ld8u(qs.add(32 * c + 8 * k)));
-        for k in 0..4 {
-            let h0 = _mm256_slli_epi32(_mm256_and_si256(srl(hraw[k], g0 as i32), one), 4);
-            let lo = cvt(_mm256_or_si256(_mm256_and_si256(v[k], m15), h0));
-            e.put(64 * c + 8 * k, scale_min::<E>(dl0, lo, ml0), k);
-        }
-        for k in 0..4 {
-            let h1 = _mm256_slli_epi32(_mm256_and_si256(srl(hraw[k], g1 as i32), one), 4);
-            let hi = cvt(_mm256_or_si256(_mm256_srli_epi32(v[k], 4), h1));
-            e.put(64 * c + 32 + 8 * k, scale_min::<E>(dl1, hi, ml1), k ^ 2);
-        }
-    }
+    parted::emit::<parted::Q5K, E>(b, e)
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q6_k<E: Emit>(b: *const u8, e: &mut E, _slot: usize) {
-    let d = h2f(b.add(208));
-    // The 16 sub-block scales d·sc (the same f32 products as the scalar
-    // decoder), in two vectors instead of 16 scalar conversions.
-    let mut dl = [0f32; 16];
-    let vd = _mm256_set1_ps(d);
-    for half in 0..2 {
-        let sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
-            b.add(192 + 8 * half) as *const __m128i
-        )));
-        _mm256_storeu_ps(dl.as_mut_ptr().add(8 * half), _mm256_mul_ps(vd, sc));
-    }
-    // The 6-bit quants are assembled 32 at a time in bytes: slice j (32
-    // elements) of half h takes the low (j < 2) or high nibbles of
-    // ql[32(j % 2)..][..32] and bits 2j..2j+2 of qh[..32] as its top bits;
-    // the four slices (128 signed quants) go through a small buffer and are
-    // widened 8 at a time.
-    let (m0f, m03, k32) = (
-        _mm256_set1_epi8(0x0F),
-        _mm256_set1_epi8(0x03),
-        _mm256_set1_epi8(32),
-    );
-    let mut q = [0i8; 128];
-    for h in 0..2 {
-        let l0 = _mm256_loadu_si256(b.add(64 * h) as *const __m256i);
-        let l1 = _mm256_loadu_si256(b.add(64 * h + 32) as *const __m256i);
-        let qh = _mm256_loadu_si256(b.add(128 + 32 * h) as *const __m256i);
-        // Bits 2j..2j+2 of every qh byte at bits 4..6 (16-bit shifts move
-        // bits across bytes; the masks keep each byte's own).
-        let top = |j: i32| {
-            let two = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j)), m03);
-            _mm256_slli_epi16(two, 4)
-        };
-        let nib_hi = |v: __m256i| _mm256_and_si256(_mm256_srli_epi16(v, 4), m0f);
-        let slices = [
-            _mm256_or_si256(_mm256_and_si256(l0, m0f), top(0)),
-            _mm256_or_si256(_mm256_and_si256(l1, m0f), top(1)),
-            _mm256_or_si256(nib_hi(l0), top(2)),
-            _mm256_or_si256(nib_hi(l1), top(3)),
-        ];
-        let qp = q.as_mut_ptr() as *mut __m256i;
-        for (j, v) in slices.iter().enumerate() {
-            _mm256_storeu_si256(qp.add(j), _mm256_sub_epi8(*v, k32));
-        }
-        for g in 0..16 {
-            let qf = cvt(ld8s(q.as_ptr().add(8 * g) as *const u8));
-            // Sub-block of 16: elements 16·(g / 2).. of the half.
-            let w = _mm256_mul_ps(_mm256_set1_ps(dl[8 * h + g / 2]), qf);
-            e.put(128 * h + 8 * g, w, g / 4);
-        }
-    }
+    parted::emit::<parted::Q6K, E>(b, e)
 }
 
 row_kernels! {"avx2,fma,f16c", _mm256_setzero_ps(), hsum4;

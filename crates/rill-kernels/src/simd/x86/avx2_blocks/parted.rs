@@ -1,11 +1,13 @@
-//! The exact (canonical-order) decode of the 256-value K blocks — Q4_K,
-//! Q5_K, Q6_K, most of a Q4_K_M model's bytes — with the rows interleaved
-//! a part (64 values) at a time instead of a block at a time.
+//! The 256-value K blocks — Q4_K, Q5_K, Q6_K, most of a Q4_K_M model's
+//! bytes — decoded in parts of 64 values: [`emit`] feeds a block's parts to
+//! an emitter in order (`dequantize`, the fused dot), and the exact
+//! (canonical-order) kernels interleave the rows a part at a time instead
+//! of a block at a time.
 //!
 //! Why: each output's canonical sum is one chain of FMAs (one accumulator,
 //! chunks of 8 in order), so a row's block is 32 dependent FMAs. Decoded a
 //! whole block per row, about 200 µops each, the out-of-order window holds
-//! barely two rows' chains and the product runs at the FMA latency (~3.3
+//! barely two rows' chains and the product runs at the FMA latency (~3.5
 //! cycles per 8 weights measured on Zen 3, against ~1.5 for its µops).
 //! Part by part, four rows' chains are in flight at once. Every output gets
 //! the same FMAs in the same order, so the same bits as block by block.
@@ -13,7 +15,7 @@
 use std::arch::x86_64::*;
 
 use super::super::{ld8u, ld8u4, prefetch_ahead};
-use super::{cvt, k4_scales, srl};
+use super::{cvt, k4_scales, scale_min, srl, Emit, Store};
 use crate::quant::QK_K;
 
 /// `$body` for `$r` = 0, 1, 2, 3 below `$n` (at most 4), each with a
@@ -41,15 +43,31 @@ macro_rules! each_row {
 }
 
 /// A 256-value block decoded in [`PARTS`] parts of 64 values.
-trait Parted {
+pub(super) trait Parted {
     /// Encoded bytes of a block.
     const BYTES: usize;
     /// What every part of one block needs (its scales).
     type Shared: Copy + Default;
     unsafe fn prepare(b: *const u8) -> Self::Shared;
     /// Elements `64p..64p + 64` of the block, 8 per vector in order: the
-    /// scalar decoder's values (the same f32 operations, nothing fused).
-    unsafe fn part(b: *const u8, s: &Self::Shared, p: usize) -> [__m256; 8];
+    /// scalar decoder's values (the same f32 operations, nothing fused)
+    /// where `E::EXACT`, else a scale and min may be fused.
+    unsafe fn part<E: Emit>(b: *const u8, s: &Self::Shared, p: usize) -> [__m256; 8];
+    /// The accumulator hint ([`Emit::put`]'s `slot`) of vector `k` of part
+    /// `p`.
+    fn slot(p: usize, k: usize) -> usize;
+}
+
+/// The whole block at `b`, its parts in order, into `e`.
+#[inline(always)]
+pub(super) unsafe fn emit<P: Parted, E: Emit>(b: *const u8, e: &mut E) {
+    let s = P::prepare(b);
+    for p in 0..PARTS {
+        let v = P::part::<E>(b, &s, p);
+        for (k, vk) in v.into_iter().enumerate() {
+            e.put(64 * p + 8 * k, vk, P::slot(p, k));
+        }
+    }
 }
 
 const PARTS: usize = QK_K / 64;
@@ -80,7 +98,7 @@ unsafe fn canon_rows_parted<P: Parted, const R: usize, const T: usize>(
             // keeps the accumulators in memory: a store and a load in
             // every FMA chain).
             each_row!(R, |r| {
-                let v = P::part(blk(r), &shared[r], p);
+                let v = P::part::<Store>(blk(r), &shared[r], p);
                 for (k, vk) in v.iter().enumerate() {
                     for t in 0..T {
                         let xv = _mm256_loadu_ps(xb.add(t * cols + 64 * p + 8 * k));
@@ -99,74 +117,89 @@ unsafe fn canon_rows_parted<P: Parted, const R: usize, const T: usize>(
     out
 }
 
-/// `dl · q − ml`, the scalar decoder's two roundings.
+/// Scale and min of sub-blocks `2c` and `2c + 1` (Q4_K, Q5_K), broadcast.
 #[inline(always)]
-unsafe fn scale_min(dl: __m256, q: __m256, ml: __m256) -> __m256 {
-    _mm256_sub_ps(_mm256_mul_ps(dl, q), ml)
+unsafe fn pair_scales(dl: &[f32; 8], ml: &[f32; 8], c: usize) -> [__m256; 4] {
+    [
+        _mm256_set1_ps(dl[2 * c]),
+        _mm256_set1_ps(ml[2 * c]),
+        _mm256_set1_ps(dl[2 * c + 1]),
+        _mm256_set1_ps(ml[2 * c + 1]),
+    ]
 }
 
-struct Q4K;
+pub(super) struct Q4K;
 impl Parted for Q4K {
     const BYTES: usize = 144;
     type Shared = ([f32; 8], [f32; 8]);
+    /// Low nibbles in slots 0..4, high ones in 2, 3, 0, 1.
+    #[inline(always)]
+    fn slot(_p: usize, k: usize) -> usize {
+        (k % 4) ^ (k / 4 * 2)
+    }
     #[inline(always)]
     unsafe fn prepare(b: *const u8) -> Self::Shared {
         k4_scales(b)
     }
     /// Part `c` of `super::q4_k`: the low then high nibbles of `qs[32c..]`.
     #[inline(always)]
-    unsafe fn part(b: *const u8, (dl, ml): &Self::Shared, c: usize) -> [__m256; 8] {
+    unsafe fn part<E: Emit>(b: *const u8, (dl, ml): &Self::Shared, c: usize) -> [__m256; 8] {
         let qs = b.add(16);
         let m15 = _mm256_set1_epi32(15);
-        let (g0, g1) = (2 * c, 2 * c + 1);
-        let (dl0, ml0) = (_mm256_set1_ps(dl[g0]), _mm256_set1_ps(ml[g0]));
-        let (dl1, ml1) = (_mm256_set1_ps(dl[g1]), _mm256_set1_ps(ml[g1]));
+        let [dl0, ml0, dl1, ml1] = pair_scales(dl, ml, c);
         let mut out = [_mm256_setzero_ps(); 8];
         for k in 0..4 {
             let v = ld8u(qs.add(32 * c + 8 * k));
-            out[k] = scale_min(dl0, cvt(_mm256_and_si256(v, m15)), ml0);
-            out[k + 4] = scale_min(dl1, cvt(_mm256_srli_epi32(v, 4)), ml1);
+            out[k] = scale_min::<E>(dl0, cvt(_mm256_and_si256(v, m15)), ml0);
+            out[k + 4] = scale_min::<E>(dl1, cvt(_mm256_srli_epi32(v, 4)), ml1);
         }
         out
     }
 }
 
-struct Q5K;
+pub(super) struct Q5K;
 impl Parted for Q5K {
     const BYTES: usize = 176;
     type Shared = ([f32; 8], [f32; 8]);
     #[inline(always)]
+    fn slot(p: usize, k: usize) -> usize {
+        Q4K::slot(p, k)
+    }
+    #[inline(always)]
     unsafe fn prepare(b: *const u8) -> Self::Shared {
-        k4_scales(b)
+        Q4K::prepare(b)
     }
     /// Part `c` of `super::q5_k`: Q4_K's plus bits `2c`, `2c + 1` of `qh`.
     #[inline(always)]
-    unsafe fn part(b: *const u8, (dl, ml): &Self::Shared, c: usize) -> [__m256; 8] {
+    unsafe fn part<E: Emit>(b: *const u8, (dl, ml): &Self::Shared, c: usize) -> [__m256; 8] {
         let qs = b.add(48);
         let hraw = ld8u4(b.add(16));
         let (m15, one) = (_mm256_set1_epi32(15), _mm256_set1_epi32(1));
-        let (g0, g1) = (2 * c, 2 * c + 1);
-        let (dl0, ml0) = (_mm256_set1_ps(dl[g0]), _mm256_set1_ps(ml[g0]));
-        let (dl1, ml1) = (_mm256_set1_ps(dl[g1]), _mm256_set1_ps(ml[g1]));
+        let [dl0, ml0, dl1, ml1] = pair_scales(dl, ml, c);
         let mut out = [_mm256_setzero_ps(); 8];
         for k in 0..4 {
             let v = ld8u(qs.add(32 * c + 8 * k));
-            let h0 = _mm256_slli_epi32(_mm256_and_si256(srl(hraw[k], g0 as i32), one), 4);
-            let h1 = _mm256_slli_epi32(_mm256_and_si256(srl(hraw[k], g1 as i32), one), 4);
+            let h0 = _mm256_slli_epi32(_mm256_and_si256(srl(hraw[k], 2 * c as i32), one), 4);
+            let h1 = _mm256_slli_epi32(_mm256_and_si256(srl(hraw[k], 2 * c as i32 + 1), one), 4);
             let lo = _mm256_or_si256(_mm256_and_si256(v, m15), h0);
             let hi = _mm256_or_si256(_mm256_srli_epi32(v, 4), h1);
-            out[k] = scale_min(dl0, cvt(lo), ml0);
-            out[k + 4] = scale_min(dl1, cvt(hi), ml1);
+            out[k] = scale_min::<E>(dl0, cvt(lo), ml0);
+            out[k + 4] = scale_min::<E>(dl1, cvt(hi), ml1);
         }
         out
     }
 }
 
-struct Q6K;
+pub(super) struct Q6K;
 impl Parted for Q6K {
     const BYTES: usize = 210;
     /// The 16 sub-block scales `d·sc`, as `super::q6_k` computes them.
     type Shared = [f32; 16];
+    /// Slot `g / 4` for vector `g` of each half.
+    #[inline(always)]
+    fn slot(p: usize, k: usize) -> usize {
+        2 * (p % 2) + k / 4
+    }
     #[inline(always)]
     unsafe fn prepare(b: *const u8) -> Self::Shared {
         let vd = _mm256_set1_ps(super::h2f(b.add(208)));
@@ -183,7 +216,7 @@ impl Parted for Q6K {
     /// `super::q6_k`'s terms (the low or high nibbles of `ql[0..32]` and
     /// `ql[32..64]` of the half, bits `2j..2j + 2` of its `qh` on top).
     #[inline(always)]
-    unsafe fn part(b: *const u8, dl: &Self::Shared, p: usize) -> [__m256; 8] {
+    unsafe fn part<E: Emit>(b: *const u8, dl: &Self::Shared, p: usize) -> [__m256; 8] {
         let (h, j0) = (p / 2, 2 * (p % 2));
         let (m0f, m03, k32) = (
             _mm256_set1_epi8(0x0F),
