@@ -74,6 +74,9 @@ pub struct Metrics {
     /// Generation throughput over the last engine step, tokens/s × 1000.
     pub decode_tok_s_milli: AtomicU64,
     pub steps_total: AtomicU64,
+    /// Most rows one forward step has run (all sequences' prompt chunks,
+    /// tokens and verified drafts): what the step's working memory grew to.
+    pub step_rows_peak: AtomicU64,
     /// Verify steps that checked a draft.
     pub spec_drafts_total: AtomicU64,
     /// Tokens drafted by the MTP head.
@@ -123,7 +126,7 @@ impl Metrics {
         };
         // The series read straight from a counter or gauge: name, type, help.
         #[rustfmt::skip]
-        let plain: [(&str, &str, &str, &AtomicU64); 26] = [
+        let plain: [(&str, &str, &str, &AtomicU64); 27] = [
             ("requests_total", "counter", "Requests accepted.", &self.requests_total),
             ("requests_finished_total", "counter", "Requests completed.", &self.requests_finished),
             ("requests_rejected_total", "counter", "Requests refused (queue full or invalid).", &self.requests_rejected),
@@ -147,6 +150,7 @@ impl Metrics {
             ("memory_waits_total", "counter", "Times a request waited for memory, fewer sequences running (rung 3).", &self.mem_waits_total),
             ("time_to_first_token_seconds_count", "counter", "Requests with a first token.", &self.ttft_count),
             ("engine_steps_total", "counter", "Forward steps run.", &self.steps_total),
+            ("engine_step_rows_peak", "gauge", "Most rows (prompt chunks, tokens, verified drafts of all sequences) one forward step has run.", &self.step_rows_peak),
             ("spec_decode_drafts_total", "counter", "Verify steps that checked a draft of the MTP head.", &self.spec_drafts_total),
             ("spec_decode_draft_tokens_total", "counter", "Tokens drafted by the MTP head.", &self.spec_draft_tokens_total),
             ("spec_decode_accepted_tokens_total", "counter", "Drafted tokens the target accepted.", &self.spec_accepted_tokens_total),

@@ -13,6 +13,7 @@
 //! a crowd.
 
 mod draft;
+mod step_budget;
 
 use crate::budget::{mib, Fit, MemoryPlan};
 use crate::disk_cache::DiskCache;
@@ -44,6 +45,11 @@ pub struct EngineConfig {
     pub ctx_size: usize,
     /// Prompt tokens per sequence per step.
     pub prefill_chunk: usize,
+    /// Most rows one step runs, all sequences together (llama.cpp's
+    /// `--ubatch-size`, vLLM's `--max-num-batched-tokens`): bounds the
+    /// step's working memory. Prompt chunks that do not fit wait, whole,
+    /// for a later step (see `scheduler/step_budget.rs`).
+    pub step_tokens: usize,
     /// Prompt-cache budget in bytes (0 disables the cache), within
     /// `mem_budget`.
     pub cache_bytes: usize,
@@ -80,6 +86,7 @@ impl Default for EngineConfig {
             max_queue: 64,
             ctx_size: 4096,
             prefill_chunk: 256,
+            step_tokens: 512,
             cache_bytes: 2 << 30,
             mem_budget: None,
             cache_dir: None,
@@ -208,6 +215,7 @@ impl Engine {
             pressed: false,
             waiting: VecDeque::new(),
             running: Vec::new(),
+            parked: Vec::new(),
             outputs: StepOutputs::new(),
             head_outputs: StepOutputs::new(),
             spans: Vec::new(),
@@ -378,6 +386,9 @@ struct Worker {
     pressed: bool,
     waiting: VecDeque<Submitted>,
     running: Vec<Sequence>,
+    /// Running sequences left out of this step by its row budget (empty
+    /// between steps).
+    parked: Vec<Sequence>,
     /// The last step's outputs, in a buffer kept from step to step, and
     /// the MTP head's.
     outputs: StepOutputs,
@@ -632,6 +643,7 @@ impl Worker {
         if self.running.is_empty() {
             return;
         }
+        self.park_over_budget();
         let chunk = self.config.prefill_chunk;
         let mut spans = std::mem::take(&mut self.spans);
         spans.clear();
@@ -648,6 +660,8 @@ impl Worker {
             .zip(&spans)
             .map(|(s, span)| s.batch_item(span.as_ref()))
             .collect();
+        let rows: usize = items.iter().map(|it| it.tokens.len()).sum();
+        self.metrics.step_rows_peak.fetch_max(rows as u64, Relaxed);
         let result = self
             .model
             .forward_batch_into(&self.runner, &mut items, &mut self.outputs);
@@ -655,6 +669,7 @@ impl Worker {
         if let Err(e) = result {
             // Never expected (inputs are validated at submission); fail
             // the step's requests rather than the server.
+            self.unpark();
             self.reserved = 0;
             self.metrics.mem_reserved_bytes.store(0, Relaxed);
             for s in self.running.drain(..) {
@@ -731,6 +746,7 @@ impl Worker {
         }
         self.finished = finished;
         self.spans = spans;
+        self.unpark();
         self.held_metrics();
     }
 

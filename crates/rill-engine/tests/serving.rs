@@ -72,6 +72,47 @@ fn eight_concurrent_requests_on(name: &str, precision: Precision) {
     assert_eq!(e.metrics().requests_running.load(Relaxed), 0);
 }
 
+/// Four prompts prefilling at once under a step budget of one chunk (plus
+/// the decode rows): no step runs more rows than the budget, the waiting
+/// chunks run in later steps, and each request still gets the tokens it
+/// gets alone (chunks wait whole, never cut).
+#[test]
+fn concurrent_prefills_share_the_step_budget_and_keep_their_tokens() {
+    let chunk = 32;
+    let budget = chunk + 8;
+    let cfg = |step_tokens| EngineConfig {
+        max_parallel: 4,
+        prefill_chunk: chunk,
+        step_tokens,
+        cache_bytes: 0,
+        ..Default::default()
+    };
+    let prompts: Vec<Vec<u32>> = (0..4)
+        .map(|i| prompt(10 + i, 90 + 7 * i as usize))
+        .collect();
+    let alone_engine = engine(cfg(budget));
+    let alone: Vec<Vec<u32>> = (prompts.iter())
+        .map(|p| collect(alone_engine.submit(greedy(p.clone(), 6)).unwrap()).0)
+        .collect();
+    let run_together = |step_tokens| {
+        let e = engine(cfg(step_tokens));
+        let handles: Vec<_> = (prompts.iter())
+            .map(|p| e.submit(greedy(p.clone(), 6)).unwrap())
+            .collect();
+        let out: Vec<Vec<u32>> = handles.into_iter().map(|h| collect(h).0).collect();
+        (out, e.metrics().step_rows_peak.load(Relaxed) as usize)
+    };
+    let (together, peak) = run_together(budget);
+    assert_eq!(together, alone, "a request changed under the budget");
+    assert!(
+        (chunk..=budget).contains(&peak),
+        "a step ran {peak} rows against a budget of {budget}"
+    );
+    // Without the bound, the same requests prefill several chunks at once.
+    let (_, unbounded) = run_together(usize::MAX);
+    assert!(unbounded > budget, "{unbounded} rows");
+}
+
 #[test]
 fn a_follow_up_turn_resumes_from_the_cache_and_matches_a_cold_run() {
     let cfg = EngineConfig {

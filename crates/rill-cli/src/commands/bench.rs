@@ -51,6 +51,10 @@ pub struct Args {
     /// test in one step, a deep context in steps of at most 4096.
     #[arg(long, alias = "ubatch-size")]
     prefill_chunk: Option<usize>,
+    /// Most rows one engine step runs, all sequences together (`rill serve
+    /// --step-tokens`; a lone request's chunk always runs whole).
+    #[arg(long, default_value_t = 512)]
+    step_tokens: usize,
     /// Also measure the machine's read bandwidth with the same threads.
     #[arg(long)]
     bandwidth: bool,
@@ -193,6 +197,7 @@ pub fn run(a: Args) -> Result<()> {
             prefill_chunk: (a.prefill_chunk)
                 .unwrap_or(a.n_prompt.max(a.depth.min(4096)))
                 .max(1),
+            step_tokens: a.step_tokens.max(1),
             cache_bytes: 0,
             threads: a.compute.threads,
             kernels,

@@ -59,9 +59,21 @@ pub struct Args {
     /// Requests that may wait for a slot before new ones get 429.
     #[arg(long, default_value_t = 64, env = "RILL_QUEUE")]
     queue: usize,
-    /// Prompt tokens per sequence per engine step.
+    /// Prompt tokens per sequence per engine step (at most --step-tokens).
     #[arg(long, default_value_t = 256, env = "RILL_PREFILL_CHUNK")]
     prefill_chunk: usize,
+    /// Most rows one engine step runs, all sequences together (llama.cpp's
+    /// `--ubatch-size`, vLLM's `--max-num-batched-tokens`): bounds the
+    /// step's working memory under concurrent prefills. Decode rows always
+    /// run; prompt chunks beyond it wait for the next step, oldest first.
+    #[arg(
+        long,
+        default_value_t = 512,
+        env = "RILL_STEP_TOKENS",
+        visible_alias = "ubatch-size",
+        visible_alias = "max-num-batched-tokens"
+    )]
+    step_tokens: usize,
     /// Worker threads for the model (0 = all cores).
     #[arg(short, long, default_value_t = 0, env = "RILL_THREADS")]
     threads: usize,
@@ -202,7 +214,8 @@ pub fn run(a: Args) -> Result<()> {
     let model_label = loaded.info.label.clone();
     let mem_budget = crate::mem_budget::resolve(a.mem_budget, loaded.info.weight_bytes());
     let (model, tok) = (Arc::new(loaded.model), Arc::new(loaded.tokenizer));
-    let prefill_chunk = a.prefill_chunk.max(1);
+    let step_tokens = a.step_tokens.max(1);
+    let prefill_chunk = a.prefill_chunk.clamp(1, step_tokens);
     let threads = match a.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
@@ -213,6 +226,7 @@ pub fn run(a: Args) -> Result<()> {
         max_queue: a.queue,
         ctx_size,
         prefill_chunk,
+        step_tokens,
         cache_bytes: a.cache_ram << 20,
         mem_budget,
         cache_dir: a.cache_dir.clone(),
