@@ -143,18 +143,30 @@ impl<'w> Buf<'w> {
     }
 }
 
-/// The smallest free buffer that holds `need` values; else a new one that
-/// replaces the largest (so the list does not fill with buffers too small
-/// for anything).
+/// Below this many values any free buffer up to twice it fits (small
+/// buffers are not worth a buffer of their own).
+const MIN_FIT: usize = 1 << 14;
+
+/// The smallest free buffer that holds `need` values without wasting more
+/// than it holds; else a new one, which replaces the largest free buffer
+/// too small for it (so the list does not fill with buffers too small for
+/// anything). A much larger free buffer is left for a request of its size:
+/// lent to a small one while the steps grow (the first prompt chunks), it
+/// would make that request allocate its own, and the pool would keep both.
 fn take_free(ws: &Workspace, need: usize) -> Vec<f32> {
     let taken = {
         let mut free = lock(&ws.free);
+        let good = |cap: usize| cap >= need && cap <= 2 * need.max(MIN_FIT);
         let fit = free
             .iter()
             .enumerate()
-            .filter(|(_, v)| v.capacity() >= need)
+            .filter(|(_, v)| good(v.capacity()))
             .min_by_key(|(_, v)| v.capacity())
-            .or_else(|| free.iter().enumerate().max_by_key(|(_, v)| v.capacity()))
+            .or_else(|| {
+                (free.iter().enumerate())
+                    .filter(|(_, v)| v.capacity() < need)
+                    .max_by_key(|(_, v)| v.capacity())
+            })
             .map(|(i, _)| i);
         fit.map(|i| free.swap_remove(i))
     };
@@ -335,6 +347,27 @@ mod tests {
             (pb, 4, 7.0),
             "scratch keeps contents"
         );
+    }
+
+    /// A buffer far larger than a request stays for a request of its size:
+    /// growing steps (a small buffer asked while a big one is free, then
+    /// the big size again) end with one buffer of each size, not two big.
+    #[test]
+    fn a_much_larger_buffer_is_not_lent_to_a_small_request() {
+        let ws = Workspace::default();
+        let n = 4 * MIN_FIT;
+        let big = Buf::zeroed(&ws, n);
+        let pb = big.as_ptr();
+        drop(big);
+        let small = Buf::zeroed(&ws, n / 8);
+        assert_ne!(small.as_ptr(), pb, "the big buffer is not lent");
+        let again = Buf::zeroed(&ws, n);
+        assert_eq!(again.as_ptr(), pb, "it is there for its own size");
+        drop((small, again));
+        assert_eq!(lock(&ws.free).len(), 2);
+        // Within twice the request, the larger buffer is used.
+        let half = Buf::zeroed(&ws, n / 2 + 1);
+        assert_eq!(half.as_ptr(), pb);
     }
 
     #[test]

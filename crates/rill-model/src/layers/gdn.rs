@@ -118,12 +118,15 @@ fn transpose_taps(taps: &[f32], kk: usize) -> Vec<f32> {
 /// The four input projections of `x` `[n × n_embd]`, in one parallel region:
 /// the conv input `[n × conv_dim]`, the output gate z `[n × n_v·d_v]`, and
 /// per value head the decay `g` and the write strength `β` `[n × n_v]`.
+/// With `late_gate` (split projections only) z is left empty, for
+/// [`gate_projection`] after the recurrence.
 fn project<'w>(
     w: &GdnWeights,
     c: &ModelConfig,
     ex: Exec<'w>,
     x: &[f32],
     n: usize,
+    late_gate: bool,
 ) -> (Buf<'w>, Buf<'w>, Buf<'w>, Buf<'w>) {
     let threads = ex.threads;
     let (nk, nv, d) = (c.ssm_n_k_heads, c.ssm_n_v_heads, c.ssm_head_dim);
@@ -131,7 +134,7 @@ fn project<'w>(
     let conv_dim = c.conv_dim();
     let vdim = c.ssm_value_dim();
     let mut qkv = Buf::for_output(ex.ws, n * conv_dim);
-    let mut z = Buf::for_output(ex.ws, n * vdim);
+    let mut z = Buf::for_output(ex.ws, if late_gate { 0 } else { n * vdim });
     let mut b = Buf::for_output(ex.ws, n * nv);
     let mut a = Buf::for_output(ex.ws, n * nv);
     let fused_qkvz = matches!(w.proj, Projections::FusedQkvz(_));
@@ -149,13 +152,15 @@ fn project<'w>(
                     out: &mut qkv,
                     pick: None,
                 });
-                jobs.push(MatJob {
-                    w: gate.view(),
-                    x,
-                    n,
-                    out: &mut z,
-                    pick: None,
-                });
+                if !late_gate {
+                    jobs.push(MatJob {
+                        w: gate.view(),
+                        x,
+                        n,
+                        out: &mut z,
+                        pick: None,
+                    });
+                }
             }
             Projections::FusedQkvz(m) => jobs.push(MatJob {
                 w: m.view(),
@@ -384,6 +389,20 @@ fn conv_snapshots(window: &[f32], raw: &[f32], cd: usize, m: usize, slots: &mut 
     }
 }
 
+/// Steps of at least this many rows (prompt chunks) project the output
+/// gate z after the recurrence, once the conv rows are freed: the step
+/// holds the conv rows and the recurrence's output, then that output and
+/// z — never all three (a quarter less working memory per prompt row).
+/// Smaller steps keep every projection in one parallel region.
+const LATE_GATE_ROWS: usize = 64;
+
+/// The output gate z `[n × n_v·d_v]` through `gate`.
+fn gate_projection<'w>(gate: &Matrix, ex: Exec<'w>, x: &[f32], n: usize) -> Buf<'w> {
+    let mut z = Buf::for_output(ex.ws, n * gate.rows);
+    matmul_on(ex.isa, ex.precision, ex.threads, gate.view(), x, n, &mut z);
+    z
+}
+
 /// GDN mixer for a step of `n` rows (`x` normed) spread over `seqs`: the
 /// projections run once over all rows, the conv and the recurrence per
 /// sequence on its own state.
@@ -396,7 +415,11 @@ pub(crate) fn forward<'s, 'w>(
     seqs: impl IntoIterator<Item = GdnSeq<'s>>,
 ) -> Buf<'w> {
     let threads = ex.threads;
-    let (mut qkv, z, g, beta) = project(w, c, ex, x, n);
+    let late_gate = match &w.proj {
+        Projections::Split { gate, .. } if n >= LATE_GATE_ROWS => Some(gate),
+        _ => None,
+    };
+    let (mut qkv, z, g, beta) = project(w, c, ex, x, n, late_gate.is_some());
     let (cd, nv, d) = (c.conv_dim(), c.ssm_n_v_heads, c.ssm_head_dim);
     let mut y = Buf::for_output(ex.ws, n * nv * d);
     for s in seqs {
@@ -421,6 +444,11 @@ pub(crate) fn forward<'s, 'w>(
             &mut y[a * nv * d..b * nv * d],
         );
     }
+    drop((qkv, g, beta));
+    let z = match late_gate {
+        Some(gate) => gate_projection(gate, ex, x, n),
+        None => z,
+    };
     // Gated RMSNorm per value head: norm(o) ⊙ act(z) (SiLU; qwen4exp's
     // sigmoid), heads in parallel.
     let y_ptr = SharedMut::new(&mut y);
