@@ -52,9 +52,12 @@ pub struct Args {
     #[arg(long, alias = "ubatch-size")]
     prefill_chunk: Option<usize>,
     /// Most rows one engine step runs, all sequences together (`rill serve
-    /// --step-tokens`; a lone request's chunk always runs whole).
-    #[arg(long, default_value_t = 512)]
-    step_tokens: usize,
+    /// --step-tokens`; a lone request's chunk always runs whole). Default:
+    /// no bound, so that the `--parallel` sequences prefill in the same
+    /// steps and the generation test decodes them together (with a bound
+    /// the first ones may finish before the last start).
+    #[arg(long)]
+    step_tokens: Option<usize>,
     /// Also measure the machine's read bandwidth with the same threads.
     #[arg(long)]
     bandwidth: bool,
@@ -197,7 +200,7 @@ pub fn run(a: Args) -> Result<()> {
             prefill_chunk: (a.prefill_chunk)
                 .unwrap_or(a.n_prompt.max(a.depth.min(4096)))
                 .max(1),
-            step_tokens: a.step_tokens.max(1),
+            step_tokens: a.step_tokens.unwrap_or(usize::MAX).max(1),
             cache_bytes: 0,
             threads: a.compute.threads,
             kernels,
