@@ -358,12 +358,18 @@ unsafe fn drive(
                     if let Some(f) = src.out_scale {
                         res[t][..rows].iter_mut().for_each(|v| *v *= f);
                     }
-                    // SAFETY: rows r..r + rows of the output are this caller's.
-                    std::ptr::copy_nonoverlapping(
-                        res[t].as_ptr(),
-                        out.at((t0 + t) * n_rows + r),
-                        rows,
-                    );
+                    let dst = out.at((t0 + t) * n_rows + r);
+                    // SAFETY: rows r..r + rows of the output are this
+                    // caller's. A copy of a constant length (a length known
+                    // only at run time was a call into `memcpy` for 32
+                    // bytes, ~1.5% of a Q8_0 prefill).
+                    match rows {
+                        8 => {
+                            (dst as *mut [f32; 8]).write_unaligned(res[t][..8].try_into().unwrap())
+                        }
+                        16 => (dst as *mut [f32; 16]).write_unaligned(res[t]),
+                        _ => std::ptr::copy_nonoverlapping(res[t].as_ptr(), dst, rows),
+                    }
                 }
             }
             r += rows;
