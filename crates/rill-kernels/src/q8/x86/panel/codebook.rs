@@ -17,8 +17,8 @@
 
 use std::arch::x86_64::*;
 
-use super::ymm::{bcast, finish, pair_of, transpose8};
-use super::{Toks8, TOKENS};
+use super::ymm::{bcast, finish, pair_of, transpose8, Partials};
+use super::{Res, Toks8};
 use crate::q8::x86::codebook::{d_bits, sub32, BLOCK, UNIT};
 
 /// Rows of a panel.
@@ -80,9 +80,10 @@ unsafe fn body<const T: usize, const CHAIN: usize>(
     panel: *const u8,
     nb: usize,
     x: &Toks8,
-) -> [[f32; 16]; TOKENS] {
+    out: &mut Res,
+) {
     let z = _mm256_setzero_si256();
-    let mut p = [[_mm256_setzero_ps(); 8]; T];
+    let mut p = Partials::<T>::new();
     for b in 0..nb {
         let pb = panel.add(b * BYTES);
         let mut acc = [z; T];
@@ -108,10 +109,10 @@ unsafe fn body<const T: usize, const CHAIN: usize>(
         for t in 0..T {
             let dx = _mm256_set1_ps(*x.d[t].add(b));
             let term = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(acc[t]));
-            p[t][b % 8] = _mm256_add_ps(p[t][b % 8], term);
+            p.add(t, b, term);
         }
     }
-    finish(&p)
+    finish(p.done(nb), out)
 }
 
 /// The panel kernels: levels up to 62 (IQ2, IQ3_XXS), up to 15 (IQ3_S, IQ1).
@@ -120,8 +121,9 @@ pub(super) unsafe fn panel_wide<const T: usize>(
     panel: *const u8,
     nb: usize,
     x: &Toks8,
-) -> [[f32; 16]; TOKENS] {
-    body::<T, 2>(panel, nb, x)
+    out: &mut Res,
+) {
+    body::<T, 2>(panel, nb, x, out)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -129,8 +131,9 @@ pub(super) unsafe fn panel_narrow<const T: usize>(
     panel: *const u8,
     nb: usize,
     x: &Toks8,
-) -> [[f32; 16]; TOKENS] {
-    body::<T, 4>(panel, nb, x)
+    out: &mut Res,
+) {
+    body::<T, 4>(panel, nb, x, out)
 }
 
 /// The packer of encoding `K` (the kernel numbers of `x86::codebook`).

@@ -21,8 +21,8 @@
 
 use std::arch::x86_64::*;
 
-use super::ymm::{bcast, finish, transpose8};
-use super::{Toks8, TOKENS};
+use super::ymm::{bcast, finish, transpose8, Partials};
+use super::{Res, Toks8};
 use crate::q8::x86::{nvfp4_decode32, nvfp4_decode32_checkpoint};
 use crate::quant::fp8::E4M3;
 use crate::quant::nvfp4::ue4m3_to_f32;
@@ -104,17 +104,12 @@ unsafe fn write_blocks(
 /// The panel at `panel` (`nb` blocks) × `T` tokens: lanes 0..8 of result
 /// `t` are the 8 rows' outputs for token `t` (GGUF's: its tree halved).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn panel<const T: usize>(
-    panel: *const u8,
-    nb: usize,
-    x: &Toks8,
-) -> [[f32; 16]; TOKENS] {
+pub(super) unsafe fn panel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8, out: &mut Res) {
     // The scales' halving (the levels are doubled), after the tree.
-    let mut out = tree::<T>(panel, nb, x);
+    tree::<T>(panel, nb, x, out);
     for row in out.iter_mut().take(T) {
         row[..ROWS].iter_mut().for_each(|v| *v *= 0.5);
     }
-    out
 }
 
 /// The checkpoint's panel: the tree alone (the caller multiplies it by
@@ -124,15 +119,16 @@ pub(super) unsafe fn panel_checkpoint<const T: usize>(
     panel: *const u8,
     nb: usize,
     x: &Toks8,
-) -> [[f32; 16]; TOKENS] {
-    tree::<T>(panel, nb, x)
+    out: &mut Res,
+) {
+    tree::<T>(panel, nb, x, out)
 }
 
 /// The canonical tree of every row and token, before the final scale.
 #[inline(always)]
-unsafe fn tree<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
+unsafe fn tree<const T: usize>(panel: *const u8, nb: usize, x: &Toks8, out: &mut Res) {
     let (z, ones) = (_mm256_setzero_si256(), _mm256_set1_epi16(1));
-    let mut p = [[_mm256_setzero_ps(); 8]; T];
+    let mut p = Partials::<T>::new();
     for b in 0..nb {
         let pb = panel.add(b * BYTES);
         for g in 0..4 {
@@ -152,9 +148,9 @@ unsafe fn tree<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32;
                 let i = _mm256_madd_epi16(s16[t], ones);
                 let dx = _mm256_set1_ps(*x.d[t].add(gi / 2));
                 let term = _mm256_mul_ps(_mm256_mul_ps(s, dx), _mm256_cvtepi32_ps(i));
-                p[t][gi % 8] = _mm256_add_ps(p[t][gi % 8], term);
+                p.add(t, gi, term);
             }
         }
     }
-    finish(&p)
+    finish(p.done(4 * nb), out)
 }

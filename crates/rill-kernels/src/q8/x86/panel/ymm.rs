@@ -10,8 +10,9 @@
 #![allow(clippy::needless_range_loop)]
 
 use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
 
-use super::{layout, Kind, Layout, Set, Toks8, TOKENS};
+use super::{layout, Kind, Layout, Res, Set, Toks8};
 
 /// Rows of a panel: the i32 lanes of a vector.
 const ROWS: usize = 8;
@@ -262,12 +263,13 @@ unsafe fn body<const KIND: usize, const T: usize>(
     panel: *const u8,
     nb: usize,
     x: &Toks8,
-) -> [[f32; 16]; TOKENS] {
+    out: &mut Res,
+) {
     let l = layout_of(KIND);
     let per = 64 / l.subs;
     let ch = chain(KIND);
     let z = _mm256_setzero_si256();
-    let mut p = [[_mm256_setzero_ps(); 8]; T];
+    let mut p = Partials::<T>::new();
     for b in 0..nb {
         let pb = panel.add(b * l.bytes);
         let mut acc = [z; T];
@@ -331,16 +333,56 @@ unsafe fn body<const KIND: usize, const T: usize>(
                 let tm = _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(m[t]));
                 _mm256_sub_ps(ti, tm)
             };
-            p[t][b % 8] = _mm256_add_ps(p[t][b % 8], term);
+            p.add(t, b, term);
         }
     }
-    finish(&p)
+    finish(p.done(nb), out)
+}
+
+/// The canonical tree's partial sums of `T` tokens: `[t][k]` adds the
+/// terms of blocks `k, k + 8, …` in order, from 0. Each partial is set at its
+/// first block (`0 + term`, the reference's first step) instead of zeroed
+/// up front: 8·T vectors zeroed per kernel call were a `memset` call (~2%
+/// of a Q8_0 prefill).
+pub(super) struct Partials<const T: usize>(MaybeUninit<[[__m256; 8]; T]>);
+
+impl<const T: usize> Partials<T> {
+    #[inline(always)]
+    pub(super) fn new() -> Self {
+        Partials(MaybeUninit::uninit())
+    }
+
+    /// Add token `t`'s term of block `b` (each token's blocks in
+    /// increasing order from 0).
+    #[inline(always)]
+    pub(super) unsafe fn add(&mut self, t: usize, b: usize, term: __m256) {
+        let at = (self.0.as_mut_ptr() as *mut __m256).add(8 * t + b % 8);
+        let prev = if b < 8 {
+            _mm256_setzero_ps()
+        } else {
+            at.read()
+        };
+        at.write(_mm256_add_ps(prev, term));
+    }
+
+    /// The partials after `nb` blocks (those of no block are 0).
+    #[inline(always)]
+    pub(super) unsafe fn done(&mut self, nb: usize) -> &[[__m256; 8]; T] {
+        let p = self.0.as_mut_ptr() as *mut __m256;
+        for t in 0..T {
+            for k in nb.min(8)..8 {
+                p.add(8 * t + k).write(_mm256_setzero_ps());
+            }
+        }
+        // SAFETY: every partial was written by `add` (blocks 0..8 each
+        // set one) or just above.
+        unsafe { self.0.assume_init_ref() }
+    }
 }
 
 /// Each token's 8 partial vectors through the canonical tree.
 #[inline(always)]
-pub(super) unsafe fn finish<const T: usize>(p: &[[__m256; 8]; T]) -> [[f32; 16]; TOKENS] {
-    let mut out = [[0f32; 16]; TOKENS];
+pub(super) unsafe fn finish<const T: usize>(p: &[[__m256; 8]; T], out: &mut Res) {
     for t in 0..T {
         let a = |i: usize, j: usize| _mm256_add_ps(p[t][i], p[t][j]);
         let s = _mm256_add_ps(
@@ -349,14 +391,13 @@ pub(super) unsafe fn finish<const T: usize>(p: &[[__m256; 8]; T]) -> [[f32; 16];
         );
         _mm256_storeu_ps(out[t].as_mut_ptr(), s);
     }
-    out
 }
 
 macro_rules! panel_entries {
     ($($kernel:ident, $packer:ident = $kind:literal;)*) => {$(
         #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $kernel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
-            body::<$kind, T>(panel, nb, x)
+        unsafe fn $kernel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8, out: &mut Res) {
+            body::<$kind, T>(panel, nb, x, out)
         }
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $packer(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
@@ -415,10 +456,10 @@ unsafe fn pack_q80<const NIB: usize>(w: *const u8, rb: usize, nb: usize, dst: *m
 /// `|w|·(x with w's sign)` (pair sums ≤ 2·128·127, exact in i16), the pairs
 /// summed into i32 by `vpmaddwd` with ones.
 #[inline(always)]
-unsafe fn body_q80<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
+unsafe fn body_q80<const T: usize>(panel: *const u8, nb: usize, x: &Toks8, out: &mut Res) {
     let z = _mm256_setzero_si256();
     let ones = _mm256_set1_epi16(1);
-    let mut p = [[_mm256_setzero_ps(); 8]; T];
+    let mut p = Partials::<T>::new();
     for b in 0..nb {
         let pb = panel.add(b * Q80_BYTES);
         let mut s = [z; T];
@@ -435,15 +476,15 @@ unsafe fn body_q80<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[
         for t in 0..T {
             let dx = _mm256_set1_ps(*x.d[t].add(b));
             let term = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(s[t]));
-            p[t][b % 8] = _mm256_add_ps(p[t][b % 8], term);
+            p.add(t, b, term);
         }
     }
-    finish(&p)
+    finish(p.done(nb), out)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q80_panel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
-    body_q80::<T>(panel, nb, x)
+unsafe fn q80_panel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8, out: &mut Res) {
+    body_q80::<T>(panel, nb, x, out)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -522,12 +563,13 @@ unsafe fn body_unsigned<const T: usize, const FIVE: bool, const MIN: bool>(
     panel: *const u8,
     nb: usize,
     x: &Toks8,
-) -> [[f32; 16]; TOKENS] {
+    out: &mut Res,
+) {
     let z = _mm256_setzero_si256();
     let ones = _mm256_set1_epi16(1);
     let bytes = unsigned_bytes(MIN);
     let (chain, off) = if FIVE { (4, 16) } else { (8, 8) };
-    let mut p = [[_mm256_setzero_ps(); 8]; T];
+    let mut p = Partials::<T>::new();
     for b in 0..nb {
         let pb = panel.add(b * bytes);
         let mut s = [z; T];
@@ -557,17 +599,17 @@ unsafe fn body_unsigned<const T: usize, const FIVE: bool, const MIN: bool>(
                 let i = _mm256_sub_epi32(s[t], _mm256_set1_epi32(off * sum));
                 _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(i))
             };
-            p[t][b % 8] = _mm256_add_ps(p[t][b % 8], term);
+            p.add(t, b, term);
         }
     }
-    finish(&p)
+    finish(p.done(nb), out)
 }
 
 macro_rules! unsigned_entries {
     ($($kernel:ident, $packer:ident = $five:literal, $min:literal;)*) => {$(
         #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $kernel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
-            body_unsigned::<T, $five, $min>(panel, nb, x)
+        unsafe fn $kernel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8, out: &mut Res) {
+            body_unsigned::<T, $five, $min>(panel, nb, x, out)
         }
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $packer(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
@@ -639,13 +681,9 @@ unsafe fn pack_iq4xs(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
 /// `|L|·(x with L's sign)` (pair sums ≤ 2·127·127, exact in i16), then
 /// `vpmaddwd` with the sub-block's `(ls, ls)`: `i = Σ_j ls_j·Σ L·q`.
 #[inline(always)]
-unsafe fn body_iq4xs<const T: usize>(
-    panel: *const u8,
-    nb: usize,
-    x: &Toks8,
-) -> [[f32; 16]; TOKENS] {
+unsafe fn body_iq4xs<const T: usize>(panel: *const u8, nb: usize, x: &Toks8, out: &mut Res) {
     let z = _mm256_setzero_si256();
-    let mut p = [[_mm256_setzero_ps(); 8]; T];
+    let mut p = Partials::<T>::new();
     for b in 0..nb {
         let pb = panel.add(b * IQ4XS_BYTES);
         let mut acc = [z; T];
@@ -666,19 +704,15 @@ unsafe fn body_iq4xs<const T: usize>(
         for t in 0..T {
             let dx = _mm256_set1_ps(*x.d[t].add(b));
             let term = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(acc[t]));
-            p[t][b % 8] = _mm256_add_ps(p[t][b % 8], term);
+            p.add(t, b, term);
         }
     }
-    finish(&p)
+    finish(p.done(nb), out)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn iq4xs_panel<const T: usize>(
-    panel: *const u8,
-    nb: usize,
-    x: &Toks8,
-) -> [[f32; 16]; TOKENS] {
-    body_iq4xs::<T>(panel, nb, x)
+unsafe fn iq4xs_panel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8, out: &mut Res) {
+    body_iq4xs::<T>(panel, nb, x, out)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

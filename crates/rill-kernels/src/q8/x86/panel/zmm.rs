@@ -7,7 +7,7 @@
 use std::arch::x86_64::*;
 
 use super::super::avx512::{dot16, ins128, q6k_quants_z, tree_z};
-use super::{layout, Kind, Layout, Set, Toks8, TOKENS};
+use super::{layout, Kind, Layout, Res, Set, Toks8, TOKENS};
 
 /// Rows of a panel: the i32 lanes of a vector.
 const ROWS: usize = 16;
@@ -234,7 +234,8 @@ unsafe fn body<const KIND: usize, const T: usize>(
     panel: *const u8,
     nb: usize,
     x: &Toks8,
-) -> [[f32; 16]; TOKENS] {
+    out: &mut Res,
+) {
     let l = layout_of(KIND);
     let per = 64 / l.subs;
     let z = _mm512_setzero_si512();
@@ -281,18 +282,16 @@ unsafe fn body<const KIND: usize, const T: usize>(
             p[t][b % 8] = _mm512_add_ps(p[t][b % 8], term);
         }
     }
-    let mut out = [[0f32; 16]; TOKENS];
     for t in 0..T {
         out[t] = tree_z(&p[t]);
     }
-    out
 }
 
 macro_rules! panel_entries {
     ($($kernel:ident, $packer:ident = $kind:literal;)*) => {$(
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-        unsafe fn $kernel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
-            body::<$kind, T>(panel, nb, x)
+        unsafe fn $kernel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8, out: &mut Res) {
+            body::<$kind, T>(panel, nb, x, out)
         }
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
         unsafe fn $packer(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
@@ -372,7 +371,7 @@ unsafe fn pack_q80<const NIB: usize>(w: *const u8, rb: usize, nb: usize, dst: *m
 /// +128, so `Σ (w + 128)·x − 128·Σx` is the reference's `Σ w·x` (from the
 /// activations' sums of 16).
 #[inline(always)]
-unsafe fn body_q80<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
+unsafe fn body_q80<const T: usize>(panel: *const u8, nb: usize, x: &Toks8, out: &mut Res) {
     let z = _mm512_setzero_si512();
     let mut p = [[_mm512_setzero_ps(); 8]; T];
     for b in 0..nb {
@@ -393,16 +392,14 @@ unsafe fn body_q80<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[
             p[t][b % 8] = _mm512_add_ps(p[t][b % 8], term);
         }
     }
-    let mut out = [[0f32; 16]; TOKENS];
     for t in 0..T {
         out[t] = tree_z(&p[t]);
     }
-    out
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q80_panel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8) -> [[f32; 16]; TOKENS] {
-    body_q80::<T>(panel, nb, x)
+unsafe fn q80_panel<const T: usize>(panel: *const u8, nb: usize, x: &Toks8, out: &mut Res) {
+    body_q80::<T>(panel, nb, x, out)
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
