@@ -521,6 +521,9 @@ pub(crate) struct RowScratch {
     /// Rows rewritten as a panel (x86 in-register path, many tokens).
     #[cfg(target_arch = "x86_64")]
     panel: Vec<u8>,
+    /// The `smmla` panels and interleaved activations (aarch64 with i8mm).
+    #[cfg(target_arch = "aarch64")]
+    neon: neon::Scratch,
 }
 
 impl Default for RowScratch {
@@ -533,6 +536,8 @@ impl Default for RowScratch {
             amx: amx::Scratch::default(),
             #[cfg(target_arch = "x86_64")]
             panel: vec![0; x86::PANEL_BUF_MIN],
+            #[cfg(target_arch = "aarch64")]
+            neon: neon::Scratch::default(),
         }
     }
 }
@@ -583,7 +588,10 @@ pub(crate) unsafe fn rows(
     // has the dot-product instructions; the rest is this function's
     // contract.
     #[cfg(target_arch = "aarch64")]
-    if isa == Isa::Neon && neon::usable() && unsafe { neon::rows(w, acts, r0, r1, out) } {
+    if isa == Isa::Neon
+        && neon::usable()
+        && unsafe { neon::rows(w, acts, r0, r1, out, &mut scratch.neon) }
+    {
         return;
     }
     let _ = (isa, scratch);

@@ -57,8 +57,10 @@ use crate::threads::SharedMut;
 use rill_dtype::DType;
 
 mod levels;
+mod mmla;
 mod nvfp4;
 use levels::iq4xs_body;
+pub(super) use mmla::Scratch;
 pub(super) use nvfp4::dot as nvfp4_dot;
 
 /// Bytes ahead of the block being read that are prefetched, per row: the
@@ -71,8 +73,10 @@ pub(super) fn usable() -> bool {
     *DOTPROD.get_or_init(|| std::arch::is_aarch64_feature_detected!("dotprod"))
 }
 
-/// Rows `r0..r1` of `w` × every token of `acts` into `out` (as `q8::rows`).
-/// `false`: no kernel for this encoding here (nothing written).
+/// Rows `r0..r1` of `w` × every token of `acts` into `out` (as `q8::rows`):
+/// many tokens on the `smmla` panels where the CPU has them (`mmla`), the
+/// rest on the `sdot` kernels. `false`: no kernel for this encoding here
+/// (nothing written).
 ///
 /// # Safety
 /// As `q8::rows`; the CPU must have NEON and the dot-product instructions
@@ -83,11 +87,17 @@ pub(super) unsafe fn rows(
     r0: usize,
     r1: usize,
     out: SharedMut<f32>,
+    scratch: &mut Scratch,
 ) -> bool {
     let Some(k) = table(w.dtype) else {
         return false;
     };
-    groups::run(k, w, acts, r0, r1, out, w.rows, 0);
+    let mut r = r0;
+    if acts.n() >= mmla::MIN_TOKENS && mmla::usable() {
+        // SAFETY: as this function, and the CPU has FEAT_I8MM.
+        r = unsafe { mmla::rows(w, acts, r0, r1, out, scratch) };
+    }
+    groups::run(k, w, acts, r, r1, out, w.rows, 0);
     true
 }
 

@@ -116,7 +116,7 @@ pub(super) unsafe fn block_min<const NIB: usize>(blk: *const u8) -> f32 {
 /// IQ4_XS sub-block `j`'s signed 6-bit scale (−32..=31) of the block at
 /// `blk`.
 #[inline(always)]
-unsafe fn iq4xs_scale(blk: *const u8, j: usize) -> i32 {
+pub(super) unsafe fn iq4xs_scale(blk: *const u8, j: usize) -> i32 {
     let high = (blk.add(2) as *const u16).read_unaligned();
     let low = (*blk.add(4 + j / 2) >> (4 * (j % 2))) & 0x0F;
     (low | ((((high >> (2 * j)) & 3) as u8) << 4)) as i32 - 32
