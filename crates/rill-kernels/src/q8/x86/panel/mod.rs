@@ -156,7 +156,13 @@ pub(super) struct Set {
     /// Fewer tokens than this run on the 4-row kernels: the panel's rewrite
     /// does not pay for itself (`matmul_bench`, 512 × 2048 Q4_K on Zen 4,
     /// 1 thread: AVX-512 panels lose at 2 tokens, tie at 4, win by 20-27%
-    /// from 5; AVX2 panels tie at 2 and win by 15-30% from 3).
+    /// from 5). AVX2 panels won from 3 tokens there, and still do on
+    /// matrices in cache; but a model's weights stream from DRAM, where the
+    /// 4-row kernels (their rows prefetched as one stream) win at 3 and 4
+    /// tokens (Zen 3, 2 threads, 131,072 × 2048, GFLOP/s panel / 4-row, 3
+    /// tokens: Q6_K 79-86 / 97-124, Q4_K 112-116 / 156-159, Q8_0 77-78 /
+    /// 116-124; 4 tokens: 115 / 138, 147 / 173, 92 / 128) and panels from 5
+    /// or 6 (8 tokens: 173 / 132, 205 / 171, 138 / 124).
     pub(super) min_tokens: usize,
     /// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL, IQ4_XS, MXFP4, Q5_0, Q4_1, Q5_1
     /// (Q4_0 and Q5_0 on AVX-512 VNNI, IQ4_NL and MXFP4 as the Q8_0 blocks
