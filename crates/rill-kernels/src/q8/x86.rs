@@ -391,15 +391,14 @@ decode_entry! {"avx2,fma,f16c":
 // ---------------------------------------------------------------------------
 // Shared pieces.
 
-/// Prefetch for a kernel of `R` consecutive rows at `w` (`rb` bytes apart)
-/// that reads `bytes` at offset `off` of each: the rows' bytes are one
-/// contiguous run (`R · rb`) that the kernel crosses at `R` bytes per byte
-/// of a row, so the lines [`AHEAD`] past `w + R · off` (`R · bytes` of them)
-/// are the ones it reads next, as one forward stream. (Prefetches never
-/// fault, so the address may lie past the matrix.)
+/// Prefetch for a kernel of `R` consecutive rows at `w` that reads `bytes`
+/// at offset `off` of each: the rows' bytes are one contiguous run that the
+/// kernel crosses at `R` bytes per byte of a row, so the lines [`AHEAD`]
+/// past `w + R · off` (`R · bytes` of them) are the ones it reads next, as
+/// one forward stream. (Prefetches never fault, so the address may lie
+/// past the matrix.)
 #[inline(always)]
-pub(super) unsafe fn prefetch<const R: usize>(w: *const u8, rb: usize, off: usize, bytes: usize) {
-    let _ = rb;
+pub(super) unsafe fn prefetch<const R: usize>(w: *const u8, off: usize, bytes: usize) {
     let at = w.wrapping_add(R * off + AHEAD);
     let mut o = 0;
     while o < R * bytes {

@@ -47,7 +47,7 @@ pub(super) unsafe fn affine_y_body<const R: usize, const T: usize, const FIVE: b
     let mut p = [[_mm256_setzero_ps(); T]; R];
     let ng = nb / 8;
     for g in 0..ng {
-        prefetch::<R>(w, rb, 8 * bb * g, 8 * bb);
+        prefetch::<R>(w, 8 * bb * g, 8 * bb);
         // Each token's sums of 32 of the 8 blocks, from its sums of 16.
         let s: [__m256; T] = std::array::from_fn(|t| {
             let v = _mm256_loadu_si256(x.sums[t].add(16 * g) as *const __m256i);

@@ -156,7 +156,7 @@ pub(super) unsafe fn kmin_y<const R: usize, const T: usize, const Q5: bool>(
     let mut p = [[_mm256_setzero_ps(); 2]; 8];
     for b in 0..nb {
         let blk = |r: usize| w.add(r * rb + b * bb);
-        prefetch::<R>(w, rb, b * bb, bb);
+        prefetch::<R>(w, b * bb, bb);
         let sm = k4_scales_y::<R>(blk);
         let m: [__m256i; 2] = arr!(2, |h| {
             let mn = _mm256_unpackhi_epi8(sm[h], z);
@@ -269,7 +269,7 @@ pub(super) unsafe fn q6k_y_body<const R: usize, const T: usize>(
     let mut p = [[_mm256_setzero_ps(); 2]; 8];
     for b in 0..nb {
         let blk = |r: usize| w.add(r * rb + b * 210);
-        prefetch::<R>(w, rb, b * 210, 210);
+        prefetch::<R>(w, b * 210, 210);
         let mut acc = [[z; T]; R];
         for r in 0..R {
             let base = blk(r);
@@ -349,7 +349,7 @@ pub(super) unsafe fn q80_y_body<const R: usize, const T: usize, const NIB: usize
     let mut p = [[_mm256_setzero_ps(); T]; R];
     let ng = nb / 8;
     for g in 0..ng {
-        prefetch::<R>(w, rb, 8 * bb * g, 8 * bb);
+        prefetch::<R>(w, 8 * bb * g, 8 * bb);
         for r in 0..R {
             let base = w.add(r * rb + 8 * bb * g);
             let d = block_scales::<NIB>(base, bb, IN_ORDER);

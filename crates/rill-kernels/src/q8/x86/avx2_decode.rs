@@ -110,7 +110,7 @@ pub(super) unsafe fn kmin_y1<const Q5: bool>(
             }
             let b = b0 + j;
             let blk = |r: usize| w.add(r * rb + b * bb);
-            prefetch::<4>(w, rb, b * bb, bb);
+            prefetch::<4>(w, b * bb, bb);
             let sm = k4_scales_y::<4>(blk);
             let s32 = bc256(sums32(x, 0, b));
             for h in 0..2 {
@@ -193,7 +193,7 @@ pub(super) unsafe fn q6k_body_y1(w: *const u8, rb: usize, x: &Toks, nb: usize) -
             }
             let b = b0 + j;
             let blk = |r: usize| w.add(r * rb + b * 210);
-            prefetch::<4>(w, rb, b * 210, 210);
+            prefetch::<4>(w, b * 210, 210);
             let s16 = _mm256_loadu_si256(x.sums[0].add(16 * b) as *const __m256i);
             let mut acc = [z; 4];
             for r in 0..4 {

@@ -204,7 +204,7 @@ pub(super) unsafe fn kmin_z<const R: usize, const T: usize, const Q5: bool, cons
     let mut p = [_mm512_setzero_ps(); 8];
     for b in 0..nb {
         let blk = |r: usize| w.add(r * rb + b * bb);
-        prefetch::<R>(w, rb, b * bb, bb);
+        prefetch::<R>(w, b * bb, bb);
         let (sc, mn) = k4_scales_z::<R>(blk);
         // m: chunk r of mins · S32 is row r's 4 partials.
         let m = tsum4(arr!(4, |t| if t < T {
@@ -297,7 +297,7 @@ pub(super) unsafe fn q6k_z_body<const R: usize, const T: usize, const VNNI: bool
     let mut p = [_mm512_setzero_ps(); 8];
     for b in 0..nb {
         let blk = |r: usize| w.add(r * rb + b * 210);
-        prefetch::<R>(w, rb, b * 210, 210);
+        prefetch::<R>(w, b * 210, 210);
         let mut acc = [[z; T]; R];
         let mut sc = [z; R];
         for r in 0..R {
@@ -374,7 +374,7 @@ pub(super) unsafe fn q80_z_body<
     let levels = _mm512_broadcast_i32x4(nib_levels::<NIB>());
     let ng = nb / 8;
     for g in 0..ng {
-        prefetch::<R>(w, rb, 8 * bb * g, 8 * bb);
+        prefetch::<R>(w, 8 * bb * g, 8 * bb);
         let mut xs = [[z; 4]; T];
         let mut neg = [[z; 4]; T];
         let mut dx = [_mm256_setzero_ps(); T];

@@ -96,7 +96,7 @@ pub(super) unsafe fn kmin_z1<const Q5: bool, const VNNI: bool>(
             }
             let b = b0 + j;
             let blk = |r: usize| w.add(r * rb + b * bb);
-            prefetch::<4>(w, rb, b * bb, bb);
+            prefetch::<4>(w, b * bb, bb);
             let (sc, mn) = k4_scales_z::<4>(blk);
             fm[j] = _mm512_madd_epi16(mn, bc512(sums32(x, 0, b)));
             let acc = kmin_dots_z::<4, 1, Q5, VNNI>(blk, qs_at, sc, x, b);
@@ -136,7 +136,7 @@ pub(super) unsafe fn q6k_body_z1<const VNNI: bool>(
             }
             let b = b0 + j;
             let blk = |r: usize| w.add(r * rb + b * 210);
-            prefetch::<4>(w, rb, b * 210, 210);
+            prefetch::<4>(w, b * 210, 210);
             let s16 =
                 _mm512_zextsi256_si512(_mm256_loadu_si256(x.sums[0].add(16 * b) as *const __m256i));
             let mut acc = [z; 4];

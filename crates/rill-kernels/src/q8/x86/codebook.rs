@@ -259,7 +259,7 @@ pub(super) unsafe fn codebook_y<const R: usize, const T: usize, const K: usize>(
     let mut p = [[_mm256_setzero_ps(); 2]; 8];
     for b in 0..nb {
         let blk = |r: usize| w.add(r * rb + b * bb);
-        prefetch::<R>(w, rb, b * bb, bb);
+        prefetch::<R>(w, b * bb, bb);
         let mut acc = [[z; T]; R];
         for r in 0..R {
             for j in 0..8 {

@@ -72,7 +72,7 @@ pub(super) unsafe fn iq4xs_z<const R: usize, const T: usize, const VNNI: bool>(
     let mut p = [_mm512_setzero_ps(); 8];
     for b in 0..nb {
         let blk = |r: usize| w.add(r * rb + b * BLOCK);
-        prefetch::<R>(w, rb, b * BLOCK, BLOCK);
+        prefetch::<R>(w, b * BLOCK, BLOCK);
         let ls: [[i16; 8]; R] = arr!(R, |r| scales(blk(r)));
         let mut acc = [[z; T]; R];
         // Chunk by chunk, all rows: the live vectors are the accumulators,
@@ -126,7 +126,7 @@ pub(super) unsafe fn iq4xs_y<const R: usize, const T: usize>(
     let mut p = [[_mm256_setzero_ps(); 2]; 8];
     for b in 0..nb {
         let blk = |r: usize| w.add(r * rb + b * BLOCK);
-        prefetch::<R>(w, rb, b * BLOCK, BLOCK);
+        prefetch::<R>(w, b * BLOCK, BLOCK);
         let mut acc = [[z; T]; R];
         for r in 0..R {
             let ls = scales(blk(r));
