@@ -184,6 +184,67 @@ pub(super) unsafe fn run(
     }
 }
 
+/// Test weights of `dtype`: `rows` rows of `cols` values, every byte
+/// random (or all `fill`: with 0xFF the largest quants, scales and mins,
+/// Q6_K scale −1, Q8_0 −1; 0x80 Q6_K scales −128, Q8_0 quants −128; 0x00
+/// Q6_K quants −32), then each block's f16 scale set to a small random
+/// value (and Q4_K / Q5_K's `dmin`, Q4_1 / Q5_1's min: 0.3 of it; MXFP4 an
+/// E8M0 among the subnormal halves, unit and large scales; IQ1_M its `d` in
+/// the scale words' top nibbles).
+#[cfg(test)]
+pub(super) fn test_blocks(
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+    fill: Option<u8>,
+    rnd: &mut impl FnMut() -> u64,
+) -> Vec<u8> {
+    let f16 = |v: f32| half::f16::from_f32(v).to_bits().to_le_bytes();
+    let (bb, bl) = (dtype.block_bytes(), dtype.block_len());
+    let mut data: Vec<u8> = (0..rows * cols / bl * bb)
+        .map(|_| fill.unwrap_or(rnd() as u8))
+        .collect();
+    for blk in data.chunks_exact_mut(bb) {
+        if dtype == DType::MXFP4 {
+            blk[0] = [0u8, 1, 2, 100, 120, 127, 134, 160][(rnd() % 8) as usize];
+            continue;
+        }
+        let s = (rnd() % 1000) as f32 / 1e4;
+        if dtype == DType::IQ1M {
+            let d = half::f16::from_f32(s).to_bits();
+            for k in 0..4 {
+                let nib = ((d >> (4 * k)) & 0xF) as u8;
+                blk[49 + 2 * k] = (blk[49 + 2 * k] & 0x0F) | nib << 4;
+            }
+            continue;
+        }
+        let d_at = if dtype == DType::Q6K { 208 } else { 0 };
+        blk[d_at..d_at + 2].copy_from_slice(&f16(s));
+        if matches!(dtype, DType::Q4K | DType::Q5K | DType::Q4_1 | DType::Q5_1) {
+            blk[2..4].copy_from_slice(&f16(s * 0.3));
+        }
+    }
+    data
+}
+
+/// Test activations: `n` rows of `cols` values, random in ±10, or (with a
+/// `fill`, the bounds' test) rows of +1, −1 and random values in turn.
+#[cfg(test)]
+pub(super) fn test_acts(
+    n: usize,
+    cols: usize,
+    fill: Option<u8>,
+    rnd: &mut impl FnMut() -> u64,
+) -> Vec<f32> {
+    (0..n * cols)
+        .map(|i| match (fill, (i / cols) % 3) {
+            (Some(_), 0) => 1.0,
+            (Some(_), 1) => -1.0,
+            _ => (rnd() % 2001) as f32 / 100.0 - 10.0,
+        })
+        .collect()
+}
+
 /// Every kernel of `table(dtype)` gives the reference's bits, for every
 /// shape: on random blocks and on blocks at the extremes of the kernels'
 /// bounds (largest quants, scales and mins; activations all ±127).
@@ -195,7 +256,6 @@ pub(super) unsafe fn check_kernels(table: impl Fn(rill_dtype::DType) -> Option<&
     use super::{dot_ref, ActFormat};
     use rill_dtype::DType;
     let mut rnd = crate::test_util::xorshift(0x9E37_79B9_7F4A_7C15);
-    let f16 = |v: f32| half::f16::from_f32(v).to_bits().to_le_bytes();
     for (dtype, cols) in [
         (DType::Q4K, 2304),
         (DType::Q5K, 512),
@@ -216,43 +276,12 @@ pub(super) unsafe fn check_kernels(table: impl Fn(rill_dtype::DType) -> Option<&
         // a path without kernels for an encoding runs the reference
         let Some(k) = table(dtype) else { continue };
         let rows = 4;
-        let (bb, bl) = (dtype.block_bytes(), dtype.block_len());
-        // Random bytes, then all bits set (largest quants, scales and
-        // mins; Q6_K scale −1, Q8_0 −1), then 0x80 (Q6_K scales −128,
-        // Q8_0 quants −128) and 0x00 (Q6_K quants −32).
+        let bl = dtype.block_len();
         for fill in [None, Some(0xFFu8), Some(0x80), Some(0x00)] {
-            let mut data: Vec<u8> = (0..rows * cols / bl * bb)
-                .map(|_| fill.unwrap_or(rnd() as u8))
-                .collect();
-            for blk in data.chunks_exact_mut(bb) {
-                if dtype == DType::MXFP4 {
-                    // E8M0: the subnormal halves (0, 1), small and unit
-                    // scales, and large ones.
-                    blk[0] = [0u8, 1, 2, 100, 120, 127, 134, 160][(rnd() % 8) as usize];
-                    continue;
-                }
-                let s = (rnd() % 1000) as f32 / 1e4;
-                let (d_at, dmin) = match dtype {
-                    DType::Q6K => (208, None),
-                    DType::Q8_0 | DType::IQ4XS | DType::Q4_0 | DType::IQ4NL | DType::Q5_0 => {
-                        (0, None)
-                    }
-                    _ => (0, Some(2)),
-                };
-                blk[d_at..d_at + 2].copy_from_slice(&f16(s));
-                if let Some(o) = dmin {
-                    blk[o..o + 2].copy_from_slice(&f16(s * 0.3));
-                }
-            }
+            let data = test_blocks(dtype, rows, cols, fill, &mut rnd);
             let w = MatRef::new(dtype, rows, cols, &data);
             let n = 4;
-            let xf: Vec<f32> = (0..n * cols)
-                .map(|i| match (fill, i / cols) {
-                    (Some(_), 0) => 1.0,
-                    (Some(_), 1) => -1.0,
-                    _ => (rnd() % 2001) as f32 / 100.0 - 10.0,
-                })
-                .collect();
+            let xf = test_acts(n, cols, fill, &mut rnd);
             let mut acts = crate::q8::Q8Acts::default();
             acts.quantize(ActFormat::for_weights(dtype).unwrap(), &xf, n, cols);
             let nb = cols / bl;

@@ -579,6 +579,7 @@ pub(super) unsafe fn rows(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::q8::groups::{test_acts, test_blocks};
     use crate::q8::{dot_ref, ActFormat, Q8Acts};
 
     /// Every output of the panels has the reference's bits: random blocks
@@ -591,7 +592,6 @@ mod tests {
             return;
         }
         let mut rnd = crate::test_util::xorshift(0x51_7C_C1_B7_27_22_0A_95);
-        let f16 = |v: f32| half::f16::from_f32(v).to_bits().to_le_bytes();
         for (dtype, cols) in [
             (DType::Q4K, 768),
             (DType::Q5K, 512),
@@ -606,38 +606,11 @@ mod tests {
             (DType::Q5_1, 288),
         ] {
             let n_rows = 9;
-            let (bb, bl) = (dtype.block_bytes(), dtype.block_len());
             for fill in [None, Some(0xFFu8), Some(0x80), Some(0x00)] {
-                let mut data: Vec<u8> = (0..n_rows * cols / bl * bb)
-                    .map(|_| fill.unwrap_or(rnd() as u8))
-                    .collect();
-                for blk in data.chunks_exact_mut(bb) {
-                    if dtype == DType::MXFP4 {
-                        blk[0] = [0u8, 1, 2, 100, 120, 127, 134, 160][(rnd() % 8) as usize];
-                        continue;
-                    }
-                    let s = (rnd() % 1000) as f32 / 1e4;
-                    let (d_at, dmin) = match dtype {
-                        DType::Q6K => (208, None),
-                        DType::Q8_0 | DType::IQ4XS | DType::Q4_0 | DType::IQ4NL | DType::Q5_0 => {
-                            (0, None)
-                        }
-                        _ => (0, Some(2)),
-                    };
-                    blk[d_at..d_at + 2].copy_from_slice(&f16(s));
-                    if let Some(o) = dmin {
-                        blk[o..o + 2].copy_from_slice(&f16(s * 0.3));
-                    }
-                }
+                let data = test_blocks(dtype, n_rows, cols, fill, &mut rnd);
                 let w = MatRef::new(dtype, n_rows, cols, &data);
                 for n in [4, 5, 8, 11] {
-                    let xf: Vec<f32> = (0..n * cols)
-                        .map(|i| match (fill, i / cols) {
-                            (Some(_), 0) => 1.0,
-                            (Some(_), 1) => -1.0,
-                            _ => (rnd() % 2001) as f32 / 100.0 - 10.0,
-                        })
-                        .collect();
+                    let xf = test_acts(n, cols, fill, &mut rnd);
                     let mut acts = Q8Acts::default();
                     acts.quantize(ActFormat::for_weights(dtype).unwrap(), &xf, n, cols);
                     for r0 in [0, 3] {

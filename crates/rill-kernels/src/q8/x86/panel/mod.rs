@@ -467,7 +467,6 @@ mod tests {
 
     fn check_panels(isa: Isa) {
         let mut rnd = crate::test_util::xorshift(0x5EED_0F9A_4E15);
-        let f16 = |v: f32| half::f16::from_f32(v).to_bits().to_le_bytes();
         for (dtype, cols) in [
             (DType::Q4K, 768),
             (DType::Q5K, 512),
@@ -493,41 +492,10 @@ mod tests {
         ] {
             for fill in [None, Some(0xFFu8), Some(0x80), Some(0x00)] {
                 let rows = 37;
-                let (bb, bl) = (dtype.block_bytes(), dtype.block_len());
-                let mut data: Vec<u8> = (0..rows * cols / bl * bb)
-                    .map(|_| fill.unwrap_or(rnd() as u8))
-                    .collect();
-                for blk in data.chunks_exact_mut(bb) {
-                    if dtype == DType::MXFP4 {
-                        // E8M0, subnormal halves included.
-                        blk[0] = [0u8, 1, 2, 100, 120, 127, 134, 160][(rnd() % 8) as usize];
-                        continue;
-                    }
-                    let s = (rnd() % 1000) as f32 / 1e4;
-                    if dtype == DType::IQ1M {
-                        // Its d: the top nibbles of the four scale words.
-                        let d = half::f16::from_f32(s).to_bits();
-                        for k in 0..4 {
-                            let nib = ((d >> (4 * k)) & 0xF) as u8;
-                            blk[49 + 2 * k] = (blk[49 + 2 * k] & 0x0F) | nib << 4;
-                        }
-                        continue;
-                    }
-                    let d_at = if dtype == DType::Q6K { 208 } else { 0 };
-                    blk[d_at..d_at + 2].copy_from_slice(&f16(s));
-                    if matches!(dtype, DType::Q4K | DType::Q5K | DType::Q4_1 | DType::Q5_1) {
-                        blk[2..4].copy_from_slice(&f16(s * 0.3));
-                    }
-                }
+                let data = crate::q8::groups::test_blocks(dtype, rows, cols, fill, &mut rnd);
                 let w = MatRef::new(dtype, rows, cols, &data);
                 for n in [3, 5, 8, 13, 19] {
-                    let xf: Vec<f32> = (0..n * cols)
-                        .map(|i| match (fill, (i / cols) % 3) {
-                            (Some(_), 0) => 1.0,
-                            (Some(_), 1) => -1.0,
-                            _ => (rnd() % 2001) as f32 / 100.0 - 10.0,
-                        })
-                        .collect();
+                    let xf = crate::q8::groups::test_acts(n, cols, fill, &mut rnd);
                     let mut acts = Q8Acts::default();
                     acts.quantize(ActFormat::for_weights(dtype).unwrap(), &xf, n, cols);
                     for r0 in [0, 3] {
