@@ -162,7 +162,12 @@ pub(super) struct Set {
     /// tokens (Zen 3, 2 threads, 131,072 × 2048, GFLOP/s panel / 4-row, 3
     /// tokens: Q6_K 79-86 / 97-124, Q4_K 112-116 / 156-159, Q8_0 77-78 /
     /// 116-124; 4 tokens: 115 / 138, 147 / 173, 92 / 128) and panels from 5
-    /// or 6 (8 tokens: 173 / 132, 205 / 171, 138 / 124).
+    /// or 6 (8 tokens: 173 / 132, 205 / 171, 138 / 124). What this gives up:
+    /// on a model inside the last-level cache (the 17 MB demo model, Q8_0)
+    /// the 3- and 4-position MTP verify steps take 0.78-0.92 / 1.00-1.11 ms
+    /// against 0.70-0.74 / 0.87-0.89 with panels from 3. Choosing by whether
+    /// the weights stream would keep both; the kernels do not know the
+    /// model's size (the engine does: a value to pass down, not done yet).
     pub(super) min_tokens: usize,
     /// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL, IQ4_XS, MXFP4, Q5_0, Q4_1, Q5_1
     /// (Q4_0 and Q5_0 on AVX-512 VNNI, IQ4_NL and MXFP4 as the Q8_0 blocks
