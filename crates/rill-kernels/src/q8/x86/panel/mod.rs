@@ -34,6 +34,7 @@ use crate::q8::Q8Rows;
 use crate::threads::SharedMut;
 use rill_dtype::DType;
 
+mod b32;
 mod codebook;
 mod nvfp4;
 mod ymm;
