@@ -8,8 +8,8 @@
 //! product (each key row loaded once for every query of the block, not once
 //! per (query, key) pair as a dot product would), an online softmax step
 //! (running maximum and sum per query row; Milakov & Gimelshein, arXiv
-//! 1805.02867), and P·V as a second product that reads the value rows in
-//! the cache in place. The scratch is a fixed size, whatever the context
+//! 1805.02867), and P·V as a second product, added into the rows'
+//! accumulators, that reads f32 value rows in the cache in place. The scratch is a fixed size, whatever the context
 //! length.
 //!
 //! # Invariance
@@ -21,10 +21,14 @@
 //! - key tiles sit at absolute positions, so a query meets the same tiles
 //!   whichever block it is in. Tiles that are entirely in its future are
 //!   skipped for it (its row's state is left untouched);
-//! - P·V is one fused multiply-add chain per output over the tile's keys in
-//!   order (`small::product_nn`); keys past the query's position come last
-//!   with weight exactly 0, and a 0 · v term changes an accumulator only if
-//!   it is −0, which adding +0 to every P·V output before use removes.
+//! - a tile's weights are summed in sixteen lanes by absolute key position,
+//!   then a fixed tree (unused weights are +0);
+//! - P·V continues each output's chain of fused multiply-adds from the
+//!   rescaled accumulator over the tile's keys in order
+//!   (`small::product_nn_add`); keys past the query's position come last
+//!   with weight exactly 0, and such a term changes an accumulator only if
+//!   it is a zero of the other sign, which the `+ 0.0` that ends the
+//!   product removes.
 //!
 //! So a prompt gives the same bits in one step, in chunks, or alone or in a
 //! batch with other sequences, and decode (one row) takes the same path.
@@ -35,8 +39,9 @@ pub use index::{block_scores, block_scores_scratch_len};
 pub use sparse::{attend_positions, positions_scratch_len};
 
 use crate::kv::{ExactRows, KvRows, KvSide};
+use crate::ops::exp_fast;
 use crate::simd::{on_widest_vectors, Isa};
-use crate::small::{product_nn, room_len, split, transpose};
+use crate::small::{product_nn, product_nn_add, room_len, split, transpose};
 use crate::threads::{SharedMut, Threads};
 
 /// Keys per tile.
@@ -65,11 +70,11 @@ impl AttnShape {
     }
 
     /// Lengths of the parts of one thread's scratch: stacked queries, key
-    /// tile (transposed), scores, weights, P·V, output accumulator, running
+    /// tile (transposed), scores, weights, output accumulator, running
     /// max, running sum; then for a coded cache the decoded key tile, the
     /// exact rows' key tile (transposed), their scores and weights, and the
     /// decoded value tiles (coded, exact).
-    fn parts(&self) -> [usize; 14] {
+    fn parts(&self) -> [usize; 13] {
         let rows = self.block_positions() * self.group();
         let hd = self.head_dim;
         [
@@ -77,7 +82,6 @@ impl AttnShape {
             KEY_TILE * hd,
             rows * KEY_TILE,
             rows * KEY_TILE,
-            rows * hd,
             rows * hd,
             rows,
             rows,
@@ -220,7 +224,7 @@ impl Job<'_> {
         let group = self.shape.group();
         let scale = 1.0 / (hd as f32).sqrt();
         let n = self.rows.len() * group;
-        let [qb, kb, s, p, pv, o, mx, l, kd, kb_hi, s_hi, p_hi, vd, vd_hi] =
+        let [qb, kb, s, p, o, mx, l, kd, kb_hi, s_hi, p_hi, vd, vd_hi] =
             split(room, self.shape.parts());
         // Query row r is (position t0 + r / group, head kvh·group + r % group):
         // the group's heads are adjacent in q, so a position is one copy.
@@ -240,47 +244,40 @@ impl Job<'_> {
             let kt = KEY_TILE.min(end - k0);
             // The runs (pages) holding the tile: a tile never straddles
             // two (the page length is a multiple of KEY_TILE).
-            let (k_run, k_base) = self.k.rows.run_of(k0);
             let (v_run, v_base) = self.v.rows.run_of(k0);
             let kr = tile_reads(&self.k.exact, first, last, k0, kt);
             let vr = tile_reads(&self.v.exact, first, last, k0, kt);
+            // Rows before `r0` (positions before the tile: rows are in
+            // position order) have no key here; they are left out.
+            let r0 = (k0.saturating_sub(first) * group).min(n);
+            let rows = n - r0;
             // The tile's keys transposed, `[hd × KEY_TILE]`: the right factor
             // of the scores' product.
             if kr.lo {
-                match k_run {
-                    KvRows::F32(c) => {
-                        let at = ((k0 - k_base) * nkv + self.kvh) * hd;
-                        transpose(&c[at..], nkv * hd, (kt, hd), kb, KEY_TILE)
-                    }
-                    _ => {
-                        self.k.decode_rows(self.isa, geo, k0, kt, kd, hd);
-                        transpose(kd, hd, (kt, hd), kb, KEY_TILE);
-                    }
-                }
-                product_nn(self.isa, (qb, hd), (kb, KEY_TILE), (n, hd, kt), (s, kt));
+                self.k
+                    .decode_rows_transposed(self.isa, geo, k0, kt, (kb, KEY_TILE), kd);
+                let (q, s) = (&qb[r0 * hd..], &mut s[r0 * kt..]);
+                product_nn(self.isa, (q, hd), (kb, KEY_TILE), (rows, hd, kt), (s, kt));
             }
             if kr.hi {
                 self.k.decode_exact_rows(self.isa, geo, k0, kt, kd, hd);
                 transpose(kd, hd, (kt, hd), kb_hi, KEY_TILE);
                 product_nn(
                     self.isa,
-                    (qb, hd),
+                    (&qb[r0 * hd..], hd),
                     (kb_hi, KEY_TILE),
-                    (n, hd, kt),
-                    (s_hi, kt),
+                    (rows, hd, kt),
+                    (&mut s_hi[r0 * kt..], kt),
                 );
             }
-            for r in 0..n {
+            for r in r0..n {
                 let pos = first + r / group;
-                // Keys of this tile at or before the row's position.
-                let valid = (pos + 1).saturating_sub(k0).min(kt);
+                // Keys of this tile at or before the row's position (≥ 1).
+                let valid = (pos + 1 - k0).min(kt);
                 let pr = &mut p[r * KEY_TILE..(r + 1) * KEY_TILE];
                 pr.fill(0.0);
                 if vr.hi {
                     p_hi[r * KEY_TILE..(r + 1) * KEY_TILE].fill(0.0);
-                }
-                if valid == 0 {
-                    continue;
                 }
                 let sr = &mut s[r * kt..r * kt + valid];
                 if let (true, Some(e)) = (kr.hi, &self.k.exact) {
@@ -305,11 +302,15 @@ impl Job<'_> {
                 let new_max = mx[r].max(tile_max);
                 let alpha = (mx[r] - new_max).exp();
                 mx[r] = new_max;
-                let mut sum = 0.0;
+                // The weights with `exp_fast` (vector instructions, the same
+                // bits on every path), summed in sixteen lanes by absolute key
+                // position and then a fixed tree: one order whatever the
+                // block, chunk or instruction set (the tile's unused weights
+                // are +0 and change no lane).
                 for (pj, &sj) in pr.iter_mut().zip(sr.iter()) {
-                    *pj = (sj - new_max).exp();
-                    sum += *pj;
+                    *pj = exp_fast(sj - new_max);
                 }
+                let sum = lane_sum(pr);
                 if let (true, Some(e)) = (vr.hi, &self.v.exact) {
                     // Weights of the values this query reads exact move to
                     // the exact product.
@@ -325,9 +326,8 @@ impl Job<'_> {
                     o[r * hd..(r + 1) * hd].iter_mut().for_each(|v| *v *= alpha);
                 }
             }
-            // P·V: the coded values' product, then the exact values'. A row
-            // whose weights of one kind are all 0 gets exactly +0 from it,
-            // which leaves its accumulator as it was (module doc).
+            // P·V: the coded values' product, then the exact values', added
+            // into the rows' accumulators (module doc, Invariance).
             for lo in [true, false] {
                 let (reads, weights) = if lo { (vr.lo, &*p) } else { (vr.hi, &*p_hi) };
                 if !reads {
@@ -346,17 +346,13 @@ impl Job<'_> {
                         (&*vd_hi, hd)
                     }
                 };
-                product_nn(self.isa, (weights, KEY_TILE), values, (n, kt, hd), (pv, hd));
-                for r in 0..n {
-                    let pos = first + r / group;
-                    if pos < k0 {
-                        // Not one of its keys: the row stays exactly as it was.
-                        continue;
-                    }
-                    let (or, pvr) = (&mut o[r * hd..(r + 1) * hd], &pv[r * hd..(r + 1) * hd]);
-                    // + 0.0: −0 → +0 (module doc, Invariance).
-                    or.iter_mut().zip(pvr).for_each(|(a, &b)| *a += b + 0.0);
-                }
+                product_nn_add(
+                    self.isa,
+                    (&weights[r0 * KEY_TILE..], KEY_TILE),
+                    values,
+                    (rows, kt, hd),
+                    (&mut o[r0 * hd..], hd),
+                );
             }
             k0 += kt;
         }
@@ -372,6 +368,26 @@ impl Job<'_> {
             }
         }
     }
+}
+
+/// Σ of a tile's weights (`KEY_TILE` of them): sixteen lane sums, lane
+/// `j mod 16`, then pairs of lanes in a fixed tree.
+#[inline(always)]
+fn lane_sum(p: &[f32]) -> f32 {
+    let mut lanes = [0f32; 16];
+    for c in p.chunks_exact(16) {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l += v;
+        }
+    }
+    let mut w = 16;
+    while w > 1 {
+        w /= 2;
+        for i in 0..w {
+            lanes[i] += lanes[i + w];
+        }
+    }
+    lanes[0]
 }
 
 #[cfg(test)]

@@ -329,6 +329,55 @@ impl<'a> KvSide<'a> {
         self.rows.positions(per_pos)
     }
 
+    /// KV head `kvh`'s `hd` values of positions `p0..p0 + n` (one run:
+    /// a tile never straddles pages), transposed into `dst`:
+    /// `dst[c·ld + i]` is value `c` of position `p0 + i`. f32 / f16 / bf16
+    /// rows go straight from the cache on x86 vectors; other encodings
+    /// decode into `tmp` (`n · hd` floats) first. Every path gives the
+    /// same bits (decoding is exact arithmetic on the stored values).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn decode_rows_transposed(
+        &self,
+        isa: Isa,
+        geo: (usize, usize, usize),
+        p0: usize,
+        n: usize,
+        (dst, ld): (&mut [f32], usize),
+        tmp: &mut [f32],
+    ) {
+        let (nkv, hd, kvh) = geo;
+        let (run, base) = self.rows.run_of(p0);
+        #[cfg(target_arch = "x86_64")]
+        if isa != Isa::Scalar && n > 0 {
+            let (bytes, dtype): (&[u8], DType) = match run {
+                KvRows::F32(r) => (bytemuck_f32(r), DType::F32),
+                KvRows::Coded { dtype, bytes } => (bytes, dtype),
+                _ => unreachable!("a run is not paged"),
+            };
+            let (row, head) = (encoded_len(dtype, nkv * hd), encoded_len(dtype, hd));
+            let at = (p0 - base) * row + kvh * head;
+            if at < bytes.len() {
+                // SAFETY: `isa` is checked (an x86 class has AVX2+FMA+F16C);
+                // `widen_transposed` checks the rows and outputs lie inside.
+                if unsafe {
+                    crate::simd::x86::widen_transposed(dtype, &bytes[at..], row, (n, hd), dst, ld)
+                } {
+                    return;
+                }
+            }
+        }
+        match run {
+            KvRows::F32(c) => {
+                let at = ((p0 - base) * nkv + kvh) * hd;
+                crate::small::transpose(&c[at..], nkv * hd, (n, hd), dst, ld)
+            }
+            _ => {
+                self.decode_rows(isa, geo, p0, n, tmp, hd);
+                crate::small::transpose(tmp, hd, (n, hd), dst, ld);
+            }
+        }
+    }
+
     /// Decode KV head `kvh`'s `hd` values of positions `p0..p0 + n` into
     /// `dst` (`n` rows of stride `ld`), from the coded rows.
     pub(crate) fn decode_rows(
@@ -385,6 +434,13 @@ impl<'a> KvSide<'a> {
             }
         }
     }
+}
+
+/// The bytes of f32 values (the x86 transposing decoder reads rows as bytes).
+#[cfg(target_arch = "x86_64")]
+fn bytemuck_f32(v: &[f32]) -> &[u8] {
+    // SAFETY: any f32 slice is a valid byte slice of 4× its length.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), 4 * v.len()) }
 }
 
 #[cfg(test)]

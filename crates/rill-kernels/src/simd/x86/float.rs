@@ -129,6 +129,87 @@ pub(super) unsafe fn widen_f32(src: &[u8], dst: &mut [f32]) {
     widen::<F32>(src.as_ptr(), dst)
 }
 
+/// `dst[c·ld + r]` = element `c` of row `r` (rows `stride` bytes apart),
+/// for `r < rows`, `c < cols`: widened and transposed in 8 × 8 blocks in
+/// registers, so no f32 copy of the rows is written and read back (the
+/// attention's key tiles: a 64 KiB detour through L2 per tile before).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn widen_transposed<E: Elem>(
+    src: *const u8,
+    stride: usize,
+    (rows, cols): (usize, usize),
+    dst: *mut f32,
+    ld: usize,
+) {
+    let (r8, c8) = (rows / 8 * 8, cols / 8 * 8);
+    for r0 in (0..r8).step_by(8) {
+        for c0 in (0..c8).step_by(8) {
+            let at = |i: usize| src.add((r0 + i) * stride + c0 * E::BYTES);
+            let v: [__m256; 8] = std::array::from_fn(|i| E::load8(at(i)));
+            // Rows (a0..a7), ... → columns: pairs, quads, then halves.
+            let t0 = _mm256_unpacklo_ps(v[0], v[1]);
+            let t1 = _mm256_unpackhi_ps(v[0], v[1]);
+            let t2 = _mm256_unpacklo_ps(v[2], v[3]);
+            let t3 = _mm256_unpackhi_ps(v[2], v[3]);
+            let t4 = _mm256_unpacklo_ps(v[4], v[5]);
+            let t5 = _mm256_unpackhi_ps(v[4], v[5]);
+            let t6 = _mm256_unpacklo_ps(v[6], v[7]);
+            let t7 = _mm256_unpackhi_ps(v[6], v[7]);
+            let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+            let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+            let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+            let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+            let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+            let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+            let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+            let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+            let out = [
+                _mm256_permute2f128_ps::<0x20>(u0, u4),
+                _mm256_permute2f128_ps::<0x20>(u1, u5),
+                _mm256_permute2f128_ps::<0x20>(u2, u6),
+                _mm256_permute2f128_ps::<0x20>(u3, u7),
+                _mm256_permute2f128_ps::<0x31>(u0, u4),
+                _mm256_permute2f128_ps::<0x31>(u1, u5),
+                _mm256_permute2f128_ps::<0x31>(u2, u6),
+                _mm256_permute2f128_ps::<0x31>(u3, u7),
+            ];
+            for (i, o) in out.into_iter().enumerate() {
+                _mm256_storeu_ps(dst.add((c0 + i) * ld + r0), o);
+            }
+        }
+    }
+    // The edges (fewer than 8 rows or columns left) element by element.
+    for r in 0..rows {
+        let cs = if r < r8 { c8 } else { 0 };
+        for c in cs..cols {
+            *dst.add(c * ld + r) = E::load1(src.add(r * stride + c * E::BYTES));
+        }
+    }
+}
+
+/// [`widen_transposed`] of rows of `dtype` (F32, F16 or BF16); `false`
+/// for any other encoding. The caller guarantees that every row lies
+/// inside the allocation of `src` and every output inside `dst`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn widen_transposed_as(
+    dtype: rill_dtype::DType,
+    src: *const u8,
+    stride: usize,
+    shape: (usize, usize),
+    dst: *mut f32,
+    ld: usize,
+) -> bool {
+    use rill_dtype::DType;
+    match dtype {
+        DType::F32 => widen_transposed::<F32>(src, stride, shape, dst, ld),
+        DType::F16 => widen_transposed::<F16>(src, stride, shape, dst, ld),
+        DType::BF16 => widen_transposed::<Bf16>(src, stride, shape, dst, ld),
+        _ => return false,
+    }
+    true
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn widen_f16(src: &[u8], dst: &mut [f32]) {
     debug_assert_eq!(src.len(), 2 * dst.len());

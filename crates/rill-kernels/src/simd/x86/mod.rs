@@ -299,6 +299,40 @@ pub(crate) unsafe fn dequantize(avx512: bool, dtype: DType, src: &[u8], dst: &mu
     true
 }
 
+/// `dst[c·ld + r]` = element `c` of row `r` of `src` (`rows` rows of
+/// `stride` bytes, `cols` elements of `dtype` each): F32, F16 and BF16
+/// rows widened and transposed together. `false`: no kernel for `dtype`.
+///
+/// # Safety
+/// The CPU must have AVX2+FMA+F16C.
+pub(crate) unsafe fn widen_transposed(
+    dtype: DType,
+    src: &[u8],
+    stride: usize,
+    (rows, cols): (usize, usize),
+    dst: &mut [f32],
+    ld: usize,
+) -> bool {
+    let bytes = match dtype {
+        DType::F32 => 4 * cols,
+        DType::F16 | DType::BF16 => 2 * cols,
+        _ => return false,
+    };
+    if rows == 0 || cols == 0 {
+        return true;
+    }
+    assert!(src.len() >= (rows - 1) * stride + bytes && dst.len() >= (cols - 1) * ld + rows);
+    assert!(ld >= rows);
+    float::widen_transposed_as(
+        dtype,
+        src.as_ptr(),
+        stride,
+        (rows, cols),
+        dst.as_mut_ptr(),
+        ld,
+    )
+}
+
 /// f32 dot product.
 ///
 /// # Safety
