@@ -9,8 +9,8 @@
 //! per (query, key) pair as a dot product would), an online softmax step
 //! (running maximum and sum per query row; Milakov & Gimelshein, arXiv
 //! 1805.02867), and P·V as a second product, added into the rows'
-//! accumulators, that reads f32 value rows in the cache in place. The scratch is a fixed size, whatever the context
-//! length.
+//! accumulators, that reads f32 value rows in the cache in place. The
+//! scratch is a fixed size, whatever the context length.
 //!
 //! # Invariance
 //! A query's result depends only on its own vector and the keys and values at
