@@ -43,6 +43,8 @@ use crate::ops::exp_fast;
 use crate::simd::{on_widest_vectors, Isa};
 use crate::small::{product_nn, product_nn_add, room_len, split, transpose};
 use crate::threads::{SharedMut, Threads};
+#[cfg(target_arch = "x86_64")]
+use rill_dtype::DType;
 
 /// Keys per tile.
 pub const KEY_TILE: usize = 64;
@@ -333,6 +335,35 @@ impl Job<'_> {
                 if !reads {
                     continue;
                 }
+                let a = (&weights[r0 * KEY_TILE..], KEY_TILE);
+                let acc = &mut o[r0 * hd..];
+                #[cfg(target_arch = "x86_64")]
+                if let (
+                    true,
+                    KvRows::Coded {
+                        dtype: DType::F16,
+                        bytes,
+                    },
+                ) = (lo, v_run)
+                {
+                    // f16 values converted as the product loads them (the same
+                    // bits as decoding the tile first, without the f32 copy).
+                    let (row, head) = (2 * nkv * hd, 2 * hd);
+                    let b = &bytes[(k0 - v_base) * row + self.kvh * head..];
+                    // SAFETY: an x86 class (not scalar) has AVX2+FMA+F16C.
+                    if self.isa != Isa::Scalar
+                        && unsafe {
+                            crate::simd::x86::product_add_f16(
+                                a,
+                                (b, row),
+                                (rows, kt, hd),
+                                (acc, hd),
+                            )
+                        }
+                    {
+                        continue;
+                    }
+                }
                 let values: (&[f32], usize) = match (lo, v_run) {
                     (true, KvRows::F32(c)) => {
                         (&c[((k0 - v_base) * nkv + self.kvh) * hd..], nkv * hd)
@@ -346,13 +377,7 @@ impl Job<'_> {
                         (&*vd_hi, hd)
                     }
                 };
-                product_nn_add(
-                    self.isa,
-                    (&weights[r0 * KEY_TILE..], KEY_TILE),
-                    values,
-                    (rows, kt, hd),
-                    (&mut o[r0 * hd..], hd),
-                );
+                product_nn_add(self.isa, a, values, (rows, kt, hd), (acc, hd));
             }
             k0 += kt;
         }

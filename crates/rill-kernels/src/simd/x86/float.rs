@@ -210,6 +210,68 @@ pub(super) unsafe fn widen_transposed_as(
     true
 }
 
+/// `out[t·ldo + j] = (out[t·ldo + j] + Σ_c a[t·lda + c] · b[c][j]) + 0`
+/// for `t < m`, `c < kk`, `j < p` (a multiple of 16), where row `c` of `b`
+/// is `p` f16 values at `b + c·ldb` bytes: `small::product_nn_add` with
+/// the f16 rows converted as they are loaded (exactly), the same FMA chain
+/// per output (from `out`, `c` in order), so the same bits as widening
+/// `b` first. 6 × 16 register tiles, single rows for the rest.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn product_add_f16(
+    a: *const f32,
+    lda: usize,
+    b: *const u8,
+    ldb: usize,
+    (m, kk, p): (usize, usize, usize),
+    out: *mut f32,
+    ldo: usize,
+) {
+    #[inline(always)]
+    unsafe fn tile<const R: usize>(
+        a: *const f32,
+        lda: usize,
+        b: *const u8,
+        ldb: usize,
+        kk: usize,
+        out: *mut f32,
+        ldo: usize,
+    ) {
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        for (r, acc) in acc.iter_mut().enumerate() {
+            acc[0] = _mm256_loadu_ps(out.add(r * ldo));
+            acc[1] = _mm256_loadu_ps(out.add(r * ldo + 8));
+        }
+        for c in 0..kk {
+            let bp = b.add(c * ldb);
+            let b0 = F16::load8(bp);
+            let b1 = F16::load8(bp.add(16));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let av = _mm256_broadcast_ss(&*a.add(r * lda + c));
+                acc[0] = _mm256_fmadd_ps(av, b0, acc[0]);
+                acc[1] = _mm256_fmadd_ps(av, b1, acc[1]);
+            }
+        }
+        let z = _mm256_setzero_ps();
+        for (r, acc) in acc.iter().enumerate() {
+            _mm256_storeu_ps(out.add(r * ldo), _mm256_add_ps(acc[0], z));
+            _mm256_storeu_ps(out.add(r * ldo + 8), _mm256_add_ps(acc[1], z));
+        }
+    }
+    debug_assert!(p.is_multiple_of(16));
+    for j0 in (0..p).step_by(16) {
+        let (bj, oj) = (b.add(2 * j0), out.add(j0));
+        let mut t0 = 0;
+        while t0 + 6 <= m {
+            tile::<6>(a.add(t0 * lda), lda, bj, ldb, kk, oj.add(t0 * ldo), ldo);
+            t0 += 6;
+        }
+        while t0 < m {
+            tile::<1>(a.add(t0 * lda), lda, bj, ldb, kk, oj.add(t0 * ldo), ldo);
+            t0 += 1;
+        }
+    }
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn widen_f16(src: &[u8], dst: &mut [f32]) {
     debug_assert_eq!(src.len(), 2 * dst.len());

@@ -333,6 +333,40 @@ pub(crate) unsafe fn widen_transposed(
     )
 }
 
+/// `small::product_nn_add` of `a` (`m × kk`, stride `lda`) and `kk` f16
+/// rows of `p` values (`ldb` bytes apart) into `out` (stride `ldo`), the
+/// rows converted as they are loaded: the same bits as widening them first.
+/// `false` (nothing written) unless `p` is a multiple of 16.
+///
+/// # Safety
+/// The CPU must have AVX2+FMA+F16C.
+pub(crate) unsafe fn product_add_f16(
+    (a, lda): (&[f32], usize),
+    (b, ldb): (&[u8], usize),
+    (m, kk, p): (usize, usize, usize),
+    (out, ldo): (&mut [f32], usize),
+) -> bool {
+    if !p.is_multiple_of(16) {
+        return false;
+    }
+    if m == 0 || p == 0 {
+        return true;
+    }
+    assert!(lda >= kk && ldo >= p && ldb >= 2 * p);
+    assert!(a.len() >= (m - 1) * lda + kk && out.len() >= (m - 1) * ldo + p);
+    assert!(kk == 0 || b.len() >= (kk - 1) * ldb + 2 * p);
+    float::product_add_f16(
+        a.as_ptr(),
+        lda,
+        b.as_ptr(),
+        ldb,
+        (m, kk, p),
+        out.as_mut_ptr(),
+        ldo,
+    );
+    true
+}
+
 /// f32 dot product.
 ///
 /// # Safety
