@@ -25,9 +25,10 @@ use crate::quant::mxfp4::{e8m0_to_f32_half, E2M1_DOUBLED};
 use crate::quant::QK_K;
 
 mod parted;
-// The K blocks' in-register canonical kernels interleave the rows part by
-// part (see `parted`).
-pub(super) use parted::{canon_q4_k, canon_q5_k, canon_q6_k};
+mod unpacked;
+// The K blocks' in-register canonical kernels unpack each block to bytes
+// first (see `unpacked`).
+pub(super) use unpacked::{canon_q4_k, canon_q5_k, canon_q6_k};
 
 type Acc = [__m256; 4];
 

@@ -411,6 +411,26 @@ unsafe fn prefetch_ahead<const R: usize>(row: *const u8, off: usize, bb: usize, 
     }
 }
 
+/// Bytes ahead of the read position that [`prefetch_stream`] asks for.
+const STREAM_AHEAD: usize = 6144;
+
+/// Prefetch (into L2) the bytes of `R` consecutive rows that lie
+/// [`STREAM_AHEAD`] past the read position, taking the rows as the one
+/// forward stream of bytes they are: a kernel reading block `off..off +
+/// bytes` of each row is `R · off` into the run, and the bytes ahead are
+/// mostly those of the next group of rows (the kernels' calls are short).
+/// Prefetched rows one by one instead, the pattern is scattered and the
+/// reads stall (`q8::x86`'s `prefetch` measured both).
+#[inline(always)]
+unsafe fn prefetch_stream<const R: usize>(w: *const u8, off: usize, bytes: usize) {
+    let at = w.wrapping_add(R * off + STREAM_AHEAD);
+    let mut o = 0;
+    while o < R * bytes {
+        _mm_prefetch(at.wrapping_add(o) as *const i8, _MM_HINT_T2);
+        o += 64;
+    }
+}
+
 /// The accumulators of one row's in-register product with `T` tokens (the
 /// canonical emitter of a path, which the block decoder feeds).
 pub(super) trait RowAcc<const T: usize> {

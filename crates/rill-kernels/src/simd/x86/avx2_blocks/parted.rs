@@ -1,51 +1,16 @@
-//! The 256-value K blocks — Q4_K, Q5_K, Q6_K, most of a Q4_K_M model's
-//! bytes — decoded in parts of 64 values: [`emit`] feeds a block's parts to
-//! an emitter in order (`dequantize`, the fused dot), and the exact
-//! (canonical-order) kernels interleave the rows a part at a time instead
-//! of a block at a time.
-//!
-//! Why: each output's canonical sum is one chain of FMAs (one accumulator,
-//! chunks of 8 in order), so a row's block is 32 dependent FMAs. Decoded a
-//! whole block per row, about 200 µops each, the out-of-order window holds
-//! barely two rows' chains and the product runs at the FMA latency (~3.5
-//! cycles per 8 weights measured on Zen 3, against ~1.5 for its µops).
-//! Part by part, four rows' chains are in flight at once. Every output gets
-//! the same FMAs in the same order, so the same bits as block by block.
+//! The 256-value K blocks — Q4_K, Q5_K, Q6_K — decoded in parts of 64
+//! values: [`emit`] feeds a block's parts to an emitter in order
+//! (`dequantize`, the fused dot). The exact in-register kernels unpack the
+//! blocks to bytes instead (`super::unpacked`).
 
 use std::arch::x86_64::*;
 
-use super::super::{ld8u, ld8u4, prefetch_ahead};
-use super::{cvt, k4_scales, scale_min, srl, Emit, Store};
+use super::super::{ld8u, ld8u4};
+use super::{cvt, k4_scales, scale_min, srl, Emit};
 use crate::quant::QK_K;
-
-/// `$body` for `$r` = 0, 1, 2, 3 below `$n` (at most 4), each with a
-/// constant `$r`.
-macro_rules! each_row {
-    ($n:expr, |$r:ident| $body:expr) => {{
-        const _: () = assert!(crate::simd::CANON_ROWS <= 4);
-        if 0 < $n {
-            let $r = 0;
-            $body;
-        }
-        if 1 < $n {
-            let $r = 1;
-            $body;
-        }
-        if 2 < $n {
-            let $r = 2;
-            $body;
-        }
-        if 3 < $n {
-            let $r = 3;
-            $body;
-        }
-    }};
-}
 
 /// A 256-value block decoded in [`PARTS`] parts of 64 values.
 pub(super) trait Parted {
-    /// Encoded bytes of a block.
-    const BYTES: usize;
     /// What every part of one block needs (its scales).
     type Shared: Copy + Default;
     unsafe fn prepare(b: *const u8) -> Self::Shared;
@@ -72,51 +37,6 @@ pub(super) unsafe fn emit<P: Parted, E: Emit>(b: *const u8, e: &mut E) {
 
 const PARTS: usize = QK_K / 64;
 
-/// `R` rows at `w` × `T` tokens at `x`, as `super::super::canon_rows` with
-/// the `Canon` emitter (the same prefetching, the same FMAs per output, the
-/// same horizontal sum) with the rows' parts interleaved. The accumulators
-/// are locals, not an emitter's fields: kept in registers.
-#[inline(always)]
-unsafe fn canon_rows_parted<P: Parted, const R: usize, const T: usize>(
-    w: *const u8,
-    x: *const f32,
-    cols: usize,
-) -> [[f32; T]; R] {
-    let n = cols / QK_K;
-    let row_bytes = n * P::BYTES;
-    let mut acc = [[_mm256_setzero_ps(); T]; R];
-    for i in 0..n {
-        let blk = |r: usize| w.add(r * row_bytes + i * P::BYTES);
-        let mut shared: [P::Shared; R] = [P::Shared::default(); R];
-        each_row!(R, |r| {
-            prefetch_ahead::<R>(w.add(r * row_bytes), i * P::BYTES, P::BYTES, row_bytes);
-            shared[r] = P::prepare(blk(r));
-        });
-        let xb = x.add(i * QK_K);
-        for p in 0..PARTS {
-            // Constant row indices (a loop over `r` stays a loop, which
-            // keeps the accumulators in memory: a store and a load in
-            // every FMA chain).
-            each_row!(R, |r| {
-                let v = P::part::<Store>(blk(r), &shared[r], p);
-                for (k, vk) in v.iter().enumerate() {
-                    for t in 0..T {
-                        let xv = _mm256_loadu_ps(xb.add(t * cols + 64 * p + 8 * k));
-                        acc[r][t] = _mm256_fmadd_ps(*vk, xv, acc[r][t]);
-                    }
-                }
-            });
-        }
-    }
-    let mut out = [[0f32; T]; R];
-    for r in 0..R {
-        for t in 0..T {
-            out[r][t] = super::super::hsum(acc[r][t]);
-        }
-    }
-    out
-}
-
 /// Scale and min of sub-blocks `2c` and `2c + 1` (Q4_K, Q5_K), broadcast.
 #[inline(always)]
 unsafe fn pair_scales(dl: &[f32; 8], ml: &[f32; 8], c: usize) -> [__m256; 4] {
@@ -130,7 +50,6 @@ unsafe fn pair_scales(dl: &[f32; 8], ml: &[f32; 8], c: usize) -> [__m256; 4] {
 
 pub(super) struct Q4K;
 impl Parted for Q4K {
-    const BYTES: usize = 144;
     type Shared = ([f32; 8], [f32; 8]);
     /// Low nibbles in slots 0..4, high ones in 2, 3, 0, 1.
     #[inline(always)]
@@ -159,7 +78,6 @@ impl Parted for Q4K {
 
 pub(super) struct Q5K;
 impl Parted for Q5K {
-    const BYTES: usize = 176;
     type Shared = ([f32; 8], [f32; 8]);
     #[inline(always)]
     fn slot(p: usize, k: usize) -> usize {
@@ -192,7 +110,6 @@ impl Parted for Q5K {
 
 pub(super) struct Q6K;
 impl Parted for Q6K {
-    const BYTES: usize = 210;
     /// The 16 sub-block scales `d·sc`, as `super::q6_k` computes them.
     type Shared = [f32; 16];
     /// Slot `g / 4` for vector `g` of each half.
@@ -262,25 +179,4 @@ impl Parted for Q6K {
         }
         out
     }
-}
-
-macro_rules! parted_kernels {
-    ($($canon:ident = $block:ident;)*) => {$(
-        /// `R` rows × `T` tokens decoded in registers in the AVX2 canonical
-        /// order, the rows interleaved part by part.
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub(in super::super) unsafe fn $canon<const R: usize, const T: usize>(
-            w: *const u8,
-            x: *const f32,
-            cols: usize,
-        ) -> [[f32; T]; R] {
-            canon_rows_parted::<$block, R, T>(w, x, cols)
-        }
-    )*};
-}
-
-parted_kernels! {
-    canon_q4_k = Q4K;
-    canon_q5_k = Q5K;
-    canon_q6_k = Q6K;
 }
