@@ -385,32 +385,6 @@ pub(crate) unsafe fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
 
 pub(crate) use super::{CANON_ROWS, CANON_TOKENS};
 
-/// Bytes ahead of the block being decoded that [`prefetch_ahead`] asks for:
-/// enough to cover DRAM latency, little enough to stay in L1 (the best of
-/// 256..4096 on Q4_K / Q6_K / Q8_0 matrices of 0.5-1 GB, 4 rows at a time).
-const PREFETCH_AHEAD: usize = 384;
-
-/// Prefetch the bytes `PREFETCH_AHEAD` past the block at `off..off + bb`
-/// of the encoded row at `row`, one of a group of `R` consecutive rows:
-/// several rows stream from DRAM at once, and the hardware prefetcher
-/// alone does not keep up. Past the row's end, the same place of the row
-/// `R` further on, which the next group reads first (prefetches never
-/// fault, so the address may lie past the matrix).
-#[inline(always)]
-unsafe fn prefetch_ahead<const R: usize>(row: *const u8, off: usize, bb: usize, row_bytes: usize) {
-    let mut o = 0;
-    while o < bb {
-        let a = off + PREFETCH_AHEAD + o;
-        let at = if a < row_bytes {
-            a
-        } else {
-            a + (R - 1) * row_bytes
-        };
-        _mm_prefetch(row.wrapping_add(at) as *const i8, _MM_HINT_T0);
-        o += 64;
-    }
-}
-
 /// Bytes ahead of the read position that [`prefetch_stream`] asks for.
 const STREAM_AHEAD: usize = 6144;
 
@@ -445,7 +419,7 @@ pub(super) trait RowAcc<const T: usize> {
 
 /// The body of every in-register kernel: `R` consecutive encoded rows at
 /// `w` × `T` tokens at `x` (`cols` values each), decoded block by block with
-/// the rows interleaved (several DRAM streams), each row prefetched ahead.
+/// the rows interleaved, prefetched as one stream ([`prefetch_stream`]).
 /// `block` decodes one block (`bb` bytes, `bl` values) into an accumulator.
 #[inline(always)]
 pub(super) unsafe fn canon_rows<A: RowAcc<T>, const R: usize, const T: usize>(
@@ -459,9 +433,9 @@ pub(super) unsafe fn canon_rows<A: RowAcc<T>, const R: usize, const T: usize>(
     let row_bytes = n * bb;
     let mut e: [A; R] = [(); R].map(|_| A::start(x, cols));
     for i in 0..n {
+        prefetch_stream::<R>(w, i * bb, bb);
         #[allow(clippy::needless_range_loop)]
         for r in 0..R {
-            prefetch_ahead::<R>(w.add(r * row_bytes), i * bb, bb, row_bytes);
             e[r].at_block(x.add(i * bl));
             block(w.add(r * row_bytes + i * bb), &mut e[r]);
         }
