@@ -226,31 +226,42 @@ unsafe fn canon_rows_unpacked<B: KBlock, const R: usize, const T: usize>(
     for i in 0..n {
         unpack_rows::<B, R>(w, i, row_bytes, u);
         let xb = x.add(i * QK_K);
-        for k in 0..QK_K / 8 {
-            let s = 8 * k / B::SUB;
-            let mut xv = [_mm256_setzero_ps(); T];
-            for (t, v) in xv.iter_mut().enumerate() {
-                *v = _mm256_loadu_ps(xb.add(t * cols + 8 * k));
-            }
+        // Sub-block by sub-block: each row's scale (and min) broadcast
+        // once, held in registers across the sub-block's vectors.
+        for s in 0..QK_K / B::SUB {
+            let mut d = [_mm256_setzero_ps(); R];
+            let mut m = [_mm256_setzero_ps(); R];
             each_row!(R, |r| {
                 let ur = u.add(r);
-                let raw = _mm_loadl_epi64(addr_of!((*ur).q).cast::<u8>().add(8 * k).cast());
-                let d = _mm256_broadcast_ss(&*addr_of!((*ur).dl).cast::<f32>().add(s));
-                // Exact: `dl · q` (Q6_K: the scalar decoder's one product).
-                // Q4_K / Q5_K: `dl · q − ml` in one rounding is the scalar
-                // decoder's `dl · q` then `− ml`, because `dl · q` is exact
-                // in f32 (an f16 times a 6-bit scale is ≤ 17 significant
-                // bits, times a 5-bit quant ≤ 22).
-                let wv = if B::SIGNED {
-                    _mm256_mul_ps(d, cvt(_mm256_cvtepi8_epi32(raw)))
-                } else {
-                    let m = _mm256_broadcast_ss(&*addr_of!((*ur).ml).cast::<f32>().add(s));
-                    _mm256_fmsub_ps(d, cvt(_mm256_cvtepu8_epi32(raw)), m)
-                };
-                for t in 0..T {
-                    acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+                d[r] = _mm256_broadcast_ss(&*addr_of!((*ur).dl).cast::<f32>().add(s));
+                if !B::SIGNED {
+                    m[r] = _mm256_broadcast_ss(&*addr_of!((*ur).ml).cast::<f32>().add(s));
                 }
             });
+            for kk in 0..B::SUB / 8 {
+                let k = s * B::SUB / 8 + kk;
+                let mut xv = [_mm256_setzero_ps(); T];
+                for (t, v) in xv.iter_mut().enumerate() {
+                    *v = _mm256_loadu_ps(xb.add(t * cols + 8 * k));
+                }
+                each_row!(R, |r| {
+                    let raw =
+                        _mm_loadl_epi64(addr_of!((*u.add(r)).q).cast::<u8>().add(8 * k).cast());
+                    // Exact: `dl · q` (Q6_K: the scalar decoder's one
+                    // product). Q4_K / Q5_K: `dl · q − ml` in one rounding
+                    // is the scalar decoder's `dl · q` then `− ml`, because
+                    // `dl · q` is exact in f32 (an f16 times a 6-bit scale
+                    // is ≤ 17 significant bits, times a 5-bit quant ≤ 22).
+                    let wv = if B::SIGNED {
+                        _mm256_mul_ps(d[r], cvt(_mm256_cvtepi8_epi32(raw)))
+                    } else {
+                        _mm256_fmsub_ps(d[r], cvt(_mm256_cvtepu8_epi32(raw)), m[r])
+                    };
+                    for t in 0..T {
+                        acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+                    }
+                });
+            }
         }
     }
     let mut out = [[0f32; T]; R];
