@@ -72,12 +72,7 @@ unsafe fn body_q80<const T: usize>(panel: *const u8, nb: usize, x: &Toks8, out: 
                 s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(pairs, ones));
             }
         }
-        let d = _mm256_loadu_ps(pb.add(256) as *const f32);
-        for t in 0..T {
-            let dx = _mm256_set1_ps(*x.d[t].add(b));
-            let term = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(s[t]));
-            p.add(t, b, term);
-        }
+        p.add_scaled(b, _mm256_loadu_ps(pb.add(256) as *const f32), x, &s);
     }
     finish(p.done(nb), out)
 }

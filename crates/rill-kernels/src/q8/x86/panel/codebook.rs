@@ -105,12 +105,7 @@ unsafe fn body<const T: usize, const CHAIN: usize>(
                 }
             }
         }
-        let d = _mm256_loadu_ps(pb.add(D) as *const f32);
-        for t in 0..T {
-            let dx = _mm256_set1_ps(*x.d[t].add(b));
-            let term = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(acc[t]));
-            p.add(t, b, term);
-        }
+        p.add_scaled(b, _mm256_loadu_ps(pb.add(D) as *const f32), x, &acc);
     }
     finish(p.done(nb), out)
 }

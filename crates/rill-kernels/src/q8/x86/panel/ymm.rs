@@ -366,6 +366,27 @@ impl<const T: usize> Partials<T> {
         at.write(_mm256_add_ps(prev, term));
     }
 
+    /// Add every token's term of block `b` of a single-scale encoding:
+    /// `(d · dx) · sums[t]`, `d` the 8 rows' block scales and `dx` the
+    /// token's activation scale of the block (the reference's order).
+    #[inline(always)]
+    pub(super) unsafe fn add_scaled(
+        &mut self,
+        b: usize,
+        d: __m256,
+        x: &Toks8,
+        sums: &[__m256i; T],
+    ) {
+        for (t, s) in sums.iter().enumerate() {
+            let dx = _mm256_set1_ps(*x.d[t].add(b));
+            self.add(
+                t,
+                b,
+                _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(*s)),
+            );
+        }
+    }
+
     /// The partials after `nb` blocks (those of no block are 0).
     #[inline(always)]
     pub(super) unsafe fn done(&mut self, nb: usize) -> &[[__m256; 8]; T] {
@@ -488,12 +509,12 @@ unsafe fn body_iq4xs<const T: usize>(panel: *const u8, nb: usize, x: &Toks8, out
                 }
             }
         }
-        let d = _mm256_loadu_ps(pb.add(4096 + 256) as *const f32);
-        for t in 0..T {
-            let dx = _mm256_set1_ps(*x.d[t].add(b));
-            let term = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(acc[t]));
-            p.add(t, b, term);
-        }
+        p.add_scaled(
+            b,
+            _mm256_loadu_ps(pb.add(4096 + 256) as *const f32),
+            x,
+            &acc,
+        );
     }
     finish(p.done(nb), out)
 }
