@@ -131,6 +131,20 @@ fn tile_len(left: usize, big: usize, small: usize) -> usize {
     }
 }
 
+/// The rows of the next tile when `left` remain and the biggest tile has
+/// `big`: as [`tile_len`], except that a big tile which would leave 2 or 3
+/// rows (single-row tiles, each output one FMA chain at the FMA's latency)
+/// gives way to a tile of 4: the 8 rows of a decode step's attention scores
+/// (one position × a group of 8 heads) run as 4 + 4, not 6 + 1 + 1.
+#[inline(always)]
+fn row_tile(left: usize, big: usize) -> usize {
+    if left >= big && big > 4 && (2..4).contains(&(left - big)) {
+        4
+    } else {
+        tile_len(left, big, 4)
+    }
+}
+
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn nn_body<const ADD: bool>(
@@ -151,7 +165,7 @@ fn nn_body<const ADD: bool>(
         let w = tile_len(p - j0, cols, 16);
         let mut t0 = 0;
         while t0 < m {
-            let r = tile_len(m - t0, rows, 4);
+            let r = row_tile(m - t0, rows);
             let at = &a[t0 * lda..];
             let bt = &b[j0..];
             let ot = &mut out[t0 * ldo + j0..];
@@ -226,6 +240,9 @@ mod tests {
             check_product_nn(isa, 7, 37, 53);
             check_product_nn(isa, 13, 9, 40);
             check_product_nn(isa, 10, 5, 33);
+            // 4 + 4 and 4 + 4 + 1 row tiles on AVX2.
+            check_product_nn(isa, 8, 256, 64);
+            check_product_nn(isa, 9, 31, 48);
         }
     }
 

@@ -215,7 +215,7 @@ pub(super) unsafe fn widen_transposed_as(
 /// is `p` f16 values at `b + c·ldb` bytes: `small::product_nn_add` with
 /// the f16 rows converted as they are loaded (exactly), the same FMA chain
 /// per output (from `out`, `c` in order), so the same bits as widening
-/// `b` first. 6 × 16 register tiles, single rows for the rest.
+/// `b` first. 6 × 16 and 4 × 16 register tiles, single rows for the rest.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn product_add_f16(
     a: *const f32,
@@ -261,9 +261,16 @@ pub(super) unsafe fn product_add_f16(
     for j0 in (0..p).step_by(16) {
         let (bj, oj) = (b.add(2 * j0), out.add(j0));
         let mut t0 = 0;
-        while t0 + 6 <= m {
+        // Tiles of 6 rows, but 4 where a 6 would leave 2 or 3 single rows
+        // (each output one FMA chain at the FMA's latency): a decode
+        // step's 8 rows run as 4 + 4.
+        while t0 + 6 <= m && !(2..4).contains(&(m - t0 - 6)) {
             tile::<6>(a.add(t0 * lda), lda, bj, ldb, kk, oj.add(t0 * ldo), ldo);
             t0 += 6;
+        }
+        while t0 + 4 <= m {
+            tile::<4>(a.add(t0 * lda), lda, bj, ldb, kk, oj.add(t0 * ldo), ldo);
+            t0 += 4;
         }
         while t0 < m {
             tile::<1>(a.add(t0 * lda), lda, bj, ldb, kk, oj.add(t0 * ldo), ldo);
