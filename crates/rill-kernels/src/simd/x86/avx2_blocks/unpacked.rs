@@ -189,8 +189,8 @@ impl KBlock for Q6K {
     }
 }
 
-/// Block `i` of the `R` rows at `w` into `u`, each row prefetched ahead as
-/// `canon_rows` does. (A function, not a closure: closures do not inherit
+/// Block `i` of the `R` rows at `w` into `u`, the rows prefetched as one
+/// stream (`prefetch_stream`). (A function, not a closure: closures do not inherit
 /// the target features, and their intrinsics would not inline.)
 #[inline(always)]
 unsafe fn unpack_rows<B: KBlock, const R: usize>(
