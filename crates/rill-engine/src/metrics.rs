@@ -47,6 +47,9 @@ pub struct Metrics {
     pub queue_depth: AtomicU64,
     pub prompt_tokens_total: AtomicU64,
     pub prompt_tokens_cached_total: AtomicU64,
+    /// Prompt tokens run through the model so far (chunk by chunk: what
+    /// a long prefill's progress reads).
+    pub prompt_tokens_computed_total: AtomicU64,
     pub generated_tokens_total: AtomicU64,
     pub cache_hits_total: AtomicU64,
     pub cache_misses_total: AtomicU64,
@@ -126,7 +129,7 @@ impl Metrics {
         };
         // The series read straight from a counter or gauge: name, type, help.
         #[rustfmt::skip]
-        let plain: [(&str, &str, &str, &AtomicU64); 27] = [
+        let plain: [(&str, &str, &str, &AtomicU64); 28] = [
             ("requests_total", "counter", "Requests accepted.", &self.requests_total),
             ("requests_finished_total", "counter", "Requests completed.", &self.requests_finished),
             ("requests_rejected_total", "counter", "Requests refused (queue full or invalid).", &self.requests_rejected),
@@ -135,6 +138,7 @@ impl Metrics {
             ("queue_depth", "gauge", "Requests waiting for a slot.", &self.queue_depth),
             ("prompt_tokens_total", "counter", "Prompt tokens received.", &self.prompt_tokens_total),
             ("prompt_tokens_cached_total", "counter", "Prompt tokens served from the prompt cache.", &self.prompt_tokens_cached_total),
+            ("prompt_tokens_computed_total", "counter", "Prompt tokens run through the model (prefill progress).", &self.prompt_tokens_computed_total),
             ("generated_tokens_total", "counter", "Tokens generated.", &self.generated_tokens_total),
             ("prompt_cache_hits_total", "counter", "Requests that resumed from a cached prefix.", &self.cache_hits_total),
             ("prompt_cache_misses_total", "counter", "Requests with no cached prefix.", &self.cache_misses_total),

@@ -682,6 +682,10 @@ impl Worker {
             return;
         }
         self.metrics.steps_total.fetch_add(1, Relaxed);
+        let prefilled: usize = spans.iter().flatten().map(|r| r.len()).sum();
+        self.metrics
+            .prompt_tokens_computed_total
+            .fetch_add(prefilled as u64, Relaxed);
         for (i, span) in spans.iter().enumerate() {
             if let Some(r) = span {
                 let hidden = self.outputs.hidden(i);

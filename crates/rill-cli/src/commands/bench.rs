@@ -15,8 +15,9 @@ use rill_kernels::Threads;
 use rill_load::Prefault;
 use rill_sampler::{Rng, SamplerConfig};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -141,6 +142,44 @@ fn run_all(engine: &Engine, reqs: Vec<Request>) -> Result<Vec<Done>> {
     Ok(done)
 }
 
+/// How often a deep context's prefill reports its progress.
+const PROGRESS_EVERY: Duration = Duration::from_secs(15);
+
+/// [`run_all`], saying on stderr every [`PROGRESS_EVERY`] how far the
+/// prompts' prefill has gone: a deep context (`-d`) takes minutes to hours.
+fn run_all_reporting(engine: &Engine, reqs: Vec<Request>) -> Result<Vec<Done>> {
+    let total: u64 = reqs.iter().map(|r| r.prompt.len() as u64).sum();
+    let computed = &engine.metrics().prompt_tokens_computed_total;
+    let start = computed.load(Relaxed);
+    let t0 = Instant::now();
+    let finished = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut next = PROGRESS_EVERY;
+            while !finished.load(Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+                let elapsed = t0.elapsed();
+                if elapsed < next {
+                    continue;
+                }
+                next += PROGRESS_EVERY;
+                let done = computed.load(Relaxed).saturating_sub(start);
+                // (Counted a chunk — up to 4096 tokens — at a time.)
+                if done > 0 && done < total {
+                    let secs = elapsed.as_secs_f64();
+                    eprintln!(
+                        "rill: prefill {done} / {total} tokens after {secs:.0} s ({:.1} t/s)",
+                        done as f64 / secs
+                    );
+                }
+            }
+        });
+        let out = run_all(engine, reqs);
+        finished.store(true, Relaxed);
+        out
+    })
+}
+
 pub fn run(a: Args) -> Result<()> {
     anyhow::ensure!(a.reps > 0, "-r must be at least 1");
     let t0 = Instant::now();
@@ -251,7 +290,7 @@ pub fn run(a: Args) -> Result<()> {
                     request(p, a.n_gen + 1)
                 })
                 .collect();
-            let done = run_all(&engine, reqs)?;
+            let done = run_all_reporting(&engine, reqs)?;
             if rep > 0 {
                 drafted += done.iter().map(|d| d.drafted_tokens).sum::<usize>();
                 accepted += done.iter().map(|d| d.accepted_tokens).sum::<usize>();

@@ -60,6 +60,11 @@ async fn vllm_series_follow_the_engine() {
     let hits = m(&series("vllm:prefix_cache_hits_total"));
     assert_eq!(hits, m("rill_prompt_tokens_cached_total"));
     assert!(hits > 0.0, "{text}");
+    // Every prompt token not taken from the cache ran through the model once.
+    assert_eq!(
+        m("rill_prompt_tokens_computed_total"),
+        m("rill_prompt_tokens_total") - hits
+    );
     assert_eq!(
         m("vllm:request_success_total{model_name=\"fixture\",finished_reason=\"length\"}"),
         3.0
