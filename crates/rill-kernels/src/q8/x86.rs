@@ -47,22 +47,6 @@ use crate::matmul::MatRef;
 use crate::threads::SharedMut;
 use rill_dtype::DType;
 
-/// Bytes ahead of the read position that are prefetched, in the stream of
-/// a kernel's rows taken together (see [`prefetch`]). Prefetched into L2
-/// only (`prefetcht2`): with `prefetcht0` every line in flight holds one of
-/// the few L1 miss buffers, which caps a core's stream well below the memory
-/// bus (the kernels stalled on the first load of each block). Measured on
-/// AMD EPYC Zen 4, 2 threads, q8 decode of the 8-layer
-/// Qwen3.5-35B-A3B-geometry Q4_K_M model (2026-12-02), when each row was
-/// prefetched that far ahead on its own: `prefetcht0` 2048 ahead 20.8 t/s
-/// (AVX-512) / 19.2 (AVX2); `prefetcht2` 4096: 32.3 / 31.7, 6144: 41.0 /
-/// 38.4, 8192: 35.2 / 28.8. Prefetching the rows as one stream instead
-/// (2026-12-06, AMD EPYC Zen 3, AVX2, `matmul_bench`, 1 token, 2 threads,
-/// out of cache, GFLOP/s per rows / stream): 248,320 × 2048 Q6_K (the LM
-/// head) 49 / 72-88, 131,072 × 2048 Q4_K 85-89 / 120-123, 2048-column Q8_0
-/// and 512-column Q4_K level; 3072 ahead gave less, 12288 the same.
-const AHEAD: usize = 6144;
-
 /// Q4_K/Q5_K's packed 6-bit scales and mins (12 bytes at the start of each
 /// 128-bit chunk of `v`) → bytes `[sc0..sc7, m0..m7]` per chunk (see
 /// `scale_min_k4`): the low bits come from bytes 0..3 / 8..11 / 4..7, the
@@ -391,21 +375,23 @@ decode_entry! {"avx2,fma,f16c":
 // ---------------------------------------------------------------------------
 // Shared pieces.
 
-/// Prefetch for a kernel of `R` consecutive rows at `w` that reads `bytes`
-/// at offset `off` of each: the rows' bytes are one contiguous run that the
-/// kernel crosses at `R` bytes per byte of a row, so the lines [`AHEAD`]
-/// past `w + R · off` (`R · bytes` of them) are the ones it reads next, as
-/// one forward stream. (Prefetches never fault, so the address may lie
-/// past the matrix.)
-#[inline(always)]
-pub(super) unsafe fn prefetch<const R: usize>(w: *const u8, off: usize, bytes: usize) {
-    let at = w.wrapping_add(R * off + AHEAD);
-    let mut o = 0;
-    while o < R * bytes {
-        _mm_prefetch(at.wrapping_add(o) as *const i8, _MM_HINT_T2);
-        o += 64;
-    }
-}
+// Bytes ahead of the read position that are prefetched, in the stream of
+// a kernel's rows taken together (`prefetch`). Prefetched into L2
+// only (`prefetcht2`): with `prefetcht0` every line in flight holds one of
+// the few L1 miss buffers, which caps a core's stream well below the memory
+// bus (the kernels stalled on the first load of each block). Measured on
+// AMD EPYC Zen 4, 2 threads, q8 decode of the 8-layer
+// Qwen3.5-35B-A3B-geometry Q4_K_M model (2026-12-02), when each row was
+// prefetched that far ahead on its own: `prefetcht0` 2048 ahead 20.8 t/s
+// (AVX-512) / 19.2 (AVX2); `prefetcht2` 4096: 32.3 / 31.7, 6144: 41.0 /
+// 38.4, 8192: 35.2 / 28.8. Prefetching the rows as one stream instead
+// (2026-12-06, AMD EPYC Zen 3, AVX2, `matmul_bench`, 1 token, 2 threads,
+// out of cache, GFLOP/s per rows / stream): 248,320 × 2048 Q6_K (the LM
+// head) 49 / 72-88, 131,072 × 2048 Q4_K 85-89 / 120-123, 2048-column Q8_0
+// and 512-column Q4_K level; 3072 ahead gave less, 12288 the same.
+// The distance is `simd::x86::STREAM_AHEAD`; the exact in-register kernels
+// prefetch with the same function.
+pub(super) use crate::simd::x86::prefetch_stream as prefetch;
 
 /// The f16 scales of `R` rows' blocks as one xmm: row `r`'s 32 bits at
 /// `blk(r)` (Q4_K/Q5_K: `d`, `dmin`) or its 16 (`d` then 0).

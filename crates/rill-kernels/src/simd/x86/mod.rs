@@ -385,18 +385,21 @@ pub(crate) unsafe fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
 
 pub(crate) use super::{CANON_ROWS, CANON_TOKENS};
 
-/// Bytes ahead of the read position that [`prefetch_stream`] asks for.
-const STREAM_AHEAD: usize = 6144;
+/// Bytes ahead of the read position that [`prefetch_stream`] asks for
+/// (measured on the q8 decode kernels: `q8/x86.rs` has the figures).
+pub(crate) const STREAM_AHEAD: usize = 6144;
 
 /// Prefetch (into L2) the bytes of `R` consecutive rows that lie
-/// [`STREAM_AHEAD`] past the read position, taking the rows as the one
-/// forward stream of bytes they are: a kernel reading block `off..off +
-/// bytes` of each row is `R · off` into the run, and the bytes ahead are
-/// mostly those of the next group of rows (the kernels' calls are short).
-/// Prefetched rows one by one instead, the pattern is scattered and the
-/// reads stall (`q8::x86`'s `prefetch` measured both).
+/// [`STREAM_AHEAD`] past the read position,
+/// taking the rows as the one forward stream of bytes they are: a kernel
+/// reading block `off..off + bytes` of each row is `R · off` into the run,
+/// and the bytes ahead are mostly those of the next group of rows (the
+/// kernels' calls are short). Prefetched rows one by one instead, the
+/// pattern is scattered and the reads stall. Every x86 kernel that streams
+/// rows uses it, the q8 ones and the exact in-register ones. (Prefetches
+/// never fault, so the address may lie past the matrix.)
 #[inline(always)]
-unsafe fn prefetch_stream<const R: usize>(w: *const u8, off: usize, bytes: usize) {
+pub(crate) unsafe fn prefetch_stream<const R: usize>(w: *const u8, off: usize, bytes: usize) {
     let at = w.wrapping_add(R * off + STREAM_AHEAD);
     let mut o = 0;
     while o < R * bytes {
