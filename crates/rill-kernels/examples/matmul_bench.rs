@@ -5,7 +5,7 @@
 //! For each encoding (default F32, Q4_K, Q8_0) a `ROWS × COLS` matrix
 //! (default 2048 × 2048) is built from the committed test-fixture blocks and
 //! multiplied by n = 1, 16, 128, 512 activation rows (or the comma-separated
-//! list in `MATMUL_BENCH_N`) on 1 and 2 threads, with exact f32 activations
+//! list in `MATMUL_BENCH_N`) on 1 and 2 threads (or the list in `MATMUL_BENCH_THREADS`), with exact f32 activations
 //! or, with `MATMUL_BENCH_PRECISION=q8`, 8-bit ones (`rill_kernels::q8`), on
 //! the kernel class `MATMUL_BENCH_KERNELS` names (default: the best).
 //! Prints GFLOP/s (`2·rows·cols·n / time`), the median of several short runs
@@ -116,6 +116,11 @@ fn main() {
         v.parse()
             .unwrap_or_else(|e| panic!("MATMUL_BENCH_KERNELS: {e}"))
     });
+    let thread_counts: Vec<usize> = std::env::var("MATMUL_BENCH_THREADS").map_or(vec![1, 2], |v| {
+        v.split(',')
+            .map(|n| n.trim().parse().expect("MATMUL_BENCH_THREADS"))
+            .collect()
+    });
     let budget = Duration::from_millis(300);
     println!(
         "matrix {rows} x {cols}; kernels {isa} on {}; precision {}; GFLOP/s (median)",
@@ -143,7 +148,7 @@ fn main() {
         anon.copy_from_slice(&data);
         let data = anon;
         let w = MatRef::new(dtype, rows, cols, &data);
-        for nt in [1usize, 2] {
+        for &nt in &thread_counts {
             let threads = Threads::new(nt);
             print!("{:<6} {:>3}", dtype.name(), nt);
             let mut on_cpu = Vec::new();

@@ -89,20 +89,15 @@ pub(super) unsafe fn shift16_y(v: __m256i, n: i32) -> __m256i {
     }
 }
 
-/// Two `vpmaddubsw` results folded into one vector for a single
-/// `vpmaddwd`: word `2i` = `a[2i] + a[2i+1]`, word `2i+1` = `b[2i] + b[2i+1]`.
-/// Every word of `a` and `b` is at most 2·63·127 (an unsigned quant of ≤ 6
-/// bits times |q| ≤ 127, two of them), so these sums of two stay below
-/// 4·63·127 = 32004 < 2¹⁵: exact. `vpmaddwd` with the scales `(s_a, s_b)`
-/// in every dword then gives `s_a·(a's pair) + s_b·(b's pair)`: the same
-/// integers as two `vpmaddwd`s, with half the multiplies (the only port
-/// for vector integer multiplies is the bottleneck on AMD Zen 1).
+/// Lane `i` of each 128-bit half of `v` in all four lanes of that half.
 #[inline(always)]
-pub(super) unsafe fn pair_sums2(a: __m256i, b: __m256i) -> __m256i {
-    _mm256_add_epi16(
-        _mm256_blend_epi16::<0xAA>(a, b),
-        _mm256_or_si256(_mm256_srli_epi32::<16>(a), _mm256_slli_epi32::<16>(b)),
-    )
+pub(super) unsafe fn lane_bcast(v: __m256i, i: usize) -> __m256i {
+    match i {
+        0 => _mm256_shuffle_epi32::<0x00>(v),
+        1 => _mm256_shuffle_epi32::<0x55>(v),
+        2 => _mm256_shuffle_epi32::<0xAA>(v),
+        _ => _mm256_shuffle_epi32::<0xFF>(v),
+    }
 }
 
 /// The scales and mins of Q4_K/Q5_K block `blk` of rows 0..R (0 past
@@ -171,8 +166,6 @@ pub(super) unsafe fn kmin_y<const R: usize, const T: usize, const Q5: bool>(
             let sc = k4_row_scales_y(&sm, r);
             let q = blk(r).add(qs_at);
             let qh = _mm256_loadu_si256(blk(r).add(16) as *const __m256i);
-            // Sub-blocks j = 2k (low nibbles) and 2k + 1 (high) share one
-            // vector of quants and one `vpmaddwd` (see `pair_sums2`).
             for k in 0..4 {
                 let v = _mm256_loadu_si256(q.add(32 * k) as *const __m256i);
                 let mut wv = [
@@ -186,21 +179,17 @@ pub(super) unsafe fn kmin_y<const R: usize, const T: usize, const Q5: bool>(
                         *w = _mm256_or_si256(*w, _mm256_and_si256(shift16_y(qh, 4 - j), b16));
                     }
                 }
-                // Words (sc_2k, sc_2k+1) in every dword.
-                let j = 4 * k as i32;
-                let sv = _mm256_shuffle_epi8(
-                    sc,
-                    _mm256_set1_epi32(j | ((j + 1) << 8) | ((j + 2) << 16) | ((j + 3) << 24)),
-                );
-                for t in 0..T {
-                    let xq = x.qs[t].add(256 * b + 64 * k);
-                    let xa = _mm256_loadu_si256(xq as *const __m256i);
-                    let xb = _mm256_loadu_si256(xq.add(32) as *const __m256i);
-                    let u = pair_sums2(
-                        _mm256_maddubs_epi16(wv[0], xa),
-                        _mm256_maddubs_epi16(wv[1], xb),
-                    );
-                    acc[r][t] = _mm256_add_epi32(acc[r][t], _mm256_madd_epi16(u, sv));
+                // Sub-blocks j = 2k (low nibbles) and 2k + 1 (high), each
+                // with its scale in every word.
+                for (i, wv) in wv.into_iter().enumerate() {
+                    let j = (2 * (2 * k + i)) as i16;
+                    let sv = _mm256_shuffle_epi8(sc, _mm256_set1_epi16(j | ((j + 1) << 8)));
+                    for t in 0..T {
+                        let xq = x.qs[t].add(256 * b + 64 * k + 32 * i);
+                        let xv = _mm256_loadu_si256(xq as *const __m256i);
+                        let s = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), sv);
+                        acc[r][t] = _mm256_add_epi32(acc[r][t], s);
+                    }
                 }
             }
         }
@@ -266,6 +255,7 @@ pub(super) unsafe fn q6k_y_body<const R: usize, const T: usize>(
 ) -> [f32; 16] {
     let z = _mm256_setzero_si256();
     let (nib, hib) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
+    let even_odd = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
     let mut p = [[_mm256_setzero_ps(); 2]; 8];
     for b in 0..nb {
         let blk = |r: usize| w.add(r * rb + b * 210);
@@ -273,36 +263,27 @@ pub(super) unsafe fn q6k_y_body<const R: usize, const T: usize>(
         let mut acc = [[z; T]; R];
         for r in 0..R {
             let base = blk(r);
-            let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(base.add(192) as *const __m128i));
-            // Scales 0..7 and 8..15, each in both halves.
-            let lanes = [
-                _mm256_permute4x64_epi64::<0x44>(sc16),
-                _mm256_permute4x64_epi64::<0xEE>(sc16),
-            ];
+            let raw = _mm_loadu_si128(base.add(192) as *const __m128i);
+            let sc16 = _mm256_cvtepi8_epi16(raw);
             let scn = _mm256_sub_epi16(z, _mm256_slli_epi16::<5>(sc16));
-            // Vectors u = 2k, 2k + 1 in one `vpmaddwd` (`pair_sums2`): the
-            // low halves hold sub-blocks 4k, 4k + 2, the high 4k + 1, 4k + 3.
+            // Vector u's scales (sub-block 2u in the low half, 2u + 1 in the
+            // high), one `vpshufd` each from these (see `q6k_body_y1`).
+            let eo = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(raw, even_odd));
+            let ef = std::hint::black_box([
+                _mm256_unpacklo_epi16(eo, eo),
+                _mm256_unpackhi_epi16(eo, eo),
+            ]);
             let mut quarters = [z; 4];
-            for k in 0..4 {
-                if k % 2 == 0 {
-                    quarters = q6k_half_y(base, k / 2, nib, hib);
+            for u in 0..8 {
+                if u % 4 == 0 {
+                    quarters = q6k_half_y(base, u / 4, nib, hib);
                 }
-                let (wa, wb) = (quarters[2 * (k % 2)], quarters[2 * (k % 2) + 1]);
-                let pair = |j: i32| {
-                    let (a, c) = (2 * j, 2 * j + 4);
-                    a | ((a + 1) << 8) | (c << 16) | ((c + 1) << 24)
-                };
-                let (lo, hi) = (pair((4 * k % 8) as i32), pair((4 * k % 8 + 1) as i32));
-                let sv = _mm256_shuffle_epi8(
-                    lanes[k / 2],
-                    _mm256_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi),
-                );
+                let (wv, sv) = (quarters[u % 4], lane_bcast(ef[u / 4], u % 4));
                 for t in 0..T {
-                    let xq = x.qs[t].add(256 * b + 64 * k);
-                    let xa = _mm256_loadu_si256(xq as *const __m256i);
-                    let xb = _mm256_loadu_si256(xq.add(32) as *const __m256i);
-                    let u = pair_sums2(_mm256_maddubs_epi16(wa, xa), _mm256_maddubs_epi16(wb, xb));
-                    acc[r][t] = _mm256_add_epi32(acc[r][t], _mm256_madd_epi16(u, sv));
+                    let xq = x.qs[t].add(256 * b + 32 * u);
+                    let xv = _mm256_loadu_si256(xq as *const __m256i);
+                    let s = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), sv);
+                    acc[r][t] = _mm256_add_epi32(acc[r][t], s);
                 }
             }
             for t in 0..T {

@@ -10,7 +10,9 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{bc256, fold2, k4_row_scales_y, k4_scales_y, q6k_half_y, shift16_y, tsum4_y};
+use super::avx2::{
+    bc256, fold2, k4_row_scales_y, k4_scales_y, lane_bcast, q6k_half_y, shift16_y, tsum4_y,
+};
 use super::{prefetch, sums32, Toks};
 
 /// Lane masks of the first `nj` blocks of a group, per 128-bit half.
@@ -163,17 +165,6 @@ pub(super) unsafe fn kmin_y1<const Q5: bool>(
         b0 += 4;
     }
     finish(p)
-}
-
-/// Lane `i` of each 128-bit half of `v` in all four lanes of that half.
-#[inline(always)]
-unsafe fn lane_bcast(v: __m256i, i: usize) -> __m256i {
-    match i {
-        0 => _mm256_shuffle_epi32::<0x00>(v),
-        1 => _mm256_shuffle_epi32::<0x55>(v),
-        2 => _mm256_shuffle_epi32::<0xAA>(v),
-        _ => _mm256_shuffle_epi32::<0xFF>(v),
-    }
 }
 
 /// Q6_K, 4 rows × 1 token.
