@@ -163,7 +163,11 @@ pub(super) struct Set {
     /// tokens (Zen 3, 2 threads, 131,072 × 2048, GFLOP/s panel / 4-row, 3
     /// tokens: Q6_K 79-86 / 97-124, Q4_K 112-116 / 156-159, Q8_0 77-78 /
     /// 116-124; 4 tokens: 115 / 138, 147 / 173, 92 / 128) and panels from 5
-    /// or 6 (8 tokens: 173 / 132, 205 / 171, 138 / 124). What this gives up:
+    /// or 6 (8 tokens: 173 / 132, 205 / 171, 138 / 124). Since the AVX2
+    /// 4-row kernels take one `vpmaddwd` per sub-block (0fe30f3) they win at
+    /// 5 tokens too: the 8-layer model's 5-position verify step costs
+    /// 2.34-2.53 decode steps with them, 2.89 on panels (`rill bench
+    /// --verify-costs`, shapes interleaved, Zen 3, 2 threads). What this gives up:
     /// on a model inside the last-level cache (the 17 MB demo model, Q8_0)
     /// the 3- and 4-position MTP verify steps take 0.78-0.92 / 1.00-1.11 ms
     /// against 0.70-0.74 / 0.87-0.89 with panels from 3. Choosing by whether

@@ -551,7 +551,7 @@ use super::nvfp4::panel as nvfp4_panel;
 /// The AVX2 panels.
 pub(in crate::q8::x86) static SET: Set = Set {
     rows: ROWS,
-    min_tokens: 5,
+    min_tokens: 6,
     tokens: CALL_TOKENS,
     kinds: [
         Some(Kind {
