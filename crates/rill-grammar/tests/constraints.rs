@@ -299,24 +299,7 @@ fn the_walk_agrees_with_the_mask() {
     let g = Grammars::new(tok.clone(), MaskTiming::OnDemand).unwrap();
     let n = tok.vocab_size();
     let end = tok.token_to_id("<|im_end|>").unwrap();
-    let specs = [
-        GrammarSpec::JsonSchema(serde_json::json!({
-            "type": "object",
-            "properties": {
-                "topic": {"type": "string", "maxLength": 12},
-                "facts": {"type": "array", "items": {"type": "string", "minLength": 3, "maxLength": 9},
-                          "minItems": 2, "maxItems": 3},
-                "n": {"type": "number"},
-                "kind": {"enum": ["alpha", "beta gamma"]}
-            },
-            "required": ["topic", "facts", "n", "kind"],
-            "additionalProperties": false
-        })),
-        GrammarSpec::JsonObject,
-        GrammarSpec::Regex("[0-9]{3}-[a-z]{2,4}( ok)?".into()),
-        GrammarSpec::Choice(vec!["yes".into(), "no".into(), "maybe so".into()]),
-        GrammarSpec::Lark("start: \"(\" NUM (\",\" NUM)* \")\"\nNUM: /[0-9]+/".into()),
-    ];
+    let specs = walk_specs();
     let (mut walked, mut states) = (0usize, 0usize);
     for (i, spec) in specs.iter().enumerate() {
         let mut c = g.compile(spec).expect("compiles");
@@ -367,4 +350,124 @@ fn the_walk_agrees_with_the_mask() {
         walked * 2 > states,
         "the walk answered in {walked} of {states} states"
     );
+}
+
+/// Grammars whose states range from free text to one forced byte.
+fn walk_specs() -> Vec<GrammarSpec> {
+    vec![
+        GrammarSpec::JsonSchema(serde_json::json!({
+            "type": "object",
+            "properties": {
+                "topic": {"type": "string", "maxLength": 12},
+                "facts": {"type": "array", "items": {"type": "string", "minLength": 3, "maxLength": 9},
+                          "minItems": 2, "maxItems": 3},
+                "n": {"type": "number"},
+                "kind": {"enum": ["alpha", "beta gamma"]}
+            },
+            "required": ["topic", "facts", "n", "kind"],
+            "additionalProperties": false
+        })),
+        GrammarSpec::JsonObject,
+        GrammarSpec::Regex("[0-9]{3}-[a-z]{2,4}( ok)?".into()),
+        GrammarSpec::Choice(vec!["yes".into(), "no".into(), "maybe so".into()]),
+        GrammarSpec::Lark("start: \"(\" NUM (\",\" NUM)* \")\"\nNUM: /[0-9]+/".into()),
+    ]
+}
+
+/// `best_allowed` walks a row's best tokens through the parser before it
+/// computes a mask: in every state of generations under several grammars,
+/// for rows whose best tokens are refused ones (a few, many, or all of the
+/// first sixteen), with ties among allowed tokens and NaNs, its token must
+/// be the masked row's greedy pick (highest logit, ties to the lower id).
+#[test]
+fn best_allowed_is_the_masked_rows_greedy_pick() {
+    let tok = tokenizer();
+    let g = Grammars::new(tok.clone(), MaskTiming::OnDemand).unwrap();
+    let n = tok.vocab_size();
+    let end = tok.token_to_id("<|im_end|>").unwrap();
+    let (mut states, mut by_walk, mut past_refused) = (0usize, 0usize, 0usize);
+    for (i, spec) in walk_specs().iter().enumerate() {
+        // `c` is under test; `r`, fed the same tokens, gives the masks.
+        let (mut c, mut r) = (g.compile(spec).unwrap(), g.compile(spec).unwrap());
+        let mut rng = rill_sampler::Rng::new(91 + i as u64);
+        for step in 0..60 {
+            let mut mask = vec![0f32; n];
+            r.mask(&mut mask).expect("mask");
+            let allowed: Vec<u32> = (0..n as u32).filter(|&t| mask[t as usize] == 0.0).collect();
+            let refused: Vec<u32> = (0..n as u32).filter(|&t| mask[t as usize] != 0.0).collect();
+            let mut row = rng.uniform_vec(n, 1.0);
+            // Refused tokens above everything: none, a few, or more than
+            // the walk tries.
+            let above = [0, 3, 40][step % 3].min(refused.len());
+            for _ in 0..above {
+                row[refused[rng.below(refused.len())] as usize] = 5.0 + rng.below(100) as f32;
+            }
+            // Two allowed tokens tied just below them (the lower id wins).
+            for _ in 0..2 {
+                row[allowed[rng.below(allowed.len())] as usize] = 4.5;
+            }
+            if step % 7 == 0 {
+                row[rng.below(n)] = f32::NAN;
+            }
+            let want = allowed
+                .iter()
+                .copied()
+                .filter(|&t| !row[t as usize].is_nan())
+                .fold(None::<u32>, |b, t| match b {
+                    Some(b) if row[b as usize] >= row[t as usize] => Some(b),
+                    _ => Some(t),
+                });
+            // (The start state's mask comes with the compiled grammar.)
+            let fresh = !c.has_mask();
+            let got = c.best_allowed(&row).expect("best");
+            assert_eq!(
+                got,
+                want,
+                "{spec:?}, step {step}: {:?}",
+                got.map(|t| tok.decode(&[t]))
+            );
+            states += 1;
+            if fresh && !c.has_mask() {
+                by_walk += 1;
+                past_refused += (above > 0) as usize;
+            }
+            let next = allowed[rng.below(allowed.len())];
+            if next == end || c.commit(next).is_err() || c.is_done() {
+                break;
+            }
+            r.commit(next).expect("the same token");
+        }
+    }
+    // The walks must have answered often, past refused tokens too, or the
+    // path under test is the mask's.
+    assert!(
+        by_walk * 3 > states && past_refused * 6 > states,
+        "walks answered {by_walk} of {states} states, {past_refused} past refused tokens"
+    );
+}
+
+/// A token the walk cannot answer for (the end, a special token) ranked
+/// above allowed ones: the mask decides, and where the grammar may end
+/// but need not, the end is the pick.
+#[test]
+fn best_allowed_leaves_the_end_to_the_mask() {
+    let tok = tokenizer();
+    let g = Grammars::new(tok.clone(), MaskTiming::OnDemand).unwrap();
+    let end = tok.token_to_id("<|im_end|>").unwrap();
+    let mut c = g.compile(&GrammarSpec::Regex("[a-z]+".into())).unwrap();
+    for id in tok.encode("abc", false) {
+        c.commit(id).unwrap();
+    }
+    let letter = tok.encode("d", false)[0];
+    let mut row = vec![0f32; tok.vocab_size()];
+    row[end as usize] = 9.0;
+    row[letter as usize] = 8.0;
+    assert_eq!(c.best_allowed(&row).unwrap(), Some(end));
+    assert!(c.has_mask(), "the mask answered");
+    // Where it may not end, the best letter.
+    let mut c = g.compile(&GrammarSpec::Regex("[a-z]{5}".into())).unwrap();
+    for id in tok.encode("abc", false) {
+        c.commit(id).unwrap();
+    }
+    assert_eq!(c.best_allowed(&row).unwrap(), Some(letter));
 }
