@@ -179,15 +179,15 @@ pub(super) unsafe fn kmin_y<const R: usize, const T: usize, const Q5: bool>(
                         *w = _mm256_or_si256(*w, _mm256_and_si256(shift16_y(qh, 4 - j), b16));
                     }
                 }
-                // Sub-blocks j = 2k (low nibbles) and 2k + 1 (high), each
-                // with its scale in every word.
-                for (i, wv) in wv.into_iter().enumerate() {
+                // Sub-blocks 2k (low nibbles) and 2k + 1 (high), each with
+                // its i16 scale (bytes j, j + 1 of `sc`) in every word.
+                for (i, quants) in wv.into_iter().enumerate() {
                     let j = (2 * (2 * k + i)) as i16;
                     let sv = _mm256_shuffle_epi8(sc, _mm256_set1_epi16(j | ((j + 1) << 8)));
                     for t in 0..T {
                         let xq = x.qs[t].add(256 * b + 64 * k + 32 * i);
                         let xv = _mm256_loadu_si256(xq as *const __m256i);
-                        let s = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), sv);
+                        let s = _mm256_madd_epi16(_mm256_maddubs_epi16(quants, xv), sv);
                         acc[r][t] = _mm256_add_epi32(acc[r][t], s);
                     }
                 }
