@@ -1,5 +1,6 @@
 //! `n > 1`: several choices for one request, each its own sequence in the
-//! engine's batch.
+//! engine's batch; and several prompts in one completions request (a batch,
+//! as vLLM and llama-server take it), `n` choices each, prompt-major.
 //!
 //! The first choice is submitted alone and the others once it has produced
 //! its first event: by then its prompt is in the prompt cache (the engine
@@ -22,9 +23,15 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Usage of all choices: the prompt once, every choice's completion.
-pub fn usage_of(dones: &[Done]) -> Usage {
+/// Usage of all choices, `n` per prompt in prompt order: each prompt once
+/// (its cached tokens as its first choice found them), every choice's
+/// completion.
+pub fn usage_of(dones: &[Done], n: usize) -> Usage {
+    let firsts = || dones.iter().step_by(n.max(1));
+    let prompt_tokens = firsts().map(|d| d.prompt_tokens).sum();
     let mut u = Usage::from_done(&dones[0]);
+    u.prompt_tokens = prompt_tokens;
+    u.prompt_tokens_details.cached_tokens = firsts().map(|d| d.cached_tokens).sum();
     u.completion_tokens = dones.iter().map(|d| d.completion_tokens).sum();
     u.total_tokens = u.prompt_tokens + u.completion_tokens;
     u
@@ -32,6 +39,10 @@ pub fn usage_of(dones: &[Done]) -> Usage {
 
 /// Most choices one request may ask for.
 pub const MAX_CHOICES: usize = 16;
+
+/// Most sequences (prompts × `n`) one request may start: the engine's
+/// default queue (`--queue`) holds them all.
+pub const MAX_SEQUENCES: usize = 64;
 
 /// `n` checked: 1 when absent.
 pub fn count(n: Option<i64>) -> Result<usize, ApiError> {
@@ -62,28 +73,44 @@ impl Choice {
 
 /// Submit `n` choices of `req` (see the module's note on the prompt cache).
 pub async fn submit(state: &AppState, req: Request, n: usize) -> Result<Vec<Choice>, ApiError> {
-    let seed = req.sampler.seed;
-    let with_seed = |i: usize| {
+    submit_all(state, vec![req], n).await
+}
+
+/// Submit `n` choices of each of `reqs`, in that order: every prompt's
+/// first choice at once (they prefill side by side), each prompt's others
+/// once its first has produced an event. A failed submission drops the
+/// handles made so far, which cancels their sequences.
+pub async fn submit_all(
+    state: &AppState,
+    reqs: Vec<Request>,
+    n: usize,
+) -> Result<Vec<Choice>, ApiError> {
+    let with_seed = |req: &Request, i: usize| {
         let mut r = req.clone();
-        r.sampler.seed = seed.wrapping_add(i as u64);
+        r.sampler.seed = req.sampler.seed.wrapping_add(i as u64);
         r
     };
-    let mut first = state.engine.submit(with_seed(0))?;
-    let mut choices = Vec::with_capacity(n);
-    let e = if n > 1 {
-        first.events.recv().await
-    } else {
-        None
-    };
-    choices.push(Choice {
-        first: e,
-        handle: first,
-    });
-    for i in 1..n {
+    let firsts = reqs
+        .iter()
+        .map(|r| state.engine.submit(with_seed(r, 0)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut choices = Vec::with_capacity(reqs.len() * n);
+    for (req, mut first) in reqs.iter().zip(firsts) {
+        let e = if n > 1 {
+            first.events.recv().await
+        } else {
+            None
+        };
         choices.push(Choice {
-            first: None,
-            handle: state.engine.submit(with_seed(i))?,
+            first: e,
+            handle: first,
         });
+        for i in 1..n {
+            choices.push(Choice {
+                first: None,
+                handle: state.engine.submit(with_seed(req, i))?,
+            });
+        }
     }
     Ok(choices)
 }

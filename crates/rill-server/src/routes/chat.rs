@@ -104,7 +104,7 @@ pub async fn chat_completions(
             created,
             model: state.config.model_id.clone(),
             choices: out,
-            usage: Some(usage_of(&dones)),
+            usage: Some(usage_of(&dones, n)),
             timings: Some(Timings::from_done(&dones[0])),
         })
         .into_response())
@@ -554,7 +554,7 @@ impl ChatStream {
     fn usage_chunk(&mut self, dones: &[Done]) -> ChatChunk {
         let mut last = self.chunk_value(Delta::default(), None);
         last.choices.clear();
-        last.usage = Some(usage_of(dones));
+        last.usage = Some(usage_of(dones, dones.len()));
         last.timings = dones.first().map(Timings::from_done);
         last
     }

@@ -48,7 +48,18 @@ pub async fn completions(
         .or_n_predict(state.config.n_predict);
     let mut request = build_request(&sampling, logprobs, state.ctx_size())?;
     crate::openai::params::check_token_ids(&request, state.tok.vocab_size())?;
-    request.prompt = prompt_tokens(&state, req.prompt.clone()).await?;
+    let prompts = prompt_list(&state, req.prompt.clone()).await?;
+    let total = prompts.len() * n;
+    if total > choices::MAX_SEQUENCES {
+        return Err(ApiError::bad_param(
+            "prompt",
+            format!(
+                "{} prompts × n = {n} asks for {total} sequences; at most {} per request",
+                prompts.len(),
+                choices::MAX_SEQUENCES
+            ),
+        ));
+    }
     request.constraint = req
         .constraint
         .grammar()?
@@ -57,13 +68,22 @@ pub async fn completions(
             after: None,
         });
     let return_ids = req.return_token_ids == Some(true);
-    let prompt_ids = return_ids.then(|| request.prompt.clone());
-    let mut submitted = choices::submit(&state, request, n).await.map_err(|mut e| {
-        if e.param.is_some() {
-            e.param = Some("prompt".into());
-        }
-        e
-    })?;
+    let requests = prompts
+        .iter()
+        .map(|p| {
+            let mut r = request.clone();
+            r.prompt = p.clone();
+            r
+        })
+        .collect();
+    let mut submitted = choices::submit_all(&state, requests, n)
+        .await
+        .map_err(|mut e| {
+            if e.param.is_some() {
+                e.param = Some("prompt".into());
+            }
+            e
+        })?;
     let include_usage = req.streaming.include_usage();
     let (id, created) = (format!("cmpl-{}", random_id(24)), now());
     let builder = |index: usize| CompletionStream {
@@ -75,26 +95,26 @@ pub async fn completions(
         logprobs: logprobs.is_some(),
         offset: 0,
         // With several choices the usage chunk comes once, after all.
-        include_usage: include_usage && n == 1,
+        include_usage: include_usage && total == 1,
     };
     if req.streaming.enabled() {
-        if n == 1 {
+        if total == 1 {
             let choice = submitted.pop().expect("one choice");
             return Ok(sse::response(choice.handle, builder(0), state.clone()));
         }
-        let builders = (0..n).map(builder).collect();
+        let builders = (0..total).map(builder).collect();
         let tail_chunk = builder(0);
         let tail: choices::Tail = Box::new(move |dones: &[Done]| match include_usage {
-            true => vec![tail_chunk.chunk(String::new(), None, None, Some(usage_of(dones)))],
+            true => vec![tail_chunk.chunk(String::new(), None, None, Some(usage_of(dones, n)))],
             false => Vec::new(),
         });
         return Ok(choices::response(submitted, builders, tail, state.clone()));
     }
-    let mut out = Vec::with_capacity(n);
-    let mut dones = Vec::with_capacity(n);
+    let mut out = Vec::with_capacity(total);
+    let mut dones = Vec::with_capacity(total);
     for (index, choice) in submitted.into_iter().enumerate() {
         let (mut c, d) = collect(&state, choice, index, logprobs.is_some()).await?;
-        c.prompt_token_ids = prompt_ids.clone();
+        c.prompt_token_ids = return_ids.then(|| prompts[index / n].clone());
         if !return_ids {
             c.token_ids = None;
         }
@@ -107,7 +127,7 @@ pub async fn completions(
         created,
         model: state.config.model_id.clone(),
         choices: out,
-        usage: Some(usage_of(&dones)),
+        usage: Some(usage_of(&dones, n)),
         timings: Some(Timings::from_done(&dones[0])),
     };
     Ok(Json(body).into_response())
@@ -153,36 +173,50 @@ async fn collect(
     Ok((choice, done))
 }
 
-/// The prompt as token ids: text is tokenized (special tokens parsed), ids
-/// are checked against the vocabulary. Only one prompt per request.
-pub(crate) async fn prompt_tokens(
+/// The prompts of a request as token ids, one list per prompt (a batch —
+/// a list of strings or of token-id lists — gives several).
+pub(crate) async fn prompt_list(
     state: &Arc<AppState>,
     prompt: Prompt,
-) -> Result<Vec<u32>, ApiError> {
-    let one = |n: usize| {
-        if n == 1 {
-            Ok(())
-        } else {
-            Err(ApiError::bad_param(
+) -> Result<Vec<Vec<u32>>, ApiError> {
+    let prompts = match prompt {
+        Prompt::Texts(v) => v.into_iter().map(Prompt::Text).collect(),
+        Prompt::TokenBatch(v) => v.into_iter().map(Prompt::Tokens).collect(),
+        one => vec![one],
+    };
+    if prompts.is_empty() {
+        return Err(ApiError::bad_param("prompt", "the prompt list is empty"));
+    }
+    let mut out = Vec::with_capacity(prompts.len());
+    for p in prompts {
+        out.push(prompt_tokens(state, p).await?);
+    }
+    Ok(out)
+}
+
+/// One prompt as token ids: text is tokenized (special tokens parsed), ids
+/// are checked against the vocabulary; an empty prompt is refused.
+async fn prompt_tokens(state: &Arc<AppState>, prompt: Prompt) -> Result<Vec<u32>, ApiError> {
+    let empty = || ApiError::bad_param("prompt", "the prompt is empty");
+    let text = match prompt {
+        Prompt::Text(t) => t,
+        Prompt::Tokens(ids) => {
+            let ids = token_ids(&state.tok, &ids)?;
+            return if ids.is_empty() {
+                Err(empty())
+            } else {
+                Ok(ids)
+            };
+        }
+        Prompt::Texts(_) | Prompt::TokenBatch(_) => {
+            return Err(ApiError::bad_param(
                 "prompt",
-                format!("batched prompts ({n}) are not supported; send one prompt per request"),
+                "a prompt list inside a prompt list",
             ))
         }
     };
-    let text = match prompt {
-        Prompt::Text(t) => t,
-        Prompt::Texts(mut v) => {
-            one(v.len())?;
-            v.remove(0)
-        }
-        Prompt::Tokens(ids) => return token_ids(&state.tok, &ids),
-        Prompt::TokenBatch(v) => {
-            one(v.len())?;
-            return token_ids(&state.tok, &v[0]);
-        }
-    };
     if text.is_empty() {
-        return Err(ApiError::bad_param("prompt", "the prompt is empty"));
+        return Err(empty());
     }
     let st = state.clone();
     tokio::task::spawn_blocking(move || st.encode_prompt(&text))

@@ -7,7 +7,7 @@
 use crate::errors::{parse_json, ApiError};
 use crate::openai::types::{ChatCompletionRequest, CompletionRequest, Prompt};
 use crate::routes::chat::prepare;
-use crate::routes::completions::prompt_tokens;
+use crate::routes::completions::prompt_list;
 use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
@@ -175,22 +175,12 @@ pub async fn render_completion(
 ) -> Result<Json<Value>, ApiError> {
     let req: CompletionRequest = parse_json(&body?)?;
     state.check_model(req.model.as_deref())?;
-    let (prompts, batch) = match req.prompt {
-        Prompt::Texts(v) => (v.into_iter().map(Prompt::Text).collect(), true),
-        Prompt::TokenBatch(v) => (v.into_iter().map(Prompt::Tokens).collect(), true),
-        one => (vec![one], false),
-    };
-    if prompts.is_empty() {
-        return Err(ApiError::bad_param("prompt", "the prompt list is empty"));
-    }
-    let mut out = Vec::with_capacity(prompts.len());
-    for p in prompts {
-        let ids = prompt_tokens(&state, p).await?;
-        if ids.is_empty() {
-            return Err(ApiError::bad_param("prompt", "the prompt is empty"));
-        }
-        out.push(json!({"token_ids": ids, "model": state.config.model_id}));
-    }
+    let batch = matches!(req.prompt, Prompt::Texts(_) | Prompt::TokenBatch(_));
+    let mut out: Vec<Value> = prompt_list(&state, req.prompt)
+        .await?
+        .into_iter()
+        .map(|ids| json!({"token_ids": ids, "model": state.config.model_id}))
+        .collect();
     Ok(Json(match batch {
         true => Value::Array(out),
         false => out.remove(0),

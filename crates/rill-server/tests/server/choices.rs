@@ -341,3 +341,90 @@ async fn completions_give_several_choices() {
     assert_eq!(usage[0]["usage"]["completion_tokens"], 18);
     s.stop().await;
 }
+
+/// A batch of prompts on `/v1/completions` (as vLLM and llama-server take
+/// it): `n` choices per prompt, prompt-major (choice `p·n + j`), each the
+/// text its prompt gives alone; usage counts every prompt once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_take_a_batch_of_prompts() {
+    let s = start(Opts::default()).await;
+    let prompts = ["Lists and tuples in Python", "The sum of"];
+    let alone = |p: &str| {
+        json!({"prompt": p, "max_tokens": 5, "temperature": 0, "ignore_eos": true,
+               "return_token_ids": true})
+    };
+    let mut singles = Vec::new();
+    for p in prompts {
+        let (st, v) = s.post("/v1/completions", &alone(p)).await;
+        assert_eq!(st, 200, "{v}");
+        singles.push(v);
+    }
+    let mut b = alone("");
+    b["prompt"] = json!(prompts);
+    b["n"] = json!(2);
+    let (st, v) = s.post("/v1/completions", &b).await;
+    assert_eq!(st, 200, "{v}");
+    let choices = v["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 4, "{v}");
+    for (i, c) in choices.iter().enumerate() {
+        let single = &singles[i / 2]["choices"][0];
+        assert_eq!(c["index"], i);
+        assert_eq!(c["text"], single["text"], "choice {i}");
+        assert_eq!(
+            c["prompt_token_ids"], single["prompt_token_ids"],
+            "choice {i}"
+        );
+    }
+    let prompt_tokens = |v: &Value| v["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert_eq!(
+        prompt_tokens(&v),
+        prompt_tokens(&singles[0]) + prompt_tokens(&singles[1])
+    );
+    assert_eq!(v["usage"]["completion_tokens"], 20, "{v}");
+
+    // The same batch as token ids, streamed: every choice under its index.
+    let ids: Vec<Value> = singles
+        .iter()
+        .map(|v| v["choices"][0]["prompt_token_ids"].clone())
+        .collect();
+    let mut sb = b.clone();
+    sb["prompt"] = json!(ids);
+    sb["stream"] = json!(true);
+    sb["stream_options"] = json!({"include_usage": true});
+    let chunks = chunks(&s.stream("/v1/completions", &sb).await);
+    let mut streamed = vec![String::new(); 4];
+    for c in &chunks {
+        if let Some(ch) = c["choices"].as_array().and_then(|a| a.first()) {
+            streamed[ch["index"].as_u64().unwrap() as usize] +=
+                ch["text"].as_str().unwrap_or_default();
+        }
+    }
+    for (i, text) in streamed.iter().enumerate() {
+        assert_eq!(
+            text,
+            singles[i / 2]["choices"][0]["text"].as_str().unwrap(),
+            "choice {i}"
+        );
+    }
+    let usage: Vec<_> = chunks.iter().filter(|c| c["usage"].is_object()).collect();
+    assert_eq!(usage.len(), 1, "{chunks:?}");
+    assert_eq!(usage[0]["usage"]["prompt_tokens"], prompt_tokens(&v));
+
+    // Too many sequences, an empty list, an empty prompt inside: 400s.
+    for (prompt, n) in [
+        (json!(vec!["a"; 33]), 2),
+        (json!(Vec::<String>::new()), 1),
+        (json!(["a", ""]), 1),
+        (json!([[1, 2], []]), 1),
+    ] {
+        let (st, v) = s
+            .post(
+                "/v1/completions",
+                &json!({"prompt": prompt, "n": n, "max_tokens": 2}),
+            )
+            .await;
+        assert_eq!(st, 400, "{prompt}: {v}");
+        assert_eq!(v["error"]["param"], "prompt", "{v}");
+    }
+    s.stop().await;
+}
