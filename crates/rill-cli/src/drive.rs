@@ -44,6 +44,8 @@ pub fn stream(
                     text.push_str(&t);
                 }
             }
+            // (Never asked for here.)
+            Some(Event::Prompt { .. }) => {}
             Some(Event::Done(done)) => break Ok(done),
             Some(Event::Error(e)) => break Err(anyhow::anyhow!("generation failed: {e}")),
             None => break Err(anyhow::anyhow!("the engine stopped")),

@@ -31,6 +31,7 @@ mod thinking;
 pub use metrics::Metrics;
 pub use request::{
     ConstraintRequest, Done, Event, Failure, FinishReason, Request, SubmitError, TokenInfo,
+    PROMPT_LOGITS_BYTES,
 };
 pub use rill_grammar::GrammarSpec;
 pub use scheduler::{Engine, EngineConfig, Handle};

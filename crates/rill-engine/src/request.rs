@@ -35,6 +35,12 @@ pub struct Request {
     /// Return the log-probability of each token and this many alternatives
     /// (`None`: no log-probabilities).
     pub logprobs: Option<usize>,
+    /// Also return the log-probability of every prompt token given those
+    /// before it, with this many alternatives ([`Event::Prompt`]; the first
+    /// token has none). The prompt then runs whole: every row's logits are
+    /// needed, so it is not resumed from the prompt cache, and its chunks
+    /// are cut to [`PROMPT_LOGITS_BYTES`] of logits.
+    pub prompt_logprobs: Option<usize>,
     /// Keep going past end-of-generation tokens.
     pub ignore_eos: bool,
     /// Prompt positions worth a prompt-cache snapshot besides the end, e.g.
@@ -73,6 +79,7 @@ impl Request {
             sampler,
             stop: Vec::new(),
             logprobs: None,
+            prompt_logprobs: None,
             ignore_eos: false,
             cache_points: Vec::new(),
             constraint: None,
@@ -136,7 +143,12 @@ fn per_second(n: usize, ms: f64) -> f64 {
     }
 }
 
-/// What the engine sends back, in order: zero or more `Text`, then exactly
+/// Most bytes of logits one sequence's prompt chunk returns when its
+/// request asks for prompt log-probabilities (32 rows of a 248k vocabulary).
+pub const PROMPT_LOGITS_BYTES: usize = 32 << 20;
+
+/// What the engine sends back, in order: `Prompt` once when the request
+/// asked for prompt log-probabilities, zero or more `Text`, then exactly
 /// one `Done` or `Error`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
@@ -144,6 +156,11 @@ pub enum Event {
     /// a token ends inside a character or a possible stop string).
     Text {
         text: String,
+        tokens: Vec<TokenInfo>,
+    },
+    /// The prompt's tokens with their log-probabilities (requests with
+    /// `prompt_logprobs`), once the prompt has run, before any text.
+    Prompt {
         tokens: Vec<TokenInfo>,
     },
     Done(Done),

@@ -459,11 +459,14 @@ impl Worker {
                 .fetch_add(prompt.len() as u64, Relaxed);
             // A sequence pressed into the quantized KV does not resume an
             // entry of another type (the cache is empty by then anyway).
-            let mut hit = match kv == self.config.kv {
+            // A request for the prompt's log-probabilities needs every
+            // row's logits: it runs its prompt whole.
+            let resumable = kv == self.config.kv && sub.req.prompt_logprobs.is_none();
+            let mut hit = match resumable {
                 true => self.cache.lookup(prompt, self.config.ctx_size),
                 false => None,
             };
-            if let Some(disk) = self.disk.as_ref().filter(|_| kv == self.config.kv) {
+            if let Some(disk) = self.disk.as_ref().filter(|_| resumable) {
                 let than = hit.as_ref().map_or(0, |h| h.len);
                 let ctx = self.config.ctx_size;
                 if let Some((len, state)) = disk.lookup(&self.model, prompt, than, ctx) {
@@ -645,12 +648,13 @@ impl Worker {
         }
         self.park_over_budget();
         let chunk = self.config.prefill_chunk;
+        let n_vocab = self.model.config.n_vocab;
         let mut spans = std::mem::take(&mut self.spans);
         spans.clear();
         spans.extend(
             self.running
                 .iter()
-                .map(|s| s.in_prefill().then(|| s.prefill_span(chunk))),
+                .map(|s| s.in_prefill().then(|| s.prefill_span(chunk, n_vocab))),
         );
         let t0 = Instant::now();
         self.draft(&spans);
@@ -690,6 +694,8 @@ impl Worker {
             if let Some(r) = span {
                 let hidden = self.outputs.hidden(i);
                 self.running[i].record_prefill(r, hidden);
+                let logits = self.outputs.logits(i);
+                self.running[i].record_prompt_logprobs(r, logits, n_vocab);
             }
         }
         self.catch_up(&spans);
@@ -731,7 +737,9 @@ impl Worker {
             let end = if span.is_none() && s.speculates() {
                 s.take_verified(self.outputs.logits(i), self.outputs.hidden(i), &cx)
             } else {
-                s.take_token(self.outputs.logits(i), &cx)
+                // The last row's (a prompt's chunk may return every row's).
+                let logits = self.outputs.logits(i);
+                s.take_token(&logits[logits.len().saturating_sub(n_vocab)..], &cx)
             };
             if let Some(end) = end {
                 finished.push((i, end));

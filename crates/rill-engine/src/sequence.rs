@@ -76,6 +76,9 @@ pub(crate) struct Sequence {
     thinking: Option<Thinking>,
     /// Bytes of the memory budget this sequence reserved (its worst case).
     pub reserved: usize,
+    /// The prompt's tokens with their log-probabilities so far (requests
+    /// with `prompt_logprobs`), sent once the prompt has run.
+    prompt_info: Vec<TokenInfo>,
 }
 
 /// How a step ended a sequence.
@@ -160,6 +163,7 @@ impl Sequence {
             first_token_at: None,
             last_token_at: None,
             spec: None,
+            prompt_info: Vec::new(),
         }
     }
 
@@ -268,6 +272,39 @@ impl Sequence {
         }
     }
 
+    /// A prompt chunk `span` went through the trunk with these logits rows
+    /// (every row's, when the request asks for prompt log-probabilities):
+    /// each row scores the prompt token after it. Sent as
+    /// [`Event::Prompt`] when the prompt's last chunk has run.
+    pub fn record_prompt_logprobs(&mut self, span: &Range<usize>, logits: &[f32], n_vocab: usize) {
+        let Some(k) = self.sub.req.prompt_logprobs else {
+            return;
+        };
+        let prompt = &self.sub.req.prompt;
+        if span.start == 0 {
+            self.prompt_info.push(TokenInfo {
+                id: prompt[0],
+                logprob: None,
+                top: Vec::new(),
+            });
+        }
+        for (j, row) in logits.chunks_exact(n_vocab.max(1)).enumerate() {
+            let Some(&id) = prompt.get(span.start + j + 1) else {
+                break;
+            };
+            let lp = rill_sampler::logprobs(row, id, k);
+            self.prompt_info.push(TokenInfo {
+                id,
+                logprob: Some(lp.chosen),
+                top: lp.top,
+            });
+        }
+        if span.end == prompt.len() {
+            let tokens = std::mem::take(&mut self.prompt_info);
+            let _ = self.sub.events.send(Event::Prompt { tokens });
+        }
+    }
+
     pub fn in_prefill(&self) -> bool {
         self.fed < self.sub.req.prompt.len()
     }
@@ -275,8 +312,13 @@ impl Sequence {
     /// The prompt tokens this sequence prefills this step. Chunk boundaries
     /// depend only on the prompt (and the cached prefix length), never on
     /// what else runs, so a request gets the same tokens alone or in a crowd.
-    pub fn prefill_span(&self, chunk: usize) -> Range<usize> {
-        let chunk = chunk.max(1);
+    pub fn prefill_span(&self, chunk: usize, n_vocab: usize) -> Range<usize> {
+        let chunk = match self.sub.req.prompt_logprobs {
+            // Every row's logits come back: bounded per chunk.
+            Some(_) => chunk.min(crate::request::PROMPT_LOGITS_BYTES / (4 * n_vocab.max(1))),
+            None => chunk,
+        }
+        .max(1);
         let prompt = &self.sub.req.prompt;
         let mut end = ((self.fed / chunk + 1) * chunk).min(prompt.len());
         // Stop at a requested snapshot point inside this chunk.
@@ -320,7 +362,14 @@ impl Sequence {
                 true,
             ),
         };
-        let logits = if last { Rows::Last } else { Rows::None };
+        let logits = match (
+            last,
+            span.is_some() && self.sub.req.prompt_logprobs.is_some(),
+        ) {
+            (_, true) => Rows::All,
+            (true, false) => Rows::Last,
+            (false, false) => Rows::None,
+        };
         let outputs = match (span, speculating) {
             (_, false) => Outputs::logits(logits),
             // The head reads the trunk's hidden state of every row kept.

@@ -229,6 +229,7 @@ fn stop_strings_and_logprobs() {
             }
             Event::Done(_) => break,
             Event::Error(e) => panic!("{e}"),
+            Event::Prompt { .. } => panic!("prompt log-probabilities nobody asked for"),
         }
     }
     assert_eq!(n, 8);
@@ -244,6 +245,7 @@ fn stop_strings_and_logprobs() {
                 Event::Text { text: t, .. } => got.push_str(&t),
                 Event::Done(d) => break d,
                 Event::Error(e) => panic!("{e}"),
+                Event::Prompt { .. } => panic!("prompt log-probabilities nobody asked for"),
             }
         };
         assert_eq!(done.finish, FinishReason::Stop);
@@ -409,5 +411,64 @@ fn greedy_under_a_grammar_picks_what_the_masked_row_picks() {
         };
         assert!(greedy.len() > 10, "{greedy:?}");
         assert_eq!(greedy, run(top1, seed), "prompt {seed}");
+    }
+}
+
+/// `prompt_logprobs`: every prompt token after the first scored by the rows
+/// before it, as the model's own logits of the whole prompt give them, over
+/// prefill chunks; sent before the text, which is the plain request's. It
+/// is not resumed from the prompt cache (whose prefix has no logits): it
+/// scores the whole prompt every time.
+#[test]
+fn prompt_logprobs_score_every_prompt_token() {
+    let (model, tok) = fixture("qwen35moe.f32.gguf");
+    let p = prompt(9, 45);
+    let run = rill_model::Runner::exact(rill_kernels::simd::Isa::best(), 2);
+    let mut state = rill_model::SequenceState::new(&model, 64);
+    let rows = model
+        .forward(&run, &mut state, &p, rill_model::Rows::All)
+        .unwrap();
+    let n_vocab = model.config.n_vocab;
+    let e = Engine::start(
+        model.clone(),
+        tok,
+        EngineConfig {
+            threads: 2,
+            precision: Precision::Exact,
+            prefill_chunk: 16,
+            ..Default::default()
+        },
+    );
+    // The cache holds the first 30 tokens' state, which a plain request of
+    // the whole prompt resumes from.
+    collect(e.submit(greedy(p[..30].to_vec(), 1)).unwrap());
+    let (plain, done) = collect(e.submit(greedy(p.clone(), 4)).unwrap());
+    assert_eq!(done.cached_tokens, 30);
+    for round in 0..2 {
+        let mut r = greedy(p.clone(), 4);
+        r.prompt_logprobs = Some(2);
+        let mut h = e.submit(r).unwrap();
+        let scored = match h.events.blocking_recv().unwrap() {
+            Event::Prompt { tokens } => tokens,
+            other => panic!("round {round}: {other:?} before the prompt's log-probabilities"),
+        };
+        assert_eq!(scored.len(), p.len(), "round {round}");
+        assert_eq!(scored[0].id, p[0]);
+        assert_eq!(scored[0].logprob, None);
+        for (i, info) in scored.iter().enumerate().skip(1) {
+            assert_eq!(info.id, p[i]);
+            let want = rill_sampler::logprobs(&rows[(i - 1) * n_vocab..i * n_vocab], p[i], 2);
+            let got = info.logprob.unwrap();
+            assert!(
+                (got - want.chosen).abs() <= 1e-4,
+                "round {round}, token {i}: {got} vs {}",
+                want.chosen
+            );
+            assert_eq!(info.top.len(), 2);
+            assert_eq!(info.top[0].0, want.top[0].0, "round {round}, token {i}");
+        }
+        let (ids, done) = collect(h);
+        assert_eq!(ids, plain, "round {round}");
+        assert_eq!(done.cached_tokens, 0, "round {round}");
     }
 }

@@ -157,7 +157,7 @@ pub fn response<B: ChunkBuilder>(
         stream::unfold(Some(c), move |c| async move {
             let mut c = c?;
             let e = c.recv().await;
-            let next = matches!(e, Some(Event::Text { .. })).then_some(c);
+            let next = matches!(e, Some(Event::Text { .. } | Event::Prompt { .. })).then_some(c);
             Some(((i, e), next))
         })
         .boxed()
@@ -182,6 +182,11 @@ pub fn response<B: ChunkBuilder>(
             let failed = match p.events.next().await {
                 Some((i, Some(Event::Text { text, tokens }))) => {
                     let out = p.builders[i].text(text, tokens);
+                    p.queue.extend(out);
+                    None
+                }
+                Some((i, Some(Event::Prompt { tokens }))) => {
+                    let out = p.builders[i].prompt(tokens);
                     p.queue.extend(out);
                     None
                 }

@@ -24,6 +24,11 @@ pub trait ChunkBuilder: Send + 'static {
     fn start(&mut self) -> Vec<String> {
         Vec::new()
     }
+    /// The prompt's tokens with their log-probabilities (requests that ask
+    /// for them), before any text.
+    fn prompt(&mut self, _tokens: Vec<TokenInfo>) -> Vec<String> {
+        Vec::new()
+    }
     fn text(&mut self, text: String, tokens: Vec<TokenInfo>) -> Vec<String>;
     /// The last payloads (before `[DONE]`).
     fn done(&mut self, done: Done) -> Vec<String>;
@@ -81,6 +86,9 @@ pub fn payloads<B: ChunkBuilder>(
             match handle.events.recv().await {
                 Some(Event::Text { text, tokens }) => {
                     p.queue.extend(p.builder.text(text, tokens));
+                }
+                Some(Event::Prompt { tokens }) => {
+                    p.queue.extend(p.builder.prompt(tokens));
                 }
                 Some(Event::Done(done)) => {
                     p.guard.state.observe_done(&done);

@@ -22,7 +22,13 @@ impl Worker {
     pub(super) fn park_over_budget(&mut self) {
         let chunk = self.config.prefill_chunk;
         let draft = self.config.spec.draft_max.min(MAX_DRAFT);
-        let park = over_budget(&self.running, chunk, draft, self.config.step_tokens);
+        let n_vocab = self.model.config.n_vocab;
+        let park = over_budget(
+            &self.running,
+            (chunk, n_vocab),
+            draft,
+            self.config.step_tokens,
+        );
         // Highest index first, so the lower ones stay where they are.
         for &i in park.iter().rev() {
             self.parked.push(self.running.swap_remove(i));
@@ -35,18 +41,24 @@ impl Worker {
     }
 }
 
-/// Rows `s` adds to a step: its prompt chunk, or its token and the most
-/// drafts it may verify.
-fn rows(s: &Sequence, chunk: usize, draft: usize) -> usize {
+/// Rows `s` adds to a step: its prompt chunk (`chunk`: the engine's chunk
+/// length and the vocabulary, see [`Sequence::prefill_span`]), or its token
+/// and the most drafts it may verify.
+fn rows(s: &Sequence, chunk: (usize, usize), draft: usize) -> usize {
     if s.in_prefill() {
-        s.prefill_span(chunk).len()
+        s.prefill_span(chunk.0, chunk.1).len()
     } else {
         1 + if s.speculates() { draft } else { 0 }
     }
 }
 
 /// Indices (ascending) of the prefilling sequences that wait this step.
-fn over_budget(running: &[Sequence], chunk: usize, draft: usize, budget: usize) -> Vec<usize> {
+fn over_budget(
+    running: &[Sequence],
+    chunk: (usize, usize),
+    draft: usize,
+    budget: usize,
+) -> Vec<usize> {
     let decoding = running.iter().filter(|s| !s.in_prefill());
     let used = decoding.map(|s| rows(s, chunk, draft)).sum();
     let mut prefilling: Vec<usize> = (0..running.len())

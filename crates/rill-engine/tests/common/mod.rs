@@ -47,6 +47,7 @@ pub fn collect(mut h: Handle) -> (Vec<u32>, Done) {
             Event::Text { tokens, .. } => ids.extend(tokens.iter().map(|t| t.id)),
             Event::Done(d) => return (ids, d),
             Event::Error(e) => panic!("request failed: {e}"),
+            Event::Prompt { .. } => panic!("prompt log-probabilities nobody asked for"),
         }
     }
 }

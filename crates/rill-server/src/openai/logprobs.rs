@@ -66,32 +66,133 @@ pub fn chat_token(tok: &Tokenizer, t: &TokenInfo) -> Option<ChatTokenLogprob> {
     })
 }
 
-/// `choices[].logprobs` of a legacy completion.
+/// `choices[].logprobs` of a legacy completion. An echoed prompt's first
+/// token has no log-probability: `null` in both lists, as OpenAI gives it.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct CompletionLogprobs {
     pub tokens: Vec<String>,
-    pub token_logprobs: Vec<f32>,
-    pub top_logprobs: Vec<Map<String, Json>>,
+    pub token_logprobs: Vec<Option<f32>>,
+    pub top_logprobs: Vec<Option<Map<String, Json>>>,
     pub text_offset: Vec<usize>,
 }
 
 impl CompletionLogprobs {
-    /// Add a token that starts at character offset `offset` of the text.
+    /// Add a generated token that starts at character offset `offset` of
+    /// the text (none without a log-probability: none was asked for).
     pub fn push(&mut self, tok: &Tokenizer, t: &TokenInfo, offset: usize) {
-        let Some(lp) = t.logprob else {
-            return;
-        };
-        self.tokens.push(piece(tok, t.id).0);
-        self.token_logprobs.push(finite(lp));
-        let mut top = Map::new();
-        for &(id, lp) in &t.top {
-            top.insert(piece(tok, id).0, Json::from(finite(lp)));
+        if t.logprob.is_some() {
+            self.push_scored(tok, t, offset);
         }
-        self.top_logprobs.push(top);
+    }
+
+    /// Add a token, `null`s where it has no log-probability (an echoed
+    /// prompt's first).
+    fn push_scored(&mut self, tok: &Tokenizer, t: &TokenInfo, offset: usize) {
+        self.tokens.push(piece(tok, t.id).0);
+        self.token_logprobs.push(t.logprob.map(finite));
+        self.top_logprobs.push(t.logprob.map(|_| {
+            let mut top = Map::new();
+            for &(id, lp) in &t.top {
+                top.insert(piece(tok, id).0, Json::from(finite(lp)));
+            }
+            top
+        }));
         self.text_offset.push(offset);
+    }
+
+    /// An echoed prompt's tokens, scored: the logprobs and the prompt's
+    /// text, whose character count is where the generated text starts.
+    pub fn prompt(tok: &Tokenizer, tokens: &[TokenInfo]) -> (CompletionLogprobs, String) {
+        let mut lp = CompletionLogprobs::default();
+        let mut text = TextOffsets::default();
+        for t in tokens {
+            lp.push_scored(tok, t, text.chars);
+            text.add(tok.token_to_piece(t.id).unwrap_or_default());
+        }
+        (lp, text.finish())
     }
 
     pub fn is_empty(&self) -> bool {
         self.tokens.is_empty()
+    }
+}
+
+/// The text of `ids` as an echo shows it (the tokens' bytes, invalid UTF-8
+/// replaced).
+pub fn echo_text(tok: &Tokenizer, ids: &[u32]) -> String {
+    let mut text = TextOffsets::default();
+    for &id in ids {
+        text.add(tok.token_to_piece(id).unwrap_or_default());
+    }
+    text.finish()
+}
+
+/// Text decoded a token's bytes at a time, counting its characters as
+/// they complete (a token may end inside a character: the next one's
+/// offset is that character's).
+#[derive(Default)]
+struct TextOffsets {
+    text: String,
+    pending: Vec<u8>,
+    chars: usize,
+}
+
+impl TextOffsets {
+    fn add(&mut self, bytes: &[u8]) {
+        self.pending.extend_from_slice(bytes);
+        loop {
+            match std::str::from_utf8(&self.pending) {
+                Ok(s) => {
+                    self.chars += s.chars().count();
+                    self.text.push_str(s);
+                    self.pending.clear();
+                    return;
+                }
+                Err(e) => {
+                    let valid = e.valid_up_to();
+                    let s = std::str::from_utf8(&self.pending[..valid]).unwrap_or_default();
+                    self.chars += s.chars().count();
+                    self.text.push_str(s);
+                    match e.error_len() {
+                        // Incomplete at the end: wait for the next token.
+                        None => {
+                            self.pending.drain(..valid);
+                            return;
+                        }
+                        // Invalid bytes: one replacement character.
+                        Some(n) => {
+                            self.chars += 1;
+                            self.text.push(char::REPLACEMENT_CHARACTER);
+                            self.pending.drain(..valid + n);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn finish(mut self) -> String {
+        if !self.pending.is_empty() {
+            self.text.push(char::REPLACEMENT_CHARACTER);
+        }
+        self.text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TextOffsets;
+
+    #[test]
+    fn offsets_count_characters_across_split_tokens() {
+        let mut t = TextOffsets::default();
+        let mut at = Vec::new();
+        // "aé" then "€" split over two tokens, then an invalid byte, then "b".
+        for piece in [&b"a\xc3"[..], b"\xa9\xe2\x82", b"\xac", b"\xff", b"b"] {
+            at.push(t.chars);
+            t.add(piece);
+        }
+        assert_eq!(at, [0, 1, 2, 3, 4]);
+        assert_eq!(t.finish(), "aé€\u{FFFD}b");
     }
 }

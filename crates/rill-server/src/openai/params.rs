@@ -132,6 +132,7 @@ pub fn build_request(
         sampler,
         stop,
         logprobs,
+        prompt_logprobs: None,
         ignore_eos: f.ignore_eos.unwrap_or(false),
         cache_points: Vec::new(),
         constraint: None,

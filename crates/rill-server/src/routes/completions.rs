@@ -2,7 +2,7 @@
 
 use crate::choices::{self, usage_of};
 use crate::errors::{parse_json, ApiError};
-use crate::openai::logprobs::CompletionLogprobs;
+use crate::openai::logprobs::{echo_text, CompletionLogprobs};
 use crate::openai::params::{build_request, logprobs_count, random_id};
 use crate::openai::responses::{now, Completion, CompletionChoice, Timings, Usage};
 use crate::openai::types::{CompletionRequest, Prompt};
@@ -31,9 +31,6 @@ pub async fn completions(
         ));
     }
     let n = choices::count(req.sampling.n)?;
-    if req.echo == Some(true) {
-        return Err(ApiError::bad_param("echo", "echo is not supported"));
-    }
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::bad_param("suffix", "suffix is not supported"));
     }
@@ -47,6 +44,13 @@ pub async fn completions(
         .or_defaults(&state.config.sampling)
         .or_n_predict(state.config.n_predict);
     let mut request = build_request(&sampling, logprobs, state.ctx_size())?;
+    // Echo: the prompt's text before the generated text, and with
+    // `logprobs` its tokens scored (the first one `null`), as OpenAI's
+    // legacy API and vLLM give them (what evaluation harnesses read).
+    let echo = req.echo == Some(true);
+    if echo {
+        request.prompt_logprobs = logprobs;
+    }
     crate::openai::params::check_token_ids(&request, state.tok.vocab_size())?;
     let prompts = prompt_list(&state, req.prompt.clone()).await?;
     let total = prompts.len() * n;
@@ -93,6 +97,7 @@ pub async fn completions(
         model: state.config.model_id.clone(),
         tok: state.tok.clone(),
         logprobs: logprobs.is_some(),
+        echo: echo.then(|| prompts[index / n].clone()),
         offset: 0,
         // With several choices the usage chunk comes once, after all.
         include_usage: include_usage && total == 1,
@@ -113,7 +118,8 @@ pub async fn completions(
     let mut out = Vec::with_capacity(total);
     let mut dones = Vec::with_capacity(total);
     for (index, choice) in submitted.into_iter().enumerate() {
-        let (mut c, d) = collect(&state, choice, index, logprobs.is_some()).await?;
+        let echoed = echo.then_some(prompts[index / n].as_slice());
+        let (mut c, d) = collect(&state, choice, index, logprobs.is_some(), echoed).await?;
         c.prompt_token_ids = return_ids.then(|| prompts[index / n].clone());
         if !return_ids {
             c.token_ids = None;
@@ -133,19 +139,30 @@ pub async fn completions(
     Ok(Json(body).into_response())
 }
 
-/// One choice, read to its end: its text, logprobs and token ids.
+/// One choice, read to its end: its text, logprobs and token ids (after
+/// the prompt `echo`ed, when it is).
 async fn collect(
     state: &AppState,
     mut choice: choices::Choice,
     index: usize,
     logprobs: bool,
+    echo: Option<&[u32]>,
 ) -> Result<(CompletionChoice, Done), ApiError> {
-    let mut text = String::new();
+    let mut text = match echo {
+        Some(prompt) if !logprobs => echo_text(&state.tok, prompt),
+        _ => String::new(),
+    };
     let mut lp = CompletionLogprobs::default();
     let mut ids = Vec::new();
-    let mut offset = 0;
+    let mut offset = text.chars().count();
     let done = loop {
         match choice.recv().await {
+            Some(Event::Prompt { tokens }) => {
+                if echo.is_some() {
+                    (lp, text) = CompletionLogprobs::prompt(&state.tok, &tokens);
+                    offset = text.chars().count();
+                }
+            }
             Some(Event::Text { text: t, tokens }) => {
                 ids.extend(tokens.iter().map(|t| t.id));
                 for tk in &tokens {
@@ -250,6 +267,8 @@ struct CompletionStream {
     model: String,
     tok: Arc<Tokenizer>,
     logprobs: bool,
+    /// The prompt, when it is echoed before the generated text.
+    echo: Option<Vec<u32>>,
     /// Characters of text sent so far.
     offset: usize,
     include_usage: bool,
@@ -288,6 +307,28 @@ impl CompletionStream {
 }
 
 impl ChunkBuilder for CompletionStream {
+    /// An echoed prompt without logprobs comes first (with them, it comes
+    /// scored, from the engine).
+    fn start(&mut self) -> Vec<String> {
+        match &self.echo {
+            Some(prompt) if !self.logprobs => {
+                let text = echo_text(&self.tok, prompt);
+                self.offset = text.chars().count();
+                vec![self.chunk(text, None, None, None)]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn prompt(&mut self, tokens: Vec<TokenInfo>) -> Vec<String> {
+        if self.echo.is_none() {
+            return Vec::new();
+        }
+        let (lp, text) = CompletionLogprobs::prompt(&self.tok, &tokens);
+        self.offset = text.chars().count();
+        vec![self.chunk(text, Some(lp), None, None)]
+    }
+
     fn text(&mut self, text: String, tokens: Vec<TokenInfo>) -> Vec<String> {
         let lp = self.logprobs.then(|| {
             let mut lp = CompletionLogprobs::default();

@@ -76,6 +76,8 @@ pub async fn messages(
                 state.observe_done(&d);
                 break d;
             }
+            // (Never asked for here.)
+            Some(Event::Prompt { .. }) => {}
             Some(Event::Error(f)) => return Err(crate::ApiError::failed(f).into()),
             None => return Err(crate::ApiError::internal("the engine stopped").into()),
         }

@@ -269,6 +269,8 @@ pub async fn responses(
                 state.observe_done(&d);
                 break d;
             }
+            // (Never asked for here.)
+            Some(Event::Prompt { .. }) => {}
             Some(Event::Error(f)) => return Err(ApiError::failed(f)),
             None => return Err(ApiError::internal("the engine stopped")),
         }

@@ -347,3 +347,106 @@ async fn stop_strings_end_the_text() {
         .contains('a'));
     s.stop().await;
 }
+
+/// `echo` on `/v1/completions` (what evaluation harnesses send: token-id
+/// prompts, `echo`, `logprobs`, one generated token): the prompt's text
+/// before the generated text, and its tokens scored, the first `null`. A
+/// prompt token's log-probability is the one the model gives it as a
+/// generated token after the tokens before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echo_scores_the_prompt() {
+    let s = start(Opts::default()).await;
+    let ids: Vec<u32> = (0..12).map(|i| 40 + 7 * i).collect();
+    let body = |prompt: Value| json!({"prompt": prompt, "max_tokens": 1, "temperature": 0, "logprobs": 1, "echo": true});
+    let (st, v) = s.post("/v1/completions", &body(json!(ids))).await;
+    assert_eq!(st, 200, "{v}");
+    let c = &v["choices"][0];
+    let lp = &c["logprobs"];
+    let n = ids.len();
+    assert_eq!(lp["tokens"].as_array().unwrap().len(), n + 1, "{lp}");
+    assert!(
+        lp["token_logprobs"][0].is_null() && lp["top_logprobs"][0].is_null(),
+        "{lp}"
+    );
+    for i in 1..=n {
+        assert!(lp["token_logprobs"][i].as_f64().unwrap() <= 0.0, "{lp}");
+        assert_eq!(lp["top_logprobs"][i].as_object().unwrap().len(), 1, "{lp}");
+    }
+    // The text is the prompt's, then the generated token's, at the offsets.
+    let (_, d) = s.post("/detokenize", &json!({"tokens": ids})).await;
+    let prompt_text = d["content"].as_str().unwrap();
+    let text = c["text"].as_str().unwrap();
+    assert!(text.starts_with(prompt_text), "{text:?} / {prompt_text:?}");
+    assert_eq!(lp["text_offset"][n], prompt_text.chars().count());
+    assert_eq!(v["usage"]["prompt_tokens"], n);
+
+    // Each prompt token scored as the prefix before it generates it: the
+    // greedy token after the first k tokens, echoed at position k.
+    for k in [1, 5, n - 1] {
+        let (_, g) = s
+            .post(
+                "/v1/completions",
+                &json!({"prompt": ids[..k], "max_tokens": 1,
+            "temperature": 0, "logprobs": 1, "return_token_ids": true}),
+            )
+            .await;
+        let next = g["choices"][0]["token_ids"][0].as_u64().unwrap();
+        let generated = g["choices"][0]["logprobs"]["token_logprobs"][0]
+            .as_f64()
+            .unwrap();
+        let mut longer: Vec<u64> = ids[..k].iter().map(|&i| i as u64).collect();
+        longer.push(next);
+        let (_, e) = s.post("/v1/completions", &body(json!(longer))).await;
+        let echoed = e["choices"][0]["logprobs"]["token_logprobs"][k]
+            .as_f64()
+            .unwrap();
+        assert!(
+            (echoed - generated).abs() < 1e-4,
+            "k {k}: {echoed} vs {generated}"
+        );
+    }
+
+    // A batch: each choice echoes its own prompt.
+    let (_, b) = s
+        .post("/v1/completions", &body(json!([ids[..4], ids])))
+        .await;
+    let choices = b["choices"].as_array().unwrap();
+    assert_eq!(
+        choices[0]["logprobs"]["tokens"].as_array().unwrap().len(),
+        5
+    );
+    assert_eq!(choices[1]["logprobs"], c["logprobs"]);
+
+    // Streamed: the scored prompt first, then the same text.
+    let mut sb = body(json!(ids));
+    sb["stream"] = json!(true);
+    let ch = chunks(&s.stream("/v1/completions", &sb).await);
+    assert_eq!(ch[0]["choices"][0]["text"], prompt_text, "{:?}", ch[0]);
+    assert_eq!(
+        ch[0]["choices"][0]["logprobs"]["tokens"]
+            .as_array()
+            .unwrap()
+            .len(),
+        n
+    );
+    let streamed: String = ch
+        .iter()
+        .filter_map(|c| c["choices"][0]["text"].as_str())
+        .collect();
+    assert_eq!(streamed, text);
+
+    // Without logprobs: the text alone, streamed or not.
+    let mut plain = body(json!(ids));
+    plain.as_object_mut().unwrap().remove("logprobs");
+    let (_, p) = s.post("/v1/completions", &plain).await;
+    assert_eq!(p["choices"][0]["text"], text);
+    assert!(p["choices"][0]["logprobs"].is_null(), "{p}");
+    plain["stream"] = json!(true);
+    let ch = chunks(&s.stream("/v1/completions", &plain).await);
+    let streamed: String = ch
+        .iter()
+        .filter_map(|c| c["choices"][0]["text"].as_str())
+        .collect();
+    assert_eq!(streamed, text);
+    s.stop().await;
+}

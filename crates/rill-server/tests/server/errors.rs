@@ -81,9 +81,12 @@ async fn bad_bodies_and_parameters() {
         (json!({"prompt": ""}), "prompt"),
         (json!({"prompt": [1, 999999]}), "prompt"),
         (json!({"prompt": [-1]}), "prompt"),
-        (json!({"prompt": ["a", "b"]}), "prompt"),
+        (json!({"prompt": ["a", ""]}), "prompt"),
         (json!({"prompt": "x", "logprobs": 30}), "logprobs"),
-        (json!({"prompt": "x", "echo": true}), "echo"),
+        (
+            json!({"prompt": "x", "echo": true, "logprobs": -1}),
+            "logprobs",
+        ),
         (json!({"prompt": "x", "best_of": 3}), "best_of"),
         (json!({"max_tokens": 3}), "prompt"),
     ];
