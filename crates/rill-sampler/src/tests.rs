@@ -260,3 +260,26 @@ fn logit_bias_shifts_and_bans() {
         assert_eq!(e.param, "logit_bias");
     }
 }
+
+/// The top `k` of a long row with many ties (both selection paths: the
+/// screened scan up to 64, the partial sort past it) is the first `k` of
+/// the whole row sorted best first, ties to the lower id; the chosen
+/// token's value is its `log_softmax`.
+#[test]
+fn logprobs_top_k_is_the_sorted_rows_first_k() {
+    let row: Vec<f32> = (0..5003u32)
+        .map(|i| ((i.wrapping_mul(2654435761) >> 20) % 97) as f32 * 0.25 - 12.0)
+        .collect();
+    let full = log_softmax(&row);
+    let mut order: Vec<u32> = (0..row.len() as u32).collect();
+    order.sort_by(|&a, &b| row[b as usize].total_cmp(&row[a as usize]).then(a.cmp(&b)));
+    for k in [1, 5, 20, 64, 65, 100] {
+        let lp = logprobs(&row, 17, k);
+        let ids: Vec<u32> = lp.top.iter().map(|t| t.0).collect();
+        assert_eq!(ids, order[..k], "k {k}");
+        for &(id, v) in &lp.top {
+            assert_eq!(v, full[id as usize]);
+        }
+        assert_eq!(lp.chosen, full[17]);
+    }
+}
