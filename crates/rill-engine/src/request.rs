@@ -94,6 +94,9 @@ impl Request {
 pub struct TokenInfo {
     pub id: u32,
     pub logprob: Option<f32>,
+    /// Its rank among the row's tokens (1: the most likely), with the
+    /// log-probability.
+    pub rank: Option<u32>,
     /// The most likely alternatives at this position, best first.
     pub top: Vec<(u32, f32)>,
 }

@@ -285,6 +285,7 @@ impl Sequence {
             self.prompt_info.push(TokenInfo {
                 id: prompt[0],
                 logprob: None,
+                rank: None,
                 top: Vec::new(),
             });
         }
@@ -296,6 +297,7 @@ impl Sequence {
             self.prompt_info.push(TokenInfo {
                 id,
                 logprob: Some(lp.chosen),
+                rank: Some(lp.rank),
                 top: lp.top,
             });
         }
@@ -526,6 +528,7 @@ impl Sequence {
             None => TokenInfo {
                 id,
                 logprob: None,
+                rank: None,
                 top: Vec::new(),
             },
             Some(k) => {
@@ -533,6 +536,7 @@ impl Sequence {
                 TokenInfo {
                     id,
                     logprob: Some(lp.chosen),
+                    rank: Some(lp.rank),
                     top: lp.top,
                 }
             }

@@ -465,6 +465,7 @@ fn prompt_logprobs_score_every_prompt_token() {
                 want.chosen
             );
             assert_eq!(info.top.len(), 2);
+            assert_eq!(info.rank, Some(want.rank), "round {round}, token {i}");
             assert_eq!(info.top[0].0, want.top[0].0, "round {round}, token {i}");
         }
         let (ids, done) = collect(h);

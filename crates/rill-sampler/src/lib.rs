@@ -408,6 +408,9 @@ fn log_sum_exp(row: &[f32]) -> f32 {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Logprobs {
     pub chosen: f32,
+    /// The chosen token's rank in the row, 1 for the most likely (one more
+    /// than the count of tokens more likely than it).
+    pub rank: u32,
     pub top: Vec<(u32, f32)>,
 }
 
@@ -453,10 +456,13 @@ pub fn logprobs(row: &[f32], chosen: u32, k: usize) -> Logprobs {
         order.sort_by(|a, b| better(key(a), key(b)));
         order.iter().map(key).collect()
     };
+    let value = row.get(chosen as usize).copied();
+    let rank = value.map_or(row.len(), |c| {
+        row.iter().fold(0, |n, &v| n + usize::from(v > c)) + 1
+    });
     Logprobs {
-        chosen: row
-            .get(chosen as usize)
-            .map_or(f32::NEG_INFINITY, |&v| v - lse),
+        rank: rank as u32,
+        chosen: value.map_or(f32::NEG_INFINITY, |v| v - lse),
         top: top.into_iter().map(|(i, v)| (i, v - lse)).collect(),
     }
 }

@@ -281,5 +281,11 @@ fn logprobs_top_k_is_the_sorted_rows_first_k() {
             assert_eq!(v, full[id as usize]);
         }
         assert_eq!(lp.chosen, full[17]);
+        // Its rank: one more than the tokens sorted before its value.
+        let first_equal = order
+            .iter()
+            .position(|&i| row[i as usize] == row[17])
+            .unwrap();
+        assert_eq!(lp.rank as usize, first_equal + 1);
     }
 }

@@ -81,18 +81,18 @@ impl CompletionLogprobs {
     /// the text (none without a log-probability: none was asked for).
     pub fn push(&mut self, tok: &Tokenizer, t: &TokenInfo, offset: usize) {
         if t.logprob.is_some() {
-            self.push_scored(tok, t, offset);
+            self.push_scored(tok, t, usize::MAX, offset);
         }
     }
 
-    /// Add a token, `null`s where it has no log-probability (an echoed
-    /// prompt's first).
-    fn push_scored(&mut self, tok: &Tokenizer, t: &TokenInfo, offset: usize) {
+    /// Add a token with at most `k` alternatives, `null`s where it has no
+    /// log-probability (an echoed prompt's first).
+    fn push_scored(&mut self, tok: &Tokenizer, t: &TokenInfo, k: usize, offset: usize) {
         self.tokens.push(piece(tok, t.id).0);
         self.token_logprobs.push(t.logprob.map(finite));
         self.top_logprobs.push(t.logprob.map(|_| {
             let mut top = Map::new();
-            for &(id, lp) in &t.top {
+            for &(id, lp) in t.top.iter().take(k) {
                 top.insert(piece(tok, id).0, Json::from(finite(lp)));
             }
             top
@@ -100,13 +100,14 @@ impl CompletionLogprobs {
         self.text_offset.push(offset);
     }
 
-    /// An echoed prompt's tokens, scored: the logprobs and the prompt's
-    /// text, whose character count is where the generated text starts.
-    pub fn prompt(tok: &Tokenizer, tokens: &[TokenInfo]) -> (CompletionLogprobs, String) {
+    /// An echoed prompt's tokens, scored with `k` alternatives each: the
+    /// logprobs and the prompt's text, whose character count is where the
+    /// generated text starts.
+    pub fn prompt(tok: &Tokenizer, tokens: &[TokenInfo], k: usize) -> (CompletionLogprobs, String) {
         let mut lp = CompletionLogprobs::default();
         let mut text = TextOffsets::default();
         for t in tokens {
-            lp.push_scored(tok, t, text.chars);
+            lp.push_scored(tok, t, k, text.chars);
             text.add(tok.token_to_piece(t.id).unwrap_or_default());
         }
         (lp, text.finish())
@@ -115,6 +116,27 @@ impl CompletionLogprobs {
     pub fn is_empty(&self) -> bool {
         self.tokens.is_empty()
     }
+}
+
+/// vLLM's `prompt_logprobs`: per prompt token (the first `null`), its id
+/// and its `k` best alternatives' ids (decimal strings) → `{logprob, rank,
+/// decoded_token}`.
+pub fn prompt_logprobs(tok: &Tokenizer, tokens: &[TokenInfo], k: usize) -> Vec<Json> {
+    let entry = |id: u32, lp: f32, rank: u32| serde_json::json!({"logprob": finite(lp), "rank": rank, "decoded_token": piece(tok, id).0});
+    tokens
+        .iter()
+        .map(|t| {
+            let (Some(lp), Some(rank)) = (t.logprob, t.rank) else {
+                return Json::Null;
+            };
+            let mut m = Map::new();
+            for (r, &(id, alt)) in t.top.iter().take(k).enumerate() {
+                m.insert(id.to_string(), entry(id, alt, r as u32 + 1));
+            }
+            m.insert(t.id.to_string(), entry(t.id, lp, rank));
+            Json::Object(m)
+        })
+        .collect()
 }
 
 /// The text of `ids` as an echo shows it (the tokens' bytes, invalid UTF-8

@@ -132,7 +132,10 @@ pub fn build_request(
         sampler,
         stop,
         logprobs,
-        prompt_logprobs: None,
+        prompt_logprobs: match f.prompt_logprobs {
+            None => None,
+            Some(k) => logprobs_count(true, Some(k), "prompt_logprobs")?,
+        },
         ignore_eos: f.ignore_eos.unwrap_or(false),
         cache_points: Vec::new(),
         constraint: None,

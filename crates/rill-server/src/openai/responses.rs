@@ -4,6 +4,7 @@ use super::logprobs::{ChatLogprobs, CompletionLogprobs};
 use rill_engine::Done;
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
+use serde_json::Value as Json;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct PromptTokensDetails {
@@ -216,6 +217,9 @@ pub struct CompletionChoice {
     pub prompt_token_ids: Option<Vec<u32>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token_ids: Option<Vec<u32>>,
+    /// vLLM's `prompt_logprobs`, when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<Vec<Json>>,
 }
 
 /// What every OpenAI reply and stream chunk is: the choices of one object
@@ -232,6 +236,10 @@ pub struct Envelope<C> {
     pub usage: Option<Usage>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timings: Option<Timings>,
+    /// vLLM's `prompt_logprobs` of a chat completion (a completion's are
+    /// per choice).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<Vec<Json>>,
 }
 
 /// `chat.completion`.

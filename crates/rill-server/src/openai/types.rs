@@ -70,6 +70,9 @@ pub struct SamplingFields {
     pub speculative_n_max: Option<i64>,
     /// OpenAI's `logit_bias`: token id (a decimal string) → bias.
     pub logit_bias: Option<Map<String, Json>>,
+    /// vLLM's `prompt_logprobs`: every prompt token's log-probability and
+    /// rank with this many alternatives (0..=20; not with `stream`).
+    pub prompt_logprobs: Option<i64>,
 }
 
 impl SamplingFields {

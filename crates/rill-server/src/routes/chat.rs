@@ -48,6 +48,13 @@ pub async fn chat_completions(
     let n = choices::count(req.sampling.n)?;
     let prepared = prepare(&state, req).await?;
     let logprobs = prepared.request.logprobs.is_some();
+    let prompt_k = prepared.request.prompt_logprobs;
+    if prepared.stream && prompt_k.is_some() {
+        return Err(ApiError::bad_param(
+            "prompt_logprobs",
+            "prompt_logprobs is not available when streaming",
+        ));
+    }
     let outputs: Vec<ReplyOutput> = (0..n).map(|_| prepared.output()).collect();
     let (stream, include_usage) = (prepared.stream, prepared.include_usage);
     let mut submitted = choices::submit(&state, prepared.request, n).await?;
@@ -93,10 +100,16 @@ pub async fn chat_completions(
     } else {
         let mut out = Vec::with_capacity(n);
         let mut dones = Vec::with_capacity(n);
+        let mut prompt_logprobs = None;
         for (i, (choice, output)) in submitted.into_iter().zip(outputs).enumerate() {
-            let (c, d) = collect(&state, choice, output, logprobs, i).await?;
+            let (c, d, prompt) = collect(&state, choice, output, logprobs, i).await?;
             out.push(c);
             dones.push(d);
+            if let (None, Some(k), Some(tokens)) = (&prompt_logprobs, prompt_k, prompt) {
+                prompt_logprobs = Some(crate::openai::logprobs::prompt_logprobs(
+                    &state.tok, &tokens, k,
+                ));
+            }
         }
         Ok(JsonBody(ChatCompletion {
             id,
@@ -106,6 +119,7 @@ pub async fn chat_completions(
             choices: out,
             usage: Some(usage_of(&dones, n)),
             timings: Some(Timings::from_done(&dones[0])),
+            prompt_logprobs,
         })
         .into_response())
     }
@@ -449,14 +463,16 @@ fn tool_call_out(call: ToolCall) -> ToolCallOut {
     }
 }
 
-/// Wait for one choice's whole reply (non-streaming).
+/// Wait for one choice's whole reply (non-streaming), and its prompt's
+/// tokens scored when the request asked for them.
 async fn collect(
     state: &AppState,
     mut choice: choices::Choice,
     mut output: ReplyOutput,
     logprobs_on: bool,
     index: usize,
-) -> Result<(ChatChoice, Done), ApiError> {
+) -> Result<(ChatChoice, Done, Option<Vec<TokenInfo>>), ApiError> {
+    let mut prompt = None;
     let mut g = Gathered::default();
     let mut logprobs = Vec::new();
     let done = loop {
@@ -471,8 +487,7 @@ async fn collect(
                 state.observe_done(&d);
                 break d;
             }
-            // (Never asked for here.)
-            Some(Event::Prompt { .. }) => {}
+            Some(Event::Prompt { tokens }) => prompt = Some(tokens),
             Some(Event::Error(f)) => return Err(ApiError::failed(f)),
             None => return Err(ApiError::internal("the engine stopped")),
         }
@@ -496,7 +511,7 @@ async fn collect(
         logprobs: logprobs_on.then_some(ChatLogprobs { content: logprobs }),
         finish_reason: finish,
     };
-    Ok((choice, done))
+    Ok((choice, done, prompt))
 }
 
 /// The chunks of a streamed reply.
@@ -549,6 +564,7 @@ impl ChatStream {
             }],
             usage: None,
             timings: None,
+            prompt_logprobs: None,
         }
     }
 

@@ -48,8 +48,16 @@ pub async fn completions(
     // `logprobs` its tokens scored (the first one `null`), as OpenAI's
     // legacy API and vLLM give them (what evaluation harnesses read).
     let echo = req.echo == Some(true);
+    // vLLM's `prompt_logprobs` (per choice, its own shape).
+    let vllm_k = request.prompt_logprobs;
+    if vllm_k.is_some() && req.streaming.enabled() {
+        return Err(ApiError::bad_param(
+            "prompt_logprobs",
+            "prompt_logprobs is not available when streaming",
+        ));
+    }
     if echo {
-        request.prompt_logprobs = logprobs;
+        request.prompt_logprobs = request.prompt_logprobs.max(logprobs);
     }
     crate::openai::params::check_token_ids(&request, state.tok.vocab_size())?;
     let prompts = prompt_list(&state, req.prompt.clone()).await?;
@@ -97,6 +105,7 @@ pub async fn completions(
         model: state.config.model_id.clone(),
         tok: state.tok.clone(),
         logprobs: logprobs.is_some(),
+        logprobs_k: logprobs.unwrap_or(0),
         echo: echo.then(|| prompts[index / n].clone()),
         offset: 0,
         // With several choices the usage chunk comes once, after all.
@@ -118,8 +127,11 @@ pub async fn completions(
     let mut out = Vec::with_capacity(total);
     let mut dones = Vec::with_capacity(total);
     for (index, choice) in submitted.into_iter().enumerate() {
-        let echoed = echo.then_some(prompts[index / n].as_slice());
-        let (mut c, d) = collect(&state, choice, index, logprobs.is_some(), echoed).await?;
+        let view = PromptView {
+            echo: echo.then_some(prompts[index / n].as_slice()),
+            vllm_k,
+        };
+        let (mut c, d) = collect(&state, choice, index, logprobs, view).await?;
         c.prompt_token_ids = return_ids.then(|| prompts[index / n].clone());
         if !return_ids {
             c.token_ids = None;
@@ -135,8 +147,18 @@ pub async fn completions(
         choices: out,
         usage: Some(usage_of(&dones, n)),
         timings: Some(Timings::from_done(&dones[0])),
+        prompt_logprobs: None,
     };
     Ok(Json(body).into_response())
+}
+
+/// What a choice shows of its prompt: its text before the generated text
+/// (`echo`, scored with `logprobs`), vLLM's `prompt_logprobs` with this
+/// many alternatives.
+#[derive(Clone, Copy)]
+struct PromptView<'a> {
+    echo: Option<&'a [u32]>,
+    vllm_k: Option<usize>,
 }
 
 /// One choice, read to its end: its text, logprobs and token ids (after
@@ -145,23 +167,26 @@ async fn collect(
     state: &AppState,
     mut choice: choices::Choice,
     index: usize,
-    logprobs: bool,
-    echo: Option<&[u32]>,
+    logprobs: Option<usize>,
+    view: PromptView<'_>,
 ) -> Result<(CompletionChoice, Done), ApiError> {
-    let mut text = match echo {
-        Some(prompt) if !logprobs => echo_text(&state.tok, prompt),
+    let mut text = match view.echo {
+        Some(prompt) if logprobs.is_none() => echo_text(&state.tok, prompt),
         _ => String::new(),
     };
     let mut lp = CompletionLogprobs::default();
+    let mut prompt_logprobs = None;
     let mut ids = Vec::new();
     let mut offset = text.chars().count();
     let done = loop {
         match choice.recv().await {
             Some(Event::Prompt { tokens }) => {
-                if echo.is_some() {
-                    (lp, text) = CompletionLogprobs::prompt(&state.tok, &tokens);
+                if let (Some(_), Some(k)) = (view.echo, logprobs) {
+                    (lp, text) = CompletionLogprobs::prompt(&state.tok, &tokens, k);
                     offset = text.chars().count();
                 }
+                prompt_logprobs = (view.vllm_k)
+                    .map(|k| crate::openai::logprobs::prompt_logprobs(&state.tok, &tokens, k));
             }
             Some(Event::Text { text: t, tokens }) => {
                 ids.extend(tokens.iter().map(|t| t.id));
@@ -182,10 +207,11 @@ async fn collect(
     let choice = CompletionChoice {
         index,
         text,
-        logprobs: logprobs.then_some(lp),
+        logprobs: logprobs.is_some().then_some(lp),
         finish_reason: Some(finish_reason(&done, false)),
         prompt_token_ids: None,
         token_ids: Some(ids),
+        prompt_logprobs,
     };
     Ok((choice, done))
 }
@@ -267,6 +293,8 @@ struct CompletionStream {
     model: String,
     tok: Arc<Tokenizer>,
     logprobs: bool,
+    /// Alternatives per token of `logprobs`.
+    logprobs_k: usize,
     /// The prompt, when it is echoed before the generated text.
     echo: Option<Vec<u32>>,
     /// Characters of text sent so far.
@@ -297,10 +325,12 @@ impl CompletionStream {
                     finish_reason: finish,
                     prompt_token_ids: None,
                     token_ids: None,
+                    prompt_logprobs: None,
                 }]
             },
             usage,
             timings: None,
+            prompt_logprobs: None,
         };
         serde_json::to_string(&c).unwrap_or_default()
     }
@@ -324,7 +354,8 @@ impl ChunkBuilder for CompletionStream {
         if self.echo.is_none() {
             return Vec::new();
         }
-        let (lp, text) = CompletionLogprobs::prompt(&self.tok, &tokens);
+        let k = if self.logprobs { self.logprobs_k } else { 0 };
+        let (lp, text) = CompletionLogprobs::prompt(&self.tok, &tokens, k);
         self.offset = text.chars().count();
         vec![self.chunk(text, Some(lp), None, None)]
     }

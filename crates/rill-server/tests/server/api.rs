@@ -435,6 +435,55 @@ async fn echo_scores_the_prompt() {
         .collect();
     assert_eq!(streamed, text);
 
+    // vLLM's prompt_logprobs: per prompt token (the first null) its own
+    // entry and the best alternatives', with ranks; as echo scores them.
+    let mut vb = json!({"prompt": ids, "max_tokens": 1, "temperature": 0, "prompt_logprobs": 2});
+    let (st, pv) = s.post("/v1/completions", &vb).await;
+    assert_eq!(st, 200, "{pv}");
+    let pl = pv["choices"][0]["prompt_logprobs"].as_array().unwrap();
+    assert_eq!(pl.len(), n);
+    assert!(pl[0].is_null());
+    for i in 1..n {
+        let m = pl[i].as_object().unwrap();
+        let own = &m[&ids[i].to_string()];
+        let echoed = lp["token_logprobs"][i].as_f64().unwrap();
+        assert!(
+            (own["logprob"].as_f64().unwrap() - echoed).abs() < 1e-6,
+            "{own}"
+        );
+        let rank = own["rank"].as_u64().unwrap();
+        assert!(rank >= 1);
+        let ranks: Vec<u64> = m.values().map(|e| e["rank"].as_u64().unwrap()).collect();
+        assert!(ranks.contains(&1) && ranks.contains(&2), "{m:?}");
+        assert_eq!(m.len(), if rank <= 2 { 2 } else { 3 }, "{m:?}");
+    }
+    vb["stream"] = json!(true);
+    let (st, e) = s.post("/v1/completions", &vb).await;
+    assert_eq!(
+        (st, &e["error"]["param"]),
+        (400, &json!("prompt_logprobs")),
+        "{e}"
+    );
+    vb["stream"] = json!(false);
+    vb["prompt_logprobs"] = json!(21);
+    let (st, e) = s.post("/v1/completions", &vb).await;
+    assert_eq!(
+        (st, &e["error"]["param"]),
+        (400, &json!("prompt_logprobs")),
+        "{e}"
+    );
+    // On chat, for the rendered prompt, at the top level.
+    let chat = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+                      "prompt_logprobs": 0});
+    let (st, cv) = s.post("/v1/chat/completions", &chat).await;
+    assert_eq!(st, 200, "{cv}");
+    let pl = cv["prompt_logprobs"].as_array().unwrap();
+    assert_eq!(
+        pl.len() as u64,
+        cv["usage"]["prompt_tokens"].as_u64().unwrap()
+    );
+    assert!(pl[0].is_null() && pl[1..].iter().all(|e| e.as_object().unwrap().len() == 1));
+
     // Without logprobs: the text alone, streamed or not.
     let mut plain = body(json!(ids));
     plain.as_object_mut().unwrap().remove("logprobs");
