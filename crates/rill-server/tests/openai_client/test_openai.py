@@ -122,6 +122,22 @@ def test_completions(client):
     assert r.usage.prompt_tokens == 3
 
 
+def test_completions_batch_echo_logprobs(client):
+    # What evaluation harnesses send: a batch of token-id prompts, echoed and
+    # scored, one generated token each.
+    prompts = [[10, 20, 30, 40], [50, 60, 70]]
+    r = client.completions.create(model=ALIAS, prompt=prompts, max_tokens=1, temperature=0,
+                                  logprobs=1, echo=True)
+    assert [c.index for c in r.choices] == [0, 1]
+    for c, p in zip(r.choices, prompts):
+        lp = c.logprobs
+        assert len(lp.tokens) == len(p) + 1
+        assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+        assert all(x <= 0 for x in lp.token_logprobs[1:])
+        assert all(len(t) == 1 for t in lp.top_logprobs[1:])
+    assert r.usage.prompt_tokens == 7
+
+
 def test_errors(client, server):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=ALIAS, messages=MESSAGES, temperature=-1)
