@@ -38,16 +38,23 @@ pub async fn completions(
         None => None,
         Some(k) => logprobs_count(true, Some(k), "logprobs")?,
     };
-    let sampling = req
+    let echo = req.echo == Some(true);
+    // `max_tokens: 0` with `echo` (as vLLM and OpenAI's legacy API take
+    // it): the prompt alone, scored with `logprobs`; one token is drawn and
+    // dropped.
+    let echo_only = echo && req.sampling.max_tokens == Some(0);
+    let mut sampling = req
         .sampling
         .clone()
         .or_defaults(&state.config.sampling)
         .or_n_predict(state.config.n_predict);
+    if echo_only {
+        sampling.max_tokens = Some(1);
+    }
     let mut request = build_request(&sampling, logprobs, state.ctx_size())?;
     // Echo: the prompt's text before the generated text, and with
     // `logprobs` its tokens scored (the first one `null`), as OpenAI's
     // legacy API and vLLM give them (what evaluation harnesses read).
-    let echo = req.echo == Some(true);
     // vLLM's `prompt_logprobs` (per choice, its own shape).
     let vllm_k = request.prompt_logprobs;
     if vllm_k.is_some() && req.streaming.enabled() {
@@ -107,6 +114,7 @@ pub async fn completions(
         logprobs: logprobs.is_some(),
         logprobs_k: logprobs.unwrap_or(0),
         echo: echo.then(|| prompts[index / n].clone()),
+        generate: !echo_only,
         offset: 0,
         // With several choices the usage chunk comes once, after all.
         include_usage: include_usage && total == 1,
@@ -118,9 +126,14 @@ pub async fn completions(
         }
         let builders = (0..total).map(builder).collect();
         let tail_chunk = builder(0);
-        let tail: choices::Tail = Box::new(move |dones: &[Done]| match include_usage {
-            true => vec![tail_chunk.chunk(String::new(), None, None, Some(usage_of(dones, n)))],
-            false => Vec::new(),
+        let tail: choices::Tail = Box::new(move |dones: &[Done]| {
+            if !include_usage {
+                return Vec::new();
+            }
+            let seen: Vec<Done> = (dones.iter().cloned())
+                .map(|d| dropped_generation(d, !echo_only))
+                .collect();
+            vec![tail_chunk.chunk(String::new(), None, None, Some(usage_of(&seen, n)))]
         });
         return Ok(choices::response(submitted, builders, tail, state.clone()));
     }
@@ -130,6 +143,7 @@ pub async fn completions(
         let view = PromptView {
             echo: echo.then_some(prompts[index / n].as_slice()),
             vllm_k,
+            generate: !echo_only,
         };
         let (mut c, d) = collect(&state, choice, index, logprobs, view).await?;
         c.prompt_token_ids = return_ids.then(|| prompts[index / n].clone());
@@ -159,6 +173,9 @@ pub async fn completions(
 struct PromptView<'a> {
     echo: Option<&'a [u32]>,
     vllm_k: Option<usize>,
+    /// False for an echo of the prompt alone (`max_tokens: 0`): the token
+    /// drawn is dropped.
+    generate: bool,
 }
 
 /// One choice, read to its end: its text, logprobs and token ids (after
@@ -188,6 +205,7 @@ async fn collect(
                 prompt_logprobs = (view.vllm_k)
                     .map(|k| crate::openai::logprobs::prompt_logprobs(&state.tok, &tokens, k));
             }
+            Some(Event::Text { .. }) if !view.generate => {}
             Some(Event::Text { text: t, tokens }) => {
                 ids.extend(tokens.iter().map(|t| t.id));
                 for tk in &tokens {
@@ -204,6 +222,7 @@ async fn collect(
             None => return Err(ApiError::internal("the engine stopped")),
         }
     };
+    let done = dropped_generation(done, view.generate);
     let choice = CompletionChoice {
         index,
         text,
@@ -214,6 +233,16 @@ async fn collect(
         prompt_logprobs,
     };
     Ok((choice, done))
+}
+
+/// `done` as the client sees it when the generated token was dropped (an
+/// echo of the prompt alone): no completion tokens, ended by the length.
+fn dropped_generation(mut done: Done, generate: bool) -> Done {
+    if !generate {
+        done.completion_tokens = 0;
+        done.finish = rill_engine::FinishReason::Length;
+    }
+    done
 }
 
 /// The prompts of a request as token ids, one list per prompt (a batch —
@@ -297,6 +326,8 @@ struct CompletionStream {
     logprobs_k: usize,
     /// The prompt, when it is echoed before the generated text.
     echo: Option<Vec<u32>>,
+    /// False for an echo of the prompt alone: the token drawn is dropped.
+    generate: bool,
     /// Characters of text sent so far.
     offset: usize,
     include_usage: bool,
@@ -361,6 +392,9 @@ impl ChunkBuilder for CompletionStream {
     }
 
     fn text(&mut self, text: String, tokens: Vec<TokenInfo>) -> Vec<String> {
+        if !self.generate {
+            return Vec::new();
+        }
         let lp = self.logprobs.then(|| {
             let mut lp = CompletionLogprobs::default();
             for t in &tokens {
@@ -376,6 +410,7 @@ impl ChunkBuilder for CompletionStream {
     }
 
     fn done(&mut self, done: Done) -> Vec<String> {
+        let done = dropped_generation(done, self.generate);
         let mut out =
             vec![self.chunk(String::new(), None, Some(finish_reason(&done, false)), None)];
         if self.include_usage {

@@ -484,6 +484,43 @@ async fn echo_scores_the_prompt() {
     );
     assert!(pl[0].is_null() && pl[1..].iter().all(|e| e.as_object().unwrap().len() == 1));
 
+    // `max_tokens: 0`: the prompt alone, scored; nothing generated.
+    let mut only = body(json!(ids));
+    only["max_tokens"] = json!(0);
+    let (st, o) = s.post("/v1/completions", &only).await;
+    assert_eq!(st, 200, "{o}");
+    assert_eq!(o["choices"][0]["text"], prompt_text);
+    assert_eq!(o["choices"][0]["finish_reason"], "length");
+    assert_eq!(o["usage"]["completion_tokens"], 0);
+    let olp = &o["choices"][0]["logprobs"];
+    assert_eq!(olp["tokens"].as_array().unwrap().len(), n);
+    assert_eq!(
+        olp["token_logprobs"].as_array().unwrap()[..],
+        lp["token_logprobs"].as_array().unwrap()[..n]
+    );
+    only["stream"] = json!(true);
+    only["stream_options"] = json!({"include_usage": true});
+    let ch = chunks(&s.stream("/v1/completions", &only).await);
+    let streamed: String = ch
+        .iter()
+        .filter_map(|c| c["choices"].get(0).and_then(|c| c["text"].as_str()))
+        .collect();
+    assert_eq!(streamed, prompt_text);
+    assert_eq!(
+        ch.last().unwrap()["usage"]["completion_tokens"],
+        0,
+        "{:?}",
+        ch.last()
+    );
+    let (st, e) = s
+        .post("/v1/completions", &json!({"prompt": ids, "max_tokens": 0}))
+        .await;
+    assert_eq!(
+        (st, &e["error"]["param"]),
+        (400, &json!("max_tokens")),
+        "{e}"
+    );
+
     // Without logprobs: the text alone, streamed or not.
     let mut plain = body(json!(ids));
     plain.as_object_mut().unwrap().remove("logprobs");
