@@ -252,36 +252,159 @@ impl Sampler {
         Draw::From(self.distribution(&row))
     }
 
+    /// The candidates (`self.cand`) and their probabilities at the
+    /// temperature. With a cut (top-k, top-p, min-p) the candidates are the
+    /// kept ones, best first (ties to the lower id): the cuts are decided on
+    /// the probabilities at temperature 1 over the top-k (or all) tokens, as
+    /// in llama.cpp. Without one, every token, in id order. Never a sort of
+    /// the whole vocabulary: the top-k are picked by a scan, and top-p /
+    /// min-p first pass over the tokens a logit threshold shows they must
+    /// keep (sorting 248k candidates took ~10 ms a token).
     fn distribution(&mut self, row: &[f32]) -> Vec<f64> {
-        let c = &self.config;
+        let (temperature, top_p, min_p) = {
+            let c = &self.config;
+            (c.temperature, c.top_p, c.min_p)
+        };
+        let v = row.len();
+        let top_k = match self.config.top_k {
+            k if k > 0 && k < v => k,
+            _ => v,
+        };
         self.cand.clear();
-        self.cand
-            .extend(row.iter().enumerate().map(|(i, &l)| (i as u32, l)));
-        // Descending by logit; ties to the lower id.
-        self.cand
-            .sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        if c.top_k > 0 && c.top_k < self.cand.len() {
-            self.cand.truncate(c.top_k);
+        if top_k == v && top_p >= 1.0 && min_p <= 0.0 {
+            self.cand
+                .extend(row.iter().enumerate().map(|(i, &l)| (i as u32, l)));
+            return softmax_wide(&self.cand, temperature);
         }
-        // Probabilities at temperature 1 decide the top-p / min-p cut, as in llama.cpp.
-        let probs = softmax(&self.cand, 1.0);
+        let probs = if top_k < v {
+            top_k_into(row, top_k, &mut self.cand);
+            softmax(&self.cand, 1.0)
+        } else {
+            self.kept_superset(row)
+        };
         let mut keep = probs.len();
-        if c.top_p < 1.0 {
+        if top_p < 1.0 {
             let mut cum = 0.0;
             for (i, p) in probs.iter().enumerate() {
                 cum += p;
-                if cum >= c.top_p as f64 {
+                if cum >= top_p as f64 {
                     keep = i + 1;
                     break;
                 }
             }
         }
-        if c.min_p > 0.0 {
-            let floor = probs[0] * c.min_p as f64;
+        if min_p > 0.0 {
+            let floor = probs.first().copied().unwrap_or(0.0) * min_p as f64;
             keep = keep.min(probs.iter().take_while(|&&p| p >= floor).count().max(1));
         }
         self.cand.truncate(keep.max(1));
-        softmax(&self.cand, c.temperature)
+        softmax(&self.cand, temperature)
+    }
+
+    /// Without top-k: the tokens that top-p and min-p may keep (`self.cand`,
+    /// best first), and their probabilities at temperature 1 over the whole
+    /// row. A token is kept only if every better one is, so the kept ones
+    /// are those above some logit: min-p's bound is `max + ln(min_p)`, and
+    /// top-p's the highest threshold (in steps of 4 below the max) whose
+    /// tokens hold at least `top_p` of the mass. (Bounds are a little loose:
+    /// the exact cuts follow on these.)
+    fn kept_superset(&mut self, row: &[f32]) -> Vec<f64> {
+        let c = &self.config;
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        if !max.is_finite() {
+            // −∞ everywhere, or +∞: the plain path.
+            self.cand
+                .extend(row.iter().enumerate().map(|(i, &l)| (i as u32, l)));
+            sort_best_first(&mut self.cand);
+            return softmax(&self.cand, 1.0);
+        }
+        let weight = |l: f32| weight(l - max);
+        let z: f64 = row.iter().map(|&l| weight(l) as f64).sum();
+        let mut bound = f32::NEG_INFINITY;
+        if c.min_p > 0.0 {
+            bound = max + c.min_p.ln() - 1e-3;
+        }
+        if c.top_p < 1.0 {
+            let mut step = 4.0;
+            loop {
+                let t = max - step;
+                if t <= bound || step > 90.0 {
+                    break;
+                }
+                let mass: f64 = row
+                    .iter()
+                    .filter(|&&l| l >= t)
+                    .map(|&l| weight(l) as f64)
+                    .sum();
+                if mass / z >= c.top_p as f64 + 1e-4 {
+                    bound = t;
+                    break;
+                }
+                step += 4.0;
+            }
+        }
+        self.cand.extend(
+            (row.iter().enumerate())
+                .filter(|&(_, &l)| l >= bound || l.is_nan())
+                .map(|(i, &l)| (i as u32, l)),
+        );
+        sort_best_first(&mut self.cand);
+        self.cand
+            .iter()
+            .map(|&(_, l)| ((l as f64 - max as f64).exp()) / z)
+            .collect()
+    }
+}
+
+/// `eˣ` for a logit's distance below the max: 0 far below (and at −∞),
+/// where `exp_fast` would clamp.
+#[inline(always)]
+fn weight(x: f32) -> f32 {
+    if x < -87.0 {
+        0.0
+    } else {
+        rill_kernels::ops::exp_fast(x)
+    }
+}
+
+/// Best first: descending logit, ties to the lower id.
+fn sort_best_first(cand: &mut [(u32, f32)]) {
+    cand.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+}
+
+/// The `k` best of `row` (`0 < k < row.len()`) into `out`, best first
+/// (ties to the lower id): a scan that keeps the best so far, screening
+/// blocks of 8 against the k-th best value, for small `k`; a partial
+/// selection over every token otherwise.
+fn top_k_into(row: &[f32], k: usize, out: &mut Vec<(u32, f32)>) {
+    let better = |a: (u32, f32), b: (u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    out.clear();
+    if k > 64 {
+        out.extend(row.iter().enumerate().map(|(i, &l)| (i as u32, l)));
+        out.select_nth_unstable_by(k - 1, |&a, &b| better(a, b));
+        out.truncate(k);
+        sort_best_first(out);
+        return;
+    }
+    for (b, block) in row.chunks(8).enumerate() {
+        if out.len() == k {
+            let floor = out.last().map_or(f32::NEG_INFINITY, |w| w.1);
+            if !block
+                .iter()
+                .fold(false, |h, &v| h | (v >= floor) | v.is_nan())
+            {
+                continue;
+            }
+        }
+        for (j, &v) in block.iter().enumerate() {
+            let c = ((8 * b + j) as u32, v);
+            if out.len() == k && out.last().is_none_or(|&w| better(c, w).is_ge()) {
+                continue;
+            }
+            let at = out.partition_point(|&w| better(w, c).is_lt());
+            out.insert(at, c);
+            out.truncate(k);
+        }
     }
 }
 
@@ -356,6 +479,23 @@ fn softmax(cand: &[(u32, f32)], t: f32) -> Vec<f64> {
     p
 }
 
+/// As [`softmax`] for a whole row (no cut: every token a candidate), with
+/// `exp_fast` in f32 (a libm `exp` per token took ~5 ms on 248k).
+fn softmax_wide(cand: &[(u32, f32)], t: f32) -> Vec<f64> {
+    let max = cand.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
+    if !max.is_finite() {
+        return softmax(cand, t);
+    }
+    let inv_t = 1.0 / t;
+    let mut p: Vec<f64> = cand
+        .iter()
+        .map(|c| weight((c.1 - max) * inv_t) as f64)
+        .collect();
+    let s: f64 = p.iter().sum();
+    p.iter_mut().for_each(|v| *v /= s);
+    p
+}
+
 /// Log-probabilities of a logits row (for `logprobs` in APIs).
 pub fn log_softmax(row: &[f32]) -> Vec<f32> {
     let lse = log_sum_exp(row);
@@ -418,44 +558,15 @@ pub struct Logprobs {
 /// token, and per prompt token for an echoed prompt: no copy of the row.)
 pub fn logprobs(row: &[f32], chosen: u32, k: usize) -> Logprobs {
     let lse = log_sum_exp(row);
-    let k = k.min(row.len());
-    let better = |a: (u32, f32), b: (u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-    let top: Vec<(u32, f32)> = if k <= 64 {
-        // The k best so far, best first; a later id never displaces an
-        // equal value (ties to the lower id).
-        let mut best: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
-        // Blocks of 8 screened against the k-th best value first (most
-        // rows' values are below it: no comparison per value but this).
-        for (b, block) in row.chunks(8).enumerate() {
-            if best.len() == k {
-                let floor = best.last().map_or(f32::NEG_INFINITY, |w| w.1);
-                if k == 0
-                    || !block
-                        .iter()
-                        .fold(false, |h, &v| h | (v >= floor) | v.is_nan())
-                {
-                    continue;
-                }
-            }
-            for (j, &v) in block.iter().enumerate() {
-                let c = ((8 * b + j) as u32, v);
-                if best.len() == k && best.last().is_none_or(|&w| better(c, w).is_ge()) {
-                    continue;
-                }
-                let at = best.partition_point(|&w| better(w, c).is_lt());
-                best.insert(at, c);
-                best.truncate(k);
-            }
+    let mut top = Vec::new();
+    match k.min(row.len()) {
+        0 => {}
+        k if k == row.len() => {
+            top.extend(row.iter().enumerate().map(|(i, &l)| (i as u32, l)));
+            sort_best_first(&mut top);
         }
-        best
-    } else {
-        let mut order: Vec<u32> = (0..row.len() as u32).collect();
-        let key = |i: &u32| (*i, row[*i as usize]);
-        order.select_nth_unstable_by(k - 1, |a, b| better(key(a), key(b)));
-        order.truncate(k);
-        order.sort_by(|a, b| better(key(a), key(b)));
-        order.iter().map(key).collect()
-    };
+        k => top_k_into(row, k, &mut top),
+    }
     let value = row.get(chosen as usize).copied();
     let rank = value.map_or(row.len(), |c| {
         row.iter().fold(0, |n, &v| n + usize::from(v > c)) + 1

@@ -289,3 +289,94 @@ fn logprobs_top_k_is_the_sorted_rows_first_k() {
         assert_eq!(lp.rank as usize, first_equal + 1);
     }
 }
+
+/// The candidates and probabilities of a draw, as the plain algorithm gives
+/// them: every token sorted best first, top-k, the top-p and min-p cuts on
+/// the probabilities at temperature 1, then the softmax at the temperature.
+fn reference_distribution(c: &SamplerConfig, row: &[f32]) -> Vec<(u32, f64)> {
+    let mut cand: Vec<(u32, f32)> = row
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| (i as u32, l))
+        .collect();
+    cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    if c.top_k > 0 && c.top_k < cand.len() {
+        cand.truncate(c.top_k);
+    }
+    let probs = softmax(&cand, 1.0);
+    let mut keep = probs.len();
+    if c.top_p < 1.0 {
+        let mut cum = 0.0;
+        for (i, p) in probs.iter().enumerate() {
+            cum += p;
+            if cum >= c.top_p as f64 {
+                keep = i + 1;
+                break;
+            }
+        }
+    }
+    if c.min_p > 0.0 {
+        let floor = probs[0] * c.min_p as f64;
+        keep = keep.min(probs.iter().take_while(|&&p| p >= floor).count().max(1));
+    }
+    cand.truncate(keep.max(1));
+    let p = softmax(&cand, c.temperature);
+    cand.iter().map(|c| c.0).zip(p).collect()
+}
+
+/// The draw's distribution (top-k by a scan, top-p / min-p over a logit
+/// bound, no sort of the row without a cut) is the plain algorithm's: the
+/// same tokens with the same probabilities, over peaked, flat and tied rows
+/// and rows with banned (−∞) tokens.
+#[test]
+fn distribution_is_the_plain_algorithms() {
+    let n = 3001u32;
+    let hash = |i: u32, s: u32| (i.wrapping_mul(2654435761) ^ s.wrapping_mul(40503)) >> 8;
+    let rows: Vec<Vec<f32>> = vec![
+        (0..n)
+            .map(|i| (hash(i, 1) % 10_000) as f32 * 0.003 - 15.0)
+            .collect(),
+        (0..n)
+            .map(|i| (hash(i, 2) % 10_000) as f32 * 1e-5)
+            .collect(),
+        (0..n).map(|i| (hash(i, 3) % 7) as f32).collect(),
+        (0..n)
+            .map(|i| match hash(i, 4) % 5 {
+                0 => f32::NEG_INFINITY,
+                r => r as f32 * 2.5 + (hash(i, 5) % 100) as f32 * 0.01,
+            })
+            .collect(),
+        // Rising by less than any margin a screen could afford.
+        (0..n).map(|i| i as f32 * 1e-4).collect(),
+    ];
+    for (ri, row) in rows.iter().enumerate() {
+        for top_k in [0, 1, 5, 40, 100] {
+            for top_p in [1.0, 0.9, 0.5] {
+                for min_p in [0.0, 0.05, 0.5] {
+                    for temperature in [0.7, 1.0, 1.5] {
+                        let c = SamplerConfig {
+                            temperature,
+                            top_k,
+                            top_p,
+                            min_p,
+                            ..SamplerConfig::default()
+                        };
+                        let mut s = Sampler::new(c.clone()).unwrap();
+                        let probs = s.distribution(row);
+                        let mut got: Vec<(u32, f64)> =
+                            s.cand.iter().map(|c| c.0).zip(probs).collect();
+                        let mut want = reference_distribution(&c, row);
+                        got.sort_by_key(|g| g.0);
+                        want.sort_by_key(|w| w.0);
+                        let at = format!("row {ri}, {c:?}");
+                        assert_eq!(got.len(), want.len(), "{at}");
+                        for (g, w) in got.iter().zip(&want) {
+                            assert_eq!(g.0, w.0, "{at}");
+                            assert!((g.1 - w.1).abs() <= 1e-5 * w.1 + 1e-12, "{at}: {g:?} {w:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
