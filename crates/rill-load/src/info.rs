@@ -34,6 +34,8 @@ fn gguf_sampling(file: &GgufFile) -> SamplingPrefs {
         top_p: num("general.sampling.top_p"),
         min_p: num("general.sampling.min_p"),
         repetition_penalty: num("general.sampling.penalty_repeat"),
+        xtc_probability: num("general.sampling.xtc_probability"),
+        xtc_threshold: num("general.sampling.xtc_threshold"),
         ..SamplingPrefs::default()
     }
 }

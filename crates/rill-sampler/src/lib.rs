@@ -2,8 +2,9 @@
 //!
 //! The chain, in order (as llama.cpp applies it): logit bias →
 //! repetition / presence /
-//! frequency penalties over the recent history → top-k → top-p → min-p →
-//! temperature → a draw from the remaining distribution. Temperature 0 is
+//! frequency penalties over the recent history → top-n-σ → top-k →
+//! typical → top-p → min-p → XTC → temperature → a draw from the remaining
+//! distribution. Temperature 0 is
 //! greedy (argmax after penalties; ties go to the lower id). A seed makes the
 //! draws reproducible.
 
@@ -24,6 +25,17 @@ pub struct SamplerConfig {
     pub top_p: f32,
     /// 0.0 = off.
     pub min_p: f32,
+    /// Top-n-σ (llama.cpp `--top-nsigma`): keep the logits within `n`
+    /// standard deviations of the best (over the finite ones); ≤ 0 = off.
+    pub top_n_sigma: f32,
+    /// Locally typical sampling (`--typical`): keep the tokens whose
+    /// surprise is closest to the entropy, up to this mass; 1.0 = off.
+    pub typical_p: f32,
+    /// XTC (`--xtc-probability`, `--xtc-threshold`): with this probability
+    /// per token, drop every token at or above the threshold's probability
+    /// but the least likely of them; 0.0 = off (a threshold over 0.5 too).
+    pub xtc_probability: f32,
+    pub xtc_threshold: f32,
     /// Multiplicative penalty on tokens seen in the window (1.0 = off),
     /// as in HF / llama.cpp: positive logits are divided, negative multiplied.
     pub repetition_penalty: f32,
@@ -49,6 +61,10 @@ impl Default for SamplerConfig {
             top_k: 0,
             top_p: 1.0,
             min_p: 0.0,
+            top_n_sigma: 0.0,
+            typical_p: 1.0,
+            xtc_probability: 0.0,
+            xtc_threshold: 0.1,
             repetition_penalty: 1.0,
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
@@ -83,6 +99,10 @@ impl SamplerConfig {
             ("temperature", self.temperature),
             ("top_p", self.top_p),
             ("min_p", self.min_p),
+            ("top_n_sigma", self.top_n_sigma),
+            ("typical_p", self.typical_p),
+            ("xtc_probability", self.xtc_probability),
+            ("xtc_threshold", self.xtc_threshold),
             ("repetition_penalty", self.repetition_penalty),
             ("presence_penalty", self.presence_penalty),
             ("frequency_penalty", self.frequency_penalty),
@@ -102,11 +122,20 @@ impl SamplerConfig {
                 format!("top_p must be in (0, 1] (got {})", self.top_p),
             );
         }
-        if !(0.0..=1.0).contains(&self.min_p) {
+        if !(self.typical_p > 0.0 && self.typical_p <= 1.0) {
             return bad(
-                "min_p",
-                format!("min_p must be in [0, 1] (got {})", self.min_p),
+                "typical_p",
+                format!("typical_p must be in (0, 1] (got {})", self.typical_p),
             );
+        }
+        for (name, v) in [
+            ("min_p", self.min_p),
+            ("xtc_probability", self.xtc_probability),
+            ("xtc_threshold", self.xtc_threshold),
+        ] {
+            if !(0.0..=1.0).contains(&v) {
+                return bad(name, format!("{name} must be in [0, 1] (got {v})"));
+            }
         }
         if self.repetition_penalty <= 0.0 {
             return bad(
@@ -253,52 +282,78 @@ impl Sampler {
     }
 
     /// The candidates (`self.cand`) and their probabilities at the
-    /// temperature. With a cut (top-k, top-p, min-p) the candidates are the
-    /// kept ones, best first (ties to the lower id): the cuts are decided on
-    /// the probabilities at temperature 1 over the top-k (or all) tokens, as
-    /// in llama.cpp. Without one, every token, in id order. Never a sort of
-    /// the whole vocabulary: the top-k are picked by a scan, and top-p /
+    /// temperature. With a cut (top-n-σ, top-k, typical, top-p, min-p,
+    /// XTC) the candidates are the kept ones, best first (ties to the lower
+    /// id), each cut decided on the probabilities at temperature 1 over
+    /// what the cuts before it kept, as in llama.cpp. Without one, every
+    /// token, in id order. The whole vocabulary is sorted only for typical
+    /// sampling without top-k: the top-k are picked by a scan, and top-p /
     /// min-p first pass over the tokens a logit threshold shows they must
     /// keep (sorting 248k candidates took ~10 ms a token).
     fn distribution(&mut self, row: &[f32]) -> Vec<f64> {
-        let (temperature, top_p, min_p) = {
-            let c = &self.config;
-            (c.temperature, c.top_p, c.min_p)
-        };
+        let c = self.config.cuts();
         let v = row.len();
-        let top_k = match self.config.top_k {
+        let top_k = match c.top_k {
             k if k > 0 && k < v => k,
             _ => v,
         };
         self.cand.clear();
-        if top_k == v && top_p >= 1.0 && min_p <= 0.0 {
+        let typical = c.typical_p < 1.0;
+        let xtc = c.xtc_probability > 0.0 && c.xtc_threshold <= 0.5;
+        let sigma = c.top_n_sigma > 0.0;
+        if top_k == v && c.top_p >= 1.0 && c.min_p <= 0.0 && !typical && !xtc && !sigma {
             self.cand
                 .extend(row.iter().enumerate().map(|(i, &l)| (i as u32, l)));
-            return softmax_wide(&self.cand, temperature);
+            return softmax_wide(&self.cand, c.temperature);
         }
-        let probs = if top_k < v {
-            top_k_into(row, top_k, &mut self.cand);
+        let floor = match sigma {
+            true => sigma_floor(row, c.top_n_sigma),
+            false => f32::NEG_INFINITY,
+        };
+        let mut probs = if top_k < v || typical {
+            if top_k < v {
+                top_k_into(row, top_k, &mut self.cand);
+            } else {
+                self.cand
+                    .extend(row.iter().enumerate().map(|(i, &l)| (i as u32, l)));
+                sort_best_first(&mut self.cand);
+            }
+            keep_at_least_one(&mut self.cand, |l| l >= floor);
             softmax(&self.cand, 1.0)
         } else {
-            self.kept_superset(row)
+            self.kept_superset(row, floor)
         };
+        if typical {
+            probs = typical_cut(&mut self.cand, &probs, c.typical_p);
+        }
         let mut keep = probs.len();
-        if top_p < 1.0 {
+        if c.top_p < 1.0 {
             let mut cum = 0.0;
             for (i, p) in probs.iter().enumerate() {
                 cum += p;
-                if cum >= top_p as f64 {
+                if cum >= c.top_p as f64 {
                     keep = i + 1;
                     break;
                 }
             }
         }
-        if min_p > 0.0 {
-            let floor = probs.first().copied().unwrap_or(0.0) * min_p as f64;
+        if c.min_p > 0.0 {
+            let floor = probs.first().copied().unwrap_or(0.0) * c.min_p as f64;
             keep = keep.min(probs.iter().take_while(|&&p| p >= floor).count().max(1));
         }
         self.cand.truncate(keep.max(1));
-        softmax(&self.cand, temperature)
+        if xtc && self.cand.len() > 1 && self.rng.next_f64() < c.xtc_probability as f64 {
+            // Every token at or above the threshold but the last of them.
+            let p = softmax(&self.cand, 1.0);
+            let last = p
+                .iter()
+                .take_while(|&&p| p >= c.xtc_threshold as f64)
+                .count();
+            if last > 1 {
+                self.cand.drain(..last - 1);
+            }
+        }
+        softmax(&self.cand, c.temperature)
     }
 
     /// Without top-k: the tokens that top-p and min-p may keep (`self.cand`,
@@ -308,7 +363,7 @@ impl Sampler {
     /// top-p's the highest threshold (in steps of 4 below the max) whose
     /// tokens hold at least `top_p` of the mass. (Bounds are a little loose:
     /// the exact cuts follow on these.)
-    fn kept_superset(&mut self, row: &[f32]) -> Vec<f64> {
+    fn kept_superset(&mut self, row: &[f32], floor: f32) -> Vec<f64> {
         let c = &self.config;
         let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         if !max.is_finite() {
@@ -316,13 +371,15 @@ impl Sampler {
             self.cand
                 .extend(row.iter().enumerate().map(|(i, &l)| (i as u32, l)));
             sort_best_first(&mut self.cand);
+            keep_at_least_one(&mut self.cand, |l| l >= floor);
             return softmax(&self.cand, 1.0);
         }
-        let weight = |l: f32| weight(l - max);
+        // (The best token is never below top-n-σ's floor.)
+        let weight = |l: f32| if l >= floor { weight(l - max) } else { 0.0 };
         let z: f64 = row.iter().map(|&l| weight(l) as f64).sum();
-        let mut bound = f32::NEG_INFINITY;
+        let mut bound = floor;
         if c.min_p > 0.0 {
-            bound = max + c.min_p.ln() - 1e-3;
+            bound = bound.max(max + c.min_p.ln() - 1e-3);
         }
         if c.top_p < 1.0 {
             let mut step = 4.0;
@@ -354,6 +411,93 @@ impl Sampler {
             .map(|&(_, l)| ((l as f64 - max as f64).exp()) / z)
             .collect()
     }
+}
+
+impl SamplerConfig {
+    /// The cut parameters, apart from the bias list (copied per token).
+    fn cuts(&self) -> Cuts {
+        Cuts {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            top_n_sigma: self.top_n_sigma,
+            typical_p: self.typical_p,
+            xtc_probability: self.xtc_probability,
+            xtc_threshold: self.xtc_threshold,
+        }
+    }
+}
+
+/// See [`SamplerConfig::cuts`].
+struct Cuts {
+    temperature: f32,
+    top_k: usize,
+    top_p: f32,
+    min_p: f32,
+    top_n_sigma: f32,
+    typical_p: f32,
+    xtc_probability: f32,
+    xtc_threshold: f32,
+}
+
+/// Top-n-σ's floor: the best logit less `n` standard deviations of the
+/// finite logits (mean and deviation in f64).
+fn sigma_floor(row: &[f32], n: f32) -> f32 {
+    let (mut count, mut sum, mut max) = (0usize, 0f64, f32::NEG_INFINITY);
+    for &l in row.iter().filter(|l| l.is_finite()) {
+        count += 1;
+        sum += l as f64;
+        max = max.max(l);
+    }
+    if count < 2 {
+        return f32::NEG_INFINITY;
+    }
+    let mean = sum / count as f64;
+    let var = (row.iter().filter(|l| l.is_finite()))
+        .map(|&l| (l as f64 - mean).powi(2))
+        .sum::<f64>()
+        / count as f64;
+    (max as f64 - n as f64 * var.sqrt()) as f32
+}
+
+/// Keep the candidates (best first) whose logit passes `keep`, and at least
+/// the best one.
+fn keep_at_least_one(cand: &mut Vec<(u32, f32)>, keep: impl Fn(f32) -> bool) {
+    let n = cand.iter().take_while(|c| keep(c.1)).count().max(1);
+    cand.truncate(n);
+}
+
+/// Locally typical sampling over `cand` (best first) with probabilities
+/// `probs`: the tokens by how far their surprise `−ln p` is from the
+/// entropy, nearest first, until their mass passes `typical_p` (at least
+/// one); `cand` keeps them, best first again. The kept ones'
+/// probabilities at temperature 1 come back.
+fn typical_cut(cand: &mut Vec<(u32, f32)>, probs: &[f64], typical_p: f32) -> Vec<f64> {
+    let entropy: f64 = -probs
+        .iter()
+        .filter(|&&p| p > 0.0)
+        .map(|&p| p * p.ln())
+        .sum::<f64>();
+    let shifted = |i: usize| match probs[i] {
+        p if p > 0.0 => (-p.ln() - entropy).abs(),
+        _ => f64::INFINITY,
+    };
+    let mut order: Vec<usize> = (0..probs.len()).collect();
+    order.sort_by(|&a, &b| shifted(a).total_cmp(&shifted(b)).then(a.cmp(&b)));
+    let mut cum = 0.0;
+    let mut keep = order.len();
+    for (i, &at) in order.iter().enumerate() {
+        cum += probs[at];
+        if cum > typical_p as f64 {
+            keep = i + 1;
+            break;
+        }
+    }
+    let mut kept: Vec<(u32, f32)> = order[..keep].iter().map(|&i| cand[i]).collect();
+    sort_best_first(&mut kept);
+    *cand = kept;
+    softmax(cand, 1.0)
 }
 
 /// `eˣ` for a logit's distance below the max: 0 far below (and at −∞),

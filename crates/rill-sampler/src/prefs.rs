@@ -25,6 +25,16 @@ pub struct SamplingPrefs {
     /// HF / llama.cpp multiplicative penalty (`--repeat-penalty`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repetition_penalty: Option<f64>,
+    /// llama.cpp's `top_n_sigma`, `typical_p`, `xtc_probability`,
+    /// `xtc_threshold` (see [`crate::SamplerConfig`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_n_sigma: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub typical_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub xtc_probability: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub xtc_threshold: Option<f64>,
 }
 
 impl SamplingPrefs {
@@ -38,6 +48,10 @@ impl SamplingPrefs {
             presence_penalty: self.presence_penalty.or(lower.presence_penalty),
             frequency_penalty: self.frequency_penalty.or(lower.frequency_penalty),
             repetition_penalty: self.repetition_penalty.or(lower.repetition_penalty),
+            top_n_sigma: self.top_n_sigma.or(lower.top_n_sigma),
+            typical_p: self.typical_p.or(lower.typical_p),
+            xtc_probability: self.xtc_probability.or(lower.xtc_probability),
+            xtc_threshold: self.xtc_threshold.or(lower.xtc_threshold),
         }
     }
 

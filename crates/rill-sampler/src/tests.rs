@@ -291,8 +291,10 @@ fn logprobs_top_k_is_the_sorted_rows_first_k() {
 }
 
 /// The candidates and probabilities of a draw, as the plain algorithm gives
-/// them: every token sorted best first, top-k, the top-p and min-p cuts on
-/// the probabilities at temperature 1, then the softmax at the temperature.
+/// them (llama.cpp's chain with every cut on the whole sorted row): top-n-σ,
+/// top-k, typical, top-p and min-p on the probabilities at temperature 1
+/// over what is left, XTC (always drawn here), then the softmax at the
+/// temperature.
 fn reference_distribution(c: &SamplerConfig, row: &[f32]) -> Vec<(u32, f64)> {
     let mut cand: Vec<(u32, f32)> = row
         .iter()
@@ -300,8 +302,48 @@ fn reference_distribution(c: &SamplerConfig, row: &[f32]) -> Vec<(u32, f64)> {
         .map(|(i, &l)| (i as u32, l))
         .collect();
     cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    if c.top_n_sigma > 0.0 {
+        let fin: Vec<f64> = row
+            .iter()
+            .filter(|l| l.is_finite())
+            .map(|&l| l as f64)
+            .collect();
+        let mean = fin.iter().sum::<f64>() / fin.len() as f64;
+        let sd = (fin.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / fin.len() as f64).sqrt();
+        let floor = (cand[0].1 as f64 - c.top_n_sigma as f64 * sd) as f32;
+        let n = cand.iter().filter(|x| x.1 >= floor).count().max(1);
+        cand.truncate(n);
+    }
     if c.top_k > 0 && c.top_k < cand.len() {
         cand.truncate(c.top_k);
+    }
+    if c.typical_p < 1.0 {
+        let p = softmax(&cand, 1.0);
+        let h: f64 = -p
+            .iter()
+            .filter(|&&q| q > 0.0)
+            .map(|&q| q * q.ln())
+            .sum::<f64>();
+        let score = |i: usize| {
+            if p[i] > 0.0 {
+                (-p[i].ln() - h).abs()
+            } else {
+                f64::INFINITY
+            }
+        };
+        let mut order: Vec<usize> = (0..p.len()).collect();
+        order.sort_by(|&a, &b| score(a).total_cmp(&score(b)).then(a.cmp(&b)));
+        let (mut cum, mut keep) = (0.0, order.len());
+        for (i, &at) in order.iter().enumerate() {
+            cum += p[at];
+            if cum > c.typical_p as f64 {
+                keep = i + 1;
+                break;
+            }
+        }
+        let mut kept: Vec<(u32, f32)> = order[..keep].iter().map(|&i| cand[i]).collect();
+        kept.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        cand = kept;
     }
     let probs = softmax(&cand, 1.0);
     let mut keep = probs.len();
@@ -320,6 +362,16 @@ fn reference_distribution(c: &SamplerConfig, row: &[f32]) -> Vec<(u32, f64)> {
         keep = keep.min(probs.iter().take_while(|&&p| p >= floor).count().max(1));
     }
     cand.truncate(keep.max(1));
+    if c.xtc_probability > 0.0 && c.xtc_threshold <= 0.5 && cand.len() > 1 {
+        let p = softmax(&cand, 1.0);
+        let last = p
+            .iter()
+            .take_while(|&&q| q >= c.xtc_threshold as f64)
+            .count();
+        if last > 1 {
+            cand.drain(..last - 1);
+        }
+    }
     let p = softmax(&cand, c.temperature);
     cand.iter().map(|c| c.0).zip(p).collect()
 }
@@ -327,7 +379,7 @@ fn reference_distribution(c: &SamplerConfig, row: &[f32]) -> Vec<(u32, f64)> {
 /// The draw's distribution (top-k by a scan, top-p / min-p over a logit
 /// bound, no sort of the row without a cut) is the plain algorithm's: the
 /// same tokens with the same probabilities, over peaked, flat and tied rows
-/// and rows with banned (−∞) tokens.
+/// and rows with banned (−∞) tokens, for every combination of the cuts.
 #[test]
 fn distribution_is_the_plain_algorithms() {
     let n = 3001u32;
@@ -349,33 +401,47 @@ fn distribution_is_the_plain_algorithms() {
         // Rising by less than any margin a screen could afford.
         (0..n).map(|i| i as f32 * 1e-4).collect(),
     ];
-    for (ri, row) in rows.iter().enumerate() {
-        for top_k in [0, 1, 5, 40, 100] {
-            for top_p in [1.0, 0.9, 0.5] {
-                for min_p in [0.0, 0.05, 0.5] {
-                    for temperature in [0.7, 1.0, 1.5] {
-                        let c = SamplerConfig {
+    let mut configs = Vec::new();
+    for top_k in [0, 1, 40, 100] {
+        for top_p in [1.0, 0.9, 0.5] {
+            for min_p in [0.0, 0.05, 0.5] {
+                for temperature in [0.7, 1.5] {
+                    for (top_n_sigma, typical_p, xtc_probability) in [
+                        (0.0, 1.0, 0.0),
+                        (1.5, 1.0, 0.0),
+                        (0.0, 0.7, 0.0),
+                        (0.0, 1.0, 1.0),
+                        (1.0, 0.5, 1.0),
+                    ] {
+                        configs.push(SamplerConfig {
                             temperature,
                             top_k,
                             top_p,
                             min_p,
+                            top_n_sigma,
+                            typical_p,
+                            xtc_probability,
+                            xtc_threshold: 0.05,
                             ..SamplerConfig::default()
-                        };
-                        let mut s = Sampler::new(c.clone()).unwrap();
-                        let probs = s.distribution(row);
-                        let mut got: Vec<(u32, f64)> =
-                            s.cand.iter().map(|c| c.0).zip(probs).collect();
-                        let mut want = reference_distribution(&c, row);
-                        got.sort_by_key(|g| g.0);
-                        want.sort_by_key(|w| w.0);
-                        let at = format!("row {ri}, {c:?}");
-                        assert_eq!(got.len(), want.len(), "{at}");
-                        for (g, w) in got.iter().zip(&want) {
-                            assert_eq!(g.0, w.0, "{at}");
-                            assert!((g.1 - w.1).abs() <= 1e-5 * w.1 + 1e-12, "{at}: {g:?} {w:?}");
-                        }
+                        });
                     }
                 }
+            }
+        }
+    }
+    for (ri, row) in rows.iter().enumerate() {
+        for c in &configs {
+            let mut s = Sampler::new(c.clone()).unwrap();
+            let probs = s.distribution(row);
+            let mut got: Vec<(u32, f64)> = s.cand.iter().map(|c| c.0).zip(probs).collect();
+            let mut want = reference_distribution(c, row);
+            got.sort_by_key(|g| g.0);
+            want.sort_by_key(|w| w.0);
+            let at = format!("row {ri}, {c:?}");
+            assert_eq!(got.len(), want.len(), "{at}");
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g.0, w.0, "{at}");
+                assert!((g.1 - w.1).abs() <= 1e-5 * w.1 + 1e-12, "{at}: {g:?} {w:?}");
             }
         }
     }

@@ -41,6 +41,21 @@ pub struct SamplingArgs {
     /// Frequency penalty (0 = off) [default: the model's, else 0].
     #[arg(long)]
     pub frequency_penalty: Option<f32>,
+    /// Top-n-σ: keep the logits within N standard deviations of the best
+    /// (0 = off) [default: the model's, else 0].
+    #[arg(long = "top-nsigma")]
+    pub top_n_sigma: Option<f32>,
+    /// Locally typical sampling mass (1 = off) [default: the model's, else 1].
+    #[arg(long = "typical")]
+    pub typical_p: Option<f32>,
+    /// XTC: the chance per token of dropping the likeliest tokens (0 = off)
+    /// [default: the model's, else 0].
+    #[arg(long)]
+    pub xtc_probability: Option<f32>,
+    /// XTC: the probability from which tokens are dropped [default: the
+    /// model's, else 0.1].
+    #[arg(long)]
+    pub xtc_threshold: Option<f32>,
     /// Random seed (default: from the clock).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -78,6 +93,10 @@ impl SamplingArgs {
             repetition_penalty: pick(self.repeat_penalty, model.repetition_penalty, 1.0),
             presence_penalty: pick(self.presence_penalty, model.presence_penalty, 0.0),
             frequency_penalty: pick(self.frequency_penalty, model.frequency_penalty, 0.0),
+            top_n_sigma: pick(self.top_n_sigma, model.top_n_sigma, 0.0),
+            typical_p: pick(self.typical_p, model.typical_p, 1.0),
+            xtc_probability: pick(self.xtc_probability, model.xtc_probability, 0.0),
+            xtc_threshold: pick(self.xtc_threshold, model.xtc_threshold, 0.1),
             seed,
             ..SamplerConfig::default()
         }

@@ -125,6 +125,18 @@ pub struct Args {
     /// Repetition penalty for requests that give none.
     #[arg(long, env = "RILL_REPEAT_PENALTY")]
     repeat_penalty: Option<f64>,
+    /// Top-n-σ for requests that give none (0 = off).
+    #[arg(long = "top-nsigma", env = "RILL_TOP_NSIGMA")]
+    top_n_sigma: Option<f64>,
+    /// Typical-p for requests that give none (1 = off).
+    #[arg(long = "typical", env = "RILL_TYPICAL")]
+    typical_p: Option<f64>,
+    /// XTC probability for requests that give none (0 = off).
+    #[arg(long, env = "RILL_XTC_PROBABILITY")]
+    xtc_probability: Option<f64>,
+    /// XTC threshold for requests that give none.
+    #[arg(long, env = "RILL_XTC_THRESHOLD")]
+    xtc_threshold: Option<f64>,
     /// A chat template (Jinja) to use instead of the model file's.
     #[arg(long, env = "RILL_CHAT_TEMPLATE_FILE")]
     chat_template_file: Option<PathBuf>,
@@ -209,6 +221,10 @@ pub fn run(a: Args) -> Result<()> {
         presence_penalty: a.presence_penalty,
         frequency_penalty: a.frequency_penalty,
         repetition_penalty: a.repeat_penalty,
+        top_n_sigma: a.top_n_sigma,
+        typical_p: a.typical_p,
+        xtc_probability: a.xtc_probability,
+        xtc_threshold: a.xtc_threshold,
     };
     let sampling = from_flags.or(&loaded.info.sampling);
     let model_label = loaded.info.label.clone();

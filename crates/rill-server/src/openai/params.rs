@@ -92,6 +92,10 @@ pub fn build_request(
     let presence = finite("presence_penalty", f.prefs.presence_penalty)?.unwrap_or(0.0);
     let frequency = finite("frequency_penalty", f.prefs.frequency_penalty)?.unwrap_or(0.0);
     let repetition = finite("repetition_penalty", f.prefs.repetition_penalty)?.unwrap_or(1.0);
+    let top_n_sigma = finite("top_n_sigma", f.prefs.top_n_sigma)?.unwrap_or(0.0);
+    let typical_p = finite("typical_p", f.prefs.typical_p)?.unwrap_or(1.0);
+    let xtc_probability = finite("xtc_probability", f.prefs.xtc_probability)?.unwrap_or(0.0);
+    let xtc_threshold = finite("xtc_threshold", f.prefs.xtc_threshold)?.unwrap_or(0.1);
     let stop = f.stop.clone().map(|s| s.into_vec()).unwrap_or_default();
     if stop.len() > MAX_STOPS {
         return Err(ApiError::bad_param(
@@ -119,6 +123,10 @@ pub fn build_request(
         repetition_penalty: repetition as f32,
         presence_penalty: presence as f32,
         frequency_penalty: frequency as f32,
+        top_n_sigma: top_n_sigma as f32,
+        typical_p: typical_p as f32,
+        xtc_probability: xtc_probability as f32,
+        xtc_threshold: xtc_threshold as f32,
         seed: f.seed.map_or_else(random_seed, |s| s as u64),
         logit_bias: logit_bias(f.logit_bias.as_ref())?,
         ..SamplerConfig::default()

@@ -536,3 +536,48 @@ async fn echo_scores_the_prompt() {
     assert_eq!(streamed, text);
     s.stop().await;
 }
+
+/// llama-server's samplers by their request names: a top-n-σ cut close to 0
+/// keeps only the best token, so a hot temperature still gives the greedy
+/// text; typical and XTC run (their own cuts are the sampler's tests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llama_server_samplers_apply() {
+    let s = start(Opts::default()).await;
+    let body = |extra: Value| {
+        let mut b =
+            json!({"prompt": "Once upon a time", "max_tokens": 8, "ignore_eos": true, "seed": 5});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    let text = |v: &Value| v["choices"][0]["text"].as_str().unwrap().to_string();
+    let (_, greedy) = s
+        .post("/v1/completions", &body(json!({"temperature": 0})))
+        .await;
+    let (st, cut) = s
+        .post(
+            "/v1/completions",
+            &body(json!({"temperature": 5, "top_n_sigma": 1e-6})),
+        )
+        .await;
+    assert_eq!(st, 200, "{cut}");
+    assert_eq!(text(&cut), text(&greedy));
+    let (_, hot) = s
+        .post("/v1/completions", &body(json!({"temperature": 5})))
+        .await;
+    assert_ne!(
+        text(&hot),
+        text(&greedy),
+        "a hot draw that is greedy proves nothing"
+    );
+    let (st, v) = s
+        .post(
+            "/v1/completions",
+            &body(json!({"temperature": 1, "typical_p": 0.5, "xtc_probability": 0.5, "xtc_threshold": 0.05})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 8);
+    s.stop().await;
+}

@@ -36,6 +36,15 @@ async fn bad_bodies_and_parameters() {
         ),
         (json!({"messages": msgs, "n": 0}), "n"),
         (json!({"messages": msgs, "n": 2.5}), "n"),
+        (json!({"messages": msgs, "typical_p": 0}), "typical_p"),
+        (
+            json!({"messages": msgs, "xtc_probability": 1.5}),
+            "xtc_probability",
+        ),
+        (
+            json!({"messages": msgs, "xtc_threshold": -0.1}),
+            "xtc_threshold",
+        ),
         (json!({"messages": msgs, "stop": ""}), "stop"),
         (json!({"messages": msgs, "stop": 5}), "stop"),
         (json!({"messages": msgs, "top_logprobs": 3}), "top_logprobs"),
