@@ -8,8 +8,16 @@
 //! greedy (argmax after penalties; ties go to the lower id). A seed makes the
 //! draws reproducible.
 
+mod cuts;
+mod logprobs;
 mod prefs;
 mod rng;
+
+use cuts::{
+    keep_at_least_one, sigma_floor, softmax, softmax_wide, sort_best_first, top_k_into,
+    typical_cut, weight,
+};
+pub use logprobs::{log_softmax, logprobs, Logprobs};
 
 pub use prefs::SamplingPrefs;
 pub use rng::Rng;
@@ -441,117 +449,6 @@ struct Cuts {
     xtc_threshold: f32,
 }
 
-/// Top-n-σ's floor: the best logit less `n` standard deviations of the
-/// finite logits (mean and deviation in f64).
-fn sigma_floor(row: &[f32], n: f32) -> f32 {
-    let (mut count, mut sum, mut max) = (0usize, 0f64, f32::NEG_INFINITY);
-    for &l in row.iter().filter(|l| l.is_finite()) {
-        count += 1;
-        sum += l as f64;
-        max = max.max(l);
-    }
-    if count < 2 {
-        return f32::NEG_INFINITY;
-    }
-    let mean = sum / count as f64;
-    let var = (row.iter().filter(|l| l.is_finite()))
-        .map(|&l| (l as f64 - mean).powi(2))
-        .sum::<f64>()
-        / count as f64;
-    (max as f64 - n as f64 * var.sqrt()) as f32
-}
-
-/// Keep the candidates (best first) whose logit passes `keep`, and at least
-/// the best one.
-fn keep_at_least_one(cand: &mut Vec<(u32, f32)>, keep: impl Fn(f32) -> bool) {
-    let n = cand.iter().take_while(|c| keep(c.1)).count().max(1);
-    cand.truncate(n);
-}
-
-/// Locally typical sampling over `cand` (best first) with probabilities
-/// `probs`: the tokens by how far their surprise `−ln p` is from the
-/// entropy, nearest first, until their mass passes `typical_p` (at least
-/// one); `cand` keeps them, best first again. The kept ones'
-/// probabilities at temperature 1 come back.
-fn typical_cut(cand: &mut Vec<(u32, f32)>, probs: &[f64], typical_p: f32) -> Vec<f64> {
-    let entropy: f64 = -probs
-        .iter()
-        .filter(|&&p| p > 0.0)
-        .map(|&p| p * p.ln())
-        .sum::<f64>();
-    let shifted = |i: usize| match probs[i] {
-        p if p > 0.0 => (-p.ln() - entropy).abs(),
-        _ => f64::INFINITY,
-    };
-    let mut order: Vec<usize> = (0..probs.len()).collect();
-    order.sort_by(|&a, &b| shifted(a).total_cmp(&shifted(b)).then(a.cmp(&b)));
-    let mut cum = 0.0;
-    let mut keep = order.len();
-    for (i, &at) in order.iter().enumerate() {
-        cum += probs[at];
-        if cum > typical_p as f64 {
-            keep = i + 1;
-            break;
-        }
-    }
-    let mut kept: Vec<(u32, f32)> = order[..keep].iter().map(|&i| cand[i]).collect();
-    sort_best_first(&mut kept);
-    *cand = kept;
-    softmax(cand, 1.0)
-}
-
-/// `eˣ` for a logit's distance below the max: 0 far below (and at −∞),
-/// where `exp_fast` would clamp.
-#[inline(always)]
-fn weight(x: f32) -> f32 {
-    if x < -87.0 {
-        0.0
-    } else {
-        rill_kernels::ops::exp_fast(x)
-    }
-}
-
-/// Best first: descending logit, ties to the lower id.
-fn sort_best_first(cand: &mut [(u32, f32)]) {
-    cand.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-}
-
-/// The `k` best of `row` (`0 < k < row.len()`) into `out`, best first
-/// (ties to the lower id): a scan that keeps the best so far, screening
-/// blocks of 8 against the k-th best value, for small `k`; a partial
-/// selection over every token otherwise.
-fn top_k_into(row: &[f32], k: usize, out: &mut Vec<(u32, f32)>) {
-    let better = |a: (u32, f32), b: (u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-    out.clear();
-    if k > 64 {
-        out.extend(row.iter().enumerate().map(|(i, &l)| (i as u32, l)));
-        out.select_nth_unstable_by(k - 1, |&a, &b| better(a, b));
-        out.truncate(k);
-        sort_best_first(out);
-        return;
-    }
-    for (b, block) in row.chunks(8).enumerate() {
-        if out.len() == k {
-            let floor = out.last().map_or(f32::NEG_INFINITY, |w| w.1);
-            if !block
-                .iter()
-                .fold(false, |h, &v| h | (v >= floor) | v.is_nan())
-            {
-                continue;
-            }
-        }
-        for (j, &v) in block.iter().enumerate() {
-            let c = ((8 * b + j) as u32, v);
-            if out.len() == k && out.last().is_none_or(|&w| better(c, w).is_ge()) {
-                continue;
-            }
-            let at = out.partition_point(|&w| better(w, c).is_lt());
-            out.insert(at, c);
-            out.truncate(k);
-        }
-    }
-}
-
 /// The logit bias: added, or -∞ at -100 (a ban, as OpenAI means it).
 /// Ids outside the row are the caller's to refuse; here they are skipped.
 fn apply_bias(c: &SamplerConfig, row: &mut [f32]) {
@@ -609,117 +506,6 @@ pub fn argmax(row: &[f32]) -> u32 {
         }
     }
     best as u32
-}
-
-/// Softmax of the candidates' logits at temperature `t`, in f64.
-fn softmax(cand: &[(u32, f32)], t: f32) -> Vec<f64> {
-    let max = cand.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max) as f64;
-    let mut p: Vec<f64> = cand
-        .iter()
-        .map(|c| ((c.1 as f64 - max) / t as f64).exp())
-        .collect();
-    let s: f64 = p.iter().sum();
-    p.iter_mut().for_each(|v| *v /= s);
-    p
-}
-
-/// As [`softmax`] for a whole row (no cut: every token a candidate), with
-/// `exp_fast` in f32 (a libm `exp` per token took ~5 ms on 248k).
-fn softmax_wide(cand: &[(u32, f32)], t: f32) -> Vec<f64> {
-    let max = cand.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
-    if !max.is_finite() {
-        return softmax(cand, t);
-    }
-    let inv_t = 1.0 / t;
-    let mut p: Vec<f64> = cand
-        .iter()
-        .map(|c| weight((c.1 - max) * inv_t) as f64)
-        .collect();
-    let s: f64 = p.iter().sum();
-    p.iter_mut().for_each(|v| *v /= s);
-    p
-}
-
-/// Log-probabilities of a logits row (for `logprobs` in APIs).
-pub fn log_softmax(row: &[f32]) -> Vec<f32> {
-    let lse = log_sum_exp(row);
-    row.iter().map(|&v| v - lse).collect()
-}
-
-/// `ln Σ eᵛ` over `row`: the max taken out, the exponentials by
-/// `exp_fast` (a few ulp; vectorised, where `f32::exp` is a libm call per
-/// value: ~3 ms on a 248k row) summed in f32 lanes per block of 256 and
-/// the blocks in f64.
-fn log_sum_exp(row: &[f32]) -> f32 {
-    // In 8 lanes (a fold of `f32::max` is one dependent chain); a NaN is
-    // passed over as `f32::max` does.
-    let mut lanes = [f32::NEG_INFINITY; 8];
-    let mut parts = row.chunks_exact(8);
-    for part in &mut parts {
-        for (m, &v) in lanes.iter_mut().zip(part) {
-            *m = if v > *m { v } else { *m };
-        }
-    }
-    let max = (parts.remainder().iter())
-        .chain(&lanes)
-        .copied()
-        .fold(f32::NEG_INFINITY, f32::max);
-    if !max.is_finite() {
-        // All −∞ (or +∞ somewhere): what the plain formula gives.
-        return max + row.iter().map(|&v| (v - max).exp()).sum::<f32>().ln();
-    }
-    let mut total = 0.0f64;
-    for block in row.chunks(256) {
-        let mut lanes = [0.0f32; 8];
-        let mut parts = block.chunks_exact(8);
-        for part in &mut parts {
-            for (l, &v) in lanes.iter_mut().zip(part) {
-                *l += rill_kernels::ops::exp_fast(v - max);
-            }
-        }
-        let rest: f32 = parts
-            .remainder()
-            .iter()
-            .map(|&v| rill_kernels::ops::exp_fast(v - max))
-            .sum();
-        total += (lanes.iter().sum::<f32>() + rest) as f64;
-    }
-    total.ln() as f32 + max
-}
-
-/// The log-probability of a chosen token and the `k` most likely
-/// alternatives, best first (ties to the lower id).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Logprobs {
-    pub chosen: f32,
-    /// The chosen token's rank in the row, 1 for the most likely (one more
-    /// than the count of tokens more likely than it).
-    pub rank: u32,
-    pub top: Vec<(u32, f32)>,
-}
-
-/// [`Logprobs`] of `chosen` in a logits row, with the top `k`. (Called per
-/// token, and per prompt token for an echoed prompt: no copy of the row.)
-pub fn logprobs(row: &[f32], chosen: u32, k: usize) -> Logprobs {
-    let lse = log_sum_exp(row);
-    let mut top = Vec::new();
-    match k.min(row.len()) {
-        0 => {}
-        k if k == row.len() => {
-            top.extend(row.iter().enumerate().map(|(i, &l)| (i as u32, l)));
-            sort_best_first(&mut top);
-        }
-        k => top_k_into(row, k, &mut top),
-    }
-    let value = row.get(chosen as usize).copied();
-    let rank = value.map_or(row.len(), |c| {
-        row.iter().fold(0, |n, &v| n + usize::from(v > c)) + 1
-    });
-    Logprobs {
-        rank: rank as u32,
-        chosen: value.map_or(f32::NEG_INFINITY, |v| v - lse),
-        top: top.into_iter().map(|(i, v)| (i, v - lse)).collect(),
-    }
 }
 
 #[cfg(test)]
