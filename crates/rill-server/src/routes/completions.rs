@@ -52,9 +52,6 @@ pub async fn completions(
         sampling.max_tokens = Some(1);
     }
     let mut request = build_request(&sampling, logprobs, state.ctx_size())?;
-    // Echo: the prompt's text before the generated text, and with
-    // `logprobs` its tokens scored (the first one `null`), as OpenAI's
-    // legacy API and vLLM give them (what evaluation harnesses read).
     // vLLM's `prompt_logprobs` (per choice, its own shape).
     let vllm_k = request.prompt_logprobs;
     if vllm_k.is_some() && req.streaming.enabled() {
@@ -63,6 +60,9 @@ pub async fn completions(
             "prompt_logprobs is not available when streaming",
         ));
     }
+    // Echo: the prompt's text before the generated text, and with
+    // `logprobs` its tokens scored (the first one `null`), as OpenAI's
+    // legacy API and vLLM give them (what evaluation harnesses read).
     if echo {
         request.prompt_logprobs = request.prompt_logprobs.max(logprobs);
     }
@@ -111,8 +111,7 @@ pub async fn completions(
         created,
         model: state.config.model_id.clone(),
         tok: state.tok.clone(),
-        logprobs: logprobs.is_some(),
-        logprobs_k: logprobs.unwrap_or(0),
+        logprobs,
         echo: echo.then(|| prompts[index / n].clone()),
         generate: !echo_only,
         offset: 0,
@@ -321,9 +320,8 @@ struct CompletionStream {
     created: u64,
     model: String,
     tok: Arc<Tokenizer>,
-    logprobs: bool,
-    /// Alternatives per token of `logprobs`.
-    logprobs_k: usize,
+    /// `logprobs`: alternatives per token.
+    logprobs: Option<usize>,
     /// The prompt, when it is echoed before the generated text.
     echo: Option<Vec<u32>>,
     /// False for an echo of the prompt alone: the token drawn is dropped.
@@ -372,7 +370,7 @@ impl ChunkBuilder for CompletionStream {
     /// scored, from the engine).
     fn start(&mut self) -> Vec<String> {
         match &self.echo {
-            Some(prompt) if !self.logprobs => {
+            Some(prompt) if self.logprobs.is_none() => {
                 let text = echo_text(&self.tok, prompt);
                 self.offset = text.chars().count();
                 vec![self.chunk(text, None, None, None)]
@@ -385,7 +383,7 @@ impl ChunkBuilder for CompletionStream {
         if self.echo.is_none() {
             return Vec::new();
         }
-        let k = if self.logprobs { self.logprobs_k } else { 0 };
+        let k = self.logprobs.unwrap_or(0);
         let (lp, text) = CompletionLogprobs::prompt(&self.tok, &tokens, k);
         self.offset = text.chars().count();
         vec![self.chunk(text, Some(lp), None, None)]
@@ -395,7 +393,7 @@ impl ChunkBuilder for CompletionStream {
         if !self.generate {
             return Vec::new();
         }
-        let lp = self.logprobs.then(|| {
+        let lp = self.logprobs.map(|_| {
             let mut lp = CompletionLogprobs::default();
             for t in &tokens {
                 lp.push(&self.tok, t, self.offset);
