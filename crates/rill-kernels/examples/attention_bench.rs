@@ -3,14 +3,17 @@
 //!
 //! `cargo run --release -p rill-kernels --example attention_bench [-- DEPTH ROWS THREADS DTYPE]`
 //! (defaults 8192 512 2 f16; the Qwen3.5 geometry: 16 query heads, 2 KV
-//! heads of 256). The FLOPs counted are the causal scores and P·V: two
+//! heads of 256; `PAGED=1`: the cache in the sequences' 256-position
+//! pages). The FLOPs counted are the causal scores and P·V: two
 //! multiply-adds per (query head, key at or before it, dimension) each.
 
 use std::time::Instant;
 
 use rill_dtype::DType;
 use rill_kernels::attention::{attend_causal, AttnShape};
-use rill_kernels::kv::{encode, encoded_len, KvRows, KvSide};
+use std::sync::Arc;
+
+use rill_kernels::kv::{encode, encoded_len, KvRows, KvSide, KV_PAGE_POSITIONS};
 use rill_kernels::{Isa, Threads};
 
 fn main() {
@@ -49,6 +52,31 @@ fn main() {
         exact: None,
     };
     let (kf, vf, kb, vb) = (kf.leak(), vf.leak(), kb.leak(), vb.leak());
+    // `PAGED=1`: the coded cache in pages of `KV_PAGE_POSITIONS`, as the
+    // model's sequences hold it.
+    let paged = std::env::var("PAGED").is_ok_and(|v| v == "1") && dtype != DType::F32;
+    let page = |b: &[u8]| -> &'static [Arc<Vec<u8>>] {
+        let per = encoded_len(dtype, nkv * hd) * KV_PAGE_POSITIONS;
+        b.chunks(per)
+            .map(|c| Arc::new(c.to_vec()))
+            .collect::<Vec<_>>()
+            .leak()
+    };
+    let (kp, vp) = (page(kb), page(vb));
+    let side = |f: &'static [f32], b: &'static [u8], p: &'static [Arc<Vec<u8>>]| {
+        if paged {
+            KvSide {
+                rows: KvRows::PagedCoded {
+                    dtype,
+                    pages: p,
+                    page_positions: KV_PAGE_POSITIONS,
+                },
+                exact: None,
+            }
+        } else {
+            side(f, b)
+        }
+    };
     let threads = Threads::new(nt);
     let isa = Isa::best();
     let mut scratch = vec![0f32; threads.count() * shape.scratch_per_thread()];
@@ -65,15 +93,16 @@ fn main() {
             &q,
             m,
             depth,
-            side(kf, kb),
-            side(vf, vb),
+            side(kf, kb, kp),
+            side(vf, vb, vp),
             &mut scratch,
             &mut out,
         );
         best = best.min(t.elapsed().as_secs_f64());
     }
     println!(
-        "{isa} {dtype:?} depth {depth} rows {m} threads {nt}: {:.1} ms, {:.1} GFLOP/s",
+        "{isa} {dtype:?}{} depth {depth} rows {m} threads {nt}: {:.1} ms, {:.1} GFLOP/s",
+        if paged { " paged" } else { "" },
         best * 1e3,
         2.0 * macs / best / 1e9
     );
