@@ -12,6 +12,7 @@
 //! the other rows of the step, so a request gets the same tokens alone or in
 //! a crowd.
 
+mod breakers;
 mod draft;
 mod step_budget;
 
@@ -25,9 +26,9 @@ use crate::speculation::SpecConfig;
 use rill_grammar::{Constraint, GrammarError, GrammarSpec, Grammars, MaskTiming};
 use rill_kernels::{Isa, Precision, Threads};
 use rill_model::{BatchItem, KvConfig, Model, Runner, SequenceState, StepOutputs};
-use rill_sampler::Sampler;
+use rill_sampler::{Breakers, Sampler};
 use rill_tokenizer::Tokenizer;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -220,6 +221,7 @@ impl Engine {
             head_outputs: StepOutputs::new(),
             spans: Vec::new(),
             finished: Vec::new(),
+            dry_breakers: HashMap::new(),
         };
         let handle = std::thread::Builder::new()
             .name("rill-engine".into())
@@ -397,6 +399,9 @@ struct Worker {
     /// and the step's finished sequences: kept between steps.
     spans: Vec<Option<std::ops::Range<usize>>>,
     finished: Vec<(usize, Result<Done, Failure>)>,
+    /// DRY's sequence breakers as tokens, by their texts: most requests
+    /// use the defaults, and making them reads the whole vocabulary.
+    dry_breakers: HashMap<Vec<String>, Arc<Breakers>>,
 }
 
 impl Worker {
@@ -497,6 +502,10 @@ impl Worker {
                 }
             };
             let sampler = match Sampler::new(sub.req.sampler.clone()) {
+                Ok(s) if s.config().dry.is_on() => {
+                    let b = self.breakers(&s.config().dry.sequence_breakers);
+                    s.with_breakers(b)
+                }
                 Ok(s) => s,
                 Err(e) => {
                     let _ = sub

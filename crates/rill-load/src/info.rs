@@ -36,6 +36,11 @@ fn gguf_sampling(file: &GgufFile) -> SamplingPrefs {
         repetition_penalty: num("general.sampling.penalty_repeat"),
         xtc_probability: num("general.sampling.xtc_probability"),
         xtc_threshold: num("general.sampling.xtc_threshold"),
+        mirostat: file
+            .get("general.sampling.mirostat")
+            .and_then(MetaValue::as_i64),
+        mirostat_tau: num("general.sampling.mirostat_tau"),
+        mirostat_eta: num("general.sampling.mirostat_eta"),
         ..SamplingPrefs::default()
     }
 }

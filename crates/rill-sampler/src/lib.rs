@@ -2,22 +2,29 @@
 //!
 //! The chain, in order (as llama.cpp applies it): logit bias →
 //! repetition / presence /
-//! frequency penalties over the recent history → top-n-σ → top-k →
+//! frequency penalties over the recent history → DRY → top-n-σ → top-k →
 //! typical → top-p → min-p → XTC → temperature → a draw from the remaining
-//! distribution. Temperature 0 is
+//! distribution. With Mirostat on, as in llama.cpp, the chain is logit bias
+//! → temperature → Mirostat's own cut and draw. Temperature 0 is
 //! greedy (argmax after penalties; ties go to the lower id). A seed makes the
 //! draws reproducible.
 
 mod cuts;
+mod dry;
 mod logprobs;
+mod mirostat;
 mod prefs;
 mod rng;
+
+use std::sync::Arc;
 
 use cuts::{
     keep_at_least_one, sigma_floor, softmax, softmax_wide, sort_best_first, top_k_into,
     typical_cut, weight,
 };
+pub use dry::{Breakers, DryConfig, DEFAULT_BREAKERS};
 pub use logprobs::{log_softmax, logprobs, Logprobs};
+pub use mirostat::MirostatConfig;
 
 pub use prefs::SamplingPrefs;
 pub use rng::Rng;
@@ -53,6 +60,13 @@ pub struct SamplerConfig {
     pub frequency_penalty: f32,
     /// How many most recent tokens the penalties look at (0 = all).
     pub penalty_window: usize,
+    /// DRY, the penalty on extending a repeated sequence (after the
+    /// penalties above). Its breakers reach a sampler as tokens
+    /// ([`Sampler::with_breakers`]).
+    pub dry: DryConfig,
+    /// Mirostat (with it on, the penalties, DRY and the cuts are not
+    /// applied, as in llama.cpp).
+    pub mirostat: MirostatConfig,
     pub seed: u64,
     /// Added to these tokens' logits before anything else (OpenAI's
     /// `logit_bias`, in [-100, 100]); -100 bans the token.
@@ -77,6 +91,8 @@ impl Default for SamplerConfig {
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
             penalty_window: 64,
+            dry: DryConfig::default(),
+            mirostat: MirostatConfig::default(),
             seed: 0,
             logit_bias: Vec::new(),
         }
@@ -114,6 +130,10 @@ impl SamplerConfig {
             ("repetition_penalty", self.repetition_penalty),
             ("presence_penalty", self.presence_penalty),
             ("frequency_penalty", self.frequency_penalty),
+            ("dry_multiplier", self.dry.multiplier),
+            ("dry_base", self.dry.base),
+            ("mirostat_tau", self.mirostat.tau),
+            ("mirostat_eta", self.mirostat.eta),
         ];
         if let Some((name, _)) = named.iter().find(|(_, v)| !v.is_finite()) {
             return bad(name, format!("{name} must be a finite number"));
@@ -162,6 +182,21 @@ impl SamplerConfig {
                 return bad(name, format!("{name} must be in [-2, 2] (got {v})"));
             }
         }
+        if self.mirostat.version > 2 {
+            return bad(
+                "mirostat",
+                format!(
+                    "mirostat must be 0 (off), 1 or 2 (got {})",
+                    self.mirostat.version
+                ),
+            );
+        }
+        if self.dry.multiplier < 0.0 {
+            return bad(
+                "dry_multiplier",
+                format!("dry_multiplier must be >= 0 (got {})", self.dry.multiplier),
+            );
+        }
         for &(id, b) in &self.logit_bias {
             if !(b.is_finite() && (-MAX_LOGIT_BIAS..=MAX_LOGIT_BIAS).contains(&b)) {
                 return bad(
@@ -174,24 +209,40 @@ impl SamplerConfig {
     }
 }
 
-/// A sampler with its own random stream.
+/// A sampler with its own random stream (and Mirostat's running bound).
 #[derive(Clone, Debug)]
 pub struct Sampler {
     config: SamplerConfig,
     rng: Rng,
     /// Scratch: (token, logit) candidates.
     cand: Vec<(u32, f32)>,
+    /// DRY's sequence breakers as tokens.
+    breakers: Arc<Breakers>,
+    /// Mirostat's bound on the surprise, in bits.
+    mu: f32,
 }
 
 impl Sampler {
+    /// A sampler for `config`; DRY runs without sequence breakers until
+    /// [`with_breakers`](Self::with_breakers) gives them.
     pub fn new(config: SamplerConfig) -> Result<Sampler, ConfigError> {
         config.validate()?;
         let rng = Rng::new(config.seed);
+        let mu = 2.0 * config.mirostat.tau;
         Ok(Sampler {
             config,
             rng,
             cand: Vec::new(),
+            breakers: Arc::default(),
+            mu,
         })
+    }
+
+    /// DRY's sequence breakers (the config's, as [`Breakers::build`] makes
+    /// them of the model's vocabulary).
+    pub fn with_breakers(mut self, breakers: Arc<Breakers>) -> Sampler {
+        self.breakers = breakers;
+        self
     }
 
     pub fn config(&self) -> &SamplerConfig {
@@ -212,6 +263,17 @@ impl Sampler {
             && c.repetition_penalty == 1.0
             && c.presence_penalty == 0.0
             && c.frequency_penalty == 0.0
+            && !c.dry.is_on()
+    }
+
+    /// Mirostat's update for a drawn token of probability `p` (in the
+    /// distribution it was drawn from).
+    fn observe(&mut self, p: f64) {
+        let m = self.config.mirostat;
+        if m.version != 0 {
+            let surprise = -p.log2() as f32;
+            self.mu -= m.eta * (surprise - m.tau);
+        }
     }
 
     /// Pick the next token given `logits` (one row) and the tokens so far.
@@ -222,13 +284,16 @@ impl Sampler {
         };
         let r = self.rng.next_f64();
         let mut cum = 0.0;
+        let mut pick = probs.len() - 1;
         for (i, p) in probs.iter().enumerate() {
             cum += p;
             if r < cum {
-                return self.cand[i].0;
+                pick = i;
+                break;
             }
         }
-        self.cand[self.cand.len() - 1].0
+        self.observe(probs[pick]);
+        self.cand[pick].0
     }
 
     /// Speculative verification of `draft`, a token a draft model proposed
@@ -249,25 +314,28 @@ impl Sampler {
             .find(|(c, _)| c.0 == draft)
             .map_or(0.0, |(_, &p)| p);
         if self.rng.next_f64() < p_draft {
+            self.observe(p_draft);
             return draft;
         }
         // The residual: every candidate but the draft, renormalised.
         let r = self.rng.next_f64() * (1.0 - p_draft);
         let mut cum = 0.0;
         let mut last = None;
-        for (c, p) in self.cand.iter().zip(&probs) {
+        for (c, &p) in self.cand.iter().zip(&probs) {
             if c.0 == draft {
                 continue;
             }
             cum += p;
-            last = Some(c.0);
+            last = Some((c.0, p));
             if r < cum {
-                return c.0;
+                break;
             }
         }
-        // Rounding at the top end, or a distribution that is all draft
-        // (then p_draft = 1 and it was kept above).
-        last.unwrap_or(draft)
+        // Past the loop: rounding at the top end, or a distribution that is
+        // all draft (then p_draft = 1 and it was kept above).
+        let (token, p) = last.unwrap_or((draft, p_draft));
+        self.observe(p);
+        token
     }
 
     /// The candidates (`self.cand`, best first) and their probabilities
@@ -282,7 +350,17 @@ impl Sampler {
         }
         let mut row = logits.to_vec();
         apply_bias(&self.config, &mut row);
+        if self.config.mirostat.version != 0 {
+            let t = self.config.temperature;
+            if t == 0.0 {
+                return Draw::Greedy(argmax(&row));
+            }
+            row.iter_mut().for_each(|l| *l /= t);
+            let m = self.config.mirostat;
+            return Draw::From(mirostat::distribution(&m, self.mu, &row, &mut self.cand));
+        }
         apply_penalties(&self.config, &mut row, history);
+        dry::apply(&self.config.dry, &self.breakers, &mut row, history);
         if self.config.temperature == 0.0 {
             return Draw::Greedy(argmax(&row));
         }

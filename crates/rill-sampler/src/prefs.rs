@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::{ConfigError, DryConfig, MirostatConfig, DEFAULT_BREAKERS};
+
 /// Optional sampling values, serialized and parsed with the request names
 /// (`temperature`, `top_k`, …, `repetition_penalty`); unset ones are left
 /// out when serialized, and `null` or a missing field parse as unset.
@@ -35,6 +37,27 @@ pub struct SamplingPrefs {
     pub xtc_probability: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub xtc_threshold: Option<f64>,
+    /// llama.cpp's DRY: `dry_multiplier` (0 = off), `dry_base` (below 1:
+    /// the default 1.75, as llama-server), `dry_allowed_length`,
+    /// `dry_penalty_last_n` (0 = off, -1 = the whole context),
+    /// `dry_sequence_breakers` (a non-empty list of strings).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dry_multiplier: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dry_base: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dry_allowed_length: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dry_penalty_last_n: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dry_sequence_breakers: Option<Vec<String>>,
+    /// Mirostat: `mirostat` (0 = off, 1, 2), `mirostat_tau`, `mirostat_eta`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mirostat: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mirostat_tau: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mirostat_eta: Option<f64>,
 }
 
 impl SamplingPrefs {
@@ -52,7 +75,68 @@ impl SamplingPrefs {
             typical_p: self.typical_p.or(lower.typical_p),
             xtc_probability: self.xtc_probability.or(lower.xtc_probability),
             xtc_threshold: self.xtc_threshold.or(lower.xtc_threshold),
+            dry_multiplier: self.dry_multiplier.or(lower.dry_multiplier),
+            dry_base: self.dry_base.or(lower.dry_base),
+            dry_allowed_length: self.dry_allowed_length.or(lower.dry_allowed_length),
+            dry_penalty_last_n: self.dry_penalty_last_n.or(lower.dry_penalty_last_n),
+            dry_sequence_breakers: (self.dry_sequence_breakers.clone())
+                .or_else(|| lower.dry_sequence_breakers.clone()),
+            mirostat: self.mirostat.or(lower.mirostat),
+            mirostat_tau: self.mirostat_tau.or(lower.mirostat_tau),
+            mirostat_eta: self.mirostat_eta.or(lower.mirostat_eta),
         }
+    }
+
+    /// DRY's and Mirostat's settings from these values, the defaults where
+    /// unset, checked as llama-server checks them (the sampler's
+    /// [`validate`](crate::SamplerConfig::validate) checks the rest).
+    pub fn dry_and_mirostat(&self) -> Result<(DryConfig, MirostatConfig), ConfigError> {
+        fn bad<T>(param: &'static str, message: String) -> Result<T, ConfigError> {
+            Err(ConfigError { param, message })
+        }
+        let base = DryConfig::default();
+        let count = |param: &'static str, v: Option<i64>, default: usize| match v {
+            None => Ok(default),
+            Some(-1) if param == "dry_penalty_last_n" => Ok(usize::MAX),
+            Some(n) if n < 0 => bad(param, format!("{param} must be >= 0 (got {n})")),
+            Some(n) => Ok(usize::try_from(n).unwrap_or(usize::MAX)),
+        };
+        let breakers = match &self.dry_sequence_breakers {
+            None => DEFAULT_BREAKERS.iter().map(|s| s.to_string()).collect(),
+            Some(list) if list.is_empty() => {
+                return bad(
+                    "dry_sequence_breakers",
+                    "dry_sequence_breakers must be a non-empty array of strings".into(),
+                )
+            }
+            Some(list) => list.clone(),
+        };
+        let dry = DryConfig {
+            multiplier: self.dry_multiplier.map_or(base.multiplier, |m| m as f32),
+            base: match self.dry_base {
+                Some(b) if b >= 1.0 || !b.is_finite() => b as f32,
+                _ => base.base,
+            },
+            allowed_length: count("dry_allowed_length", self.dry_allowed_length, 2)?,
+            penalty_last_n: count("dry_penalty_last_n", self.dry_penalty_last_n, 64)?,
+            sequence_breakers: breakers,
+        };
+        let defaults = MirostatConfig::default();
+        let mirostat = MirostatConfig {
+            version: match self.mirostat {
+                None => 0,
+                Some(v @ 0..=2) => v as u8,
+                Some(v) => {
+                    return bad(
+                        "mirostat",
+                        format!("mirostat must be 0 (off), 1 or 2 (got {v})"),
+                    )
+                }
+            },
+            tau: self.mirostat_tau.map_or(defaults.tau, |t| t as f32),
+            eta: self.mirostat_eta.map_or(defaults.eta, |e| e as f32),
+        };
+        Ok((dry, mirostat))
     }
 
     /// `temperature 0.6, top_k 20`: what is set, for a startup log; `None`
@@ -102,5 +186,64 @@ mod tests {
                 ..Default::default()
             }
         );
+    }
+
+    #[test]
+    fn dry_and_mirostat_take_llama_servers_values() {
+        let (dry, miro) = SamplingPrefs::default().dry_and_mirostat().unwrap();
+        assert_eq!(
+            (dry, miro),
+            (DryConfig::default(), MirostatConfig::default())
+        );
+        assert!(!DryConfig::default().is_on());
+        let set = SamplingPrefs {
+            dry_multiplier: Some(0.8),
+            dry_base: Some(0.5),
+            dry_penalty_last_n: Some(-1),
+            dry_sequence_breakers: Some(vec!["\n\n".into()]),
+            mirostat: Some(2),
+            mirostat_tau: Some(3.0),
+            ..Default::default()
+        };
+        let (dry, miro) = set.dry_and_mirostat().unwrap();
+        // A base below 1 is the default's, as llama-server does; -1 is the
+        // whole context.
+        assert_eq!(dry.base, 1.75);
+        assert_eq!(dry.penalty_last_n, usize::MAX);
+        assert_eq!(dry.sequence_breakers, vec!["\n\n".to_string()]);
+        assert!(dry.is_on());
+        assert_eq!((miro.version, miro.tau, miro.eta), (2, 3.0, 0.1));
+        for (bad, param) in [
+            (
+                SamplingPrefs {
+                    mirostat: Some(3),
+                    ..Default::default()
+                },
+                "mirostat",
+            ),
+            (
+                SamplingPrefs {
+                    dry_allowed_length: Some(-1),
+                    ..Default::default()
+                },
+                "dry_allowed_length",
+            ),
+            (
+                SamplingPrefs {
+                    dry_penalty_last_n: Some(-2),
+                    ..Default::default()
+                },
+                "dry_penalty_last_n",
+            ),
+            (
+                SamplingPrefs {
+                    dry_sequence_breakers: Some(vec![]),
+                    ..Default::default()
+                },
+                "dry_sequence_breakers",
+            ),
+        ] {
+            assert_eq!(bad.dry_and_mirostat().unwrap_err().param, param);
+        }
     }
 }

@@ -446,3 +446,70 @@ fn distribution_is_the_plain_algorithms() {
         }
     }
 }
+
+/// DRY runs in the chain after the penalties: greedy takes the runner-up
+/// when the best token would repeat a run, and not when DRY is off.
+#[test]
+fn dry_turns_greedy_away_from_a_repeat() {
+    let dry = DryConfig {
+        multiplier: 0.8,
+        ..DryConfig::default()
+    };
+    // a b c x a b → "c" would repeat "a b c".
+    let history = [0, 1, 2, 9, 0, 1];
+    let mut row = vec![0.0f32; 10];
+    row[2] = 1.0;
+    row[5] = 0.5;
+    let mut on = Sampler::new(SamplerConfig { dry, ..cfg(0.0) }).unwrap();
+    assert!(!on.takes_the_best_logit());
+    assert_eq!(on.sample(&row, &history), 5);
+    let mut off = Sampler::new(cfg(0.0)).unwrap();
+    assert_eq!(off.sample(&row, &history), 2);
+}
+
+/// With Mirostat on, as in llama.cpp, the penalties are not applied (the
+/// best token stays the only one a tiny bound keeps), and each draw moves
+/// the bound by eta times the surprise's error.
+#[test]
+fn mirostat_skips_the_penalties_and_tracks_its_target() {
+    let mirostat = MirostatConfig {
+        version: 2,
+        tau: 0.01,
+        eta: 0.1,
+    };
+    let row = [0.0f32, 3.0, 2.5, 0.0];
+    let config = SamplerConfig {
+        mirostat,
+        repetition_penalty: 50.0,
+        ..cfg(1.0)
+    };
+    let mut s = Sampler::new(config.clone()).unwrap();
+    assert_eq!(s.sample(&row, &[1, 1, 1]), 1);
+    // One candidate: p = 1, surprise 0, mu = 0.02 − 0.1 · (0 − 0.01).
+    assert!((s.mu - 0.021).abs() < 1e-6, "{}", s.mu);
+    let mut plain = Sampler::new(SamplerConfig {
+        mirostat: MirostatConfig::default(),
+        ..config
+    })
+    .unwrap();
+    assert_ne!(plain.sample(&row, &[1, 1, 1]), 1);
+    // tau 2 (mu 4): 2^−4 keeps ids 1 and 2; a draw of p moves mu by
+    // −0.1 · (−log₂ p − 2).
+    let mut s = Sampler::new(SamplerConfig {
+        mirostat: MirostatConfig {
+            version: 2,
+            tau: 2.0,
+            eta: 0.1,
+        },
+        seed: 9,
+        ..cfg(1.0)
+    })
+    .unwrap();
+    let e = |l: f32| (l as f64).exp();
+    let p1 = e(3.0) / (e(3.0) + e(2.5));
+    let t = s.sample(&row, &[]);
+    let p = if t == 1 { p1 } else { 1.0 - p1 };
+    assert!(t == 1 || t == 2);
+    let want = 4.0 - 0.1 * (-(p.log2()) as f32 - 2.0);
+    assert!((s.mu - want).abs() < 1e-5, "{} vs {want}", s.mu);
+}

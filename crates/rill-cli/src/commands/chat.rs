@@ -63,7 +63,7 @@ pub fn run(a: Args) -> Result<()> {
     let tmpl = template(&loaded.template, &loaded.info)?;
     let tok = Arc::new(loaded.tokenizer);
     SamplingArgs::note_model_defaults(&loaded.info.sampling);
-    let sampler = a.sampling.config(&loaded.info.sampling);
+    let sampler = a.sampling.config(&loaded.info.sampling)?;
     sampler.validate().context("bad sampling parameters")?;
     let arch = loaded.model.config.arch.name();
     let engine = Engine::start(

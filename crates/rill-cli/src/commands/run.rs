@@ -56,6 +56,9 @@ pub struct SamplingArgs {
     /// model's, else 0.1].
     #[arg(long)]
     pub xtc_threshold: Option<f32>,
+    /// The DRY flags (`--dry-multiplier` …): see [`DryMirostatArgs`].
+    #[command(flatten)]
+    pub dry_mirostat: DryMirostatArgs,
     /// Random seed (default: from the clock).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -72,7 +75,8 @@ impl SamplingArgs {
     /// The sampler these options ask for (checked by the engine): each
     /// value from its flag, else from `model` (the file's defaults), else
     /// the built-in one.
-    pub fn config(&self, model: &SamplingPrefs) -> SamplerConfig {
+    pub fn config(&self, model: &SamplingPrefs) -> Result<SamplerConfig> {
+        let (dry, mirostat) = self.dry_mirostat.resolve(model)?;
         let seed = self.seed.unwrap_or_else(|| {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -82,7 +86,7 @@ impl SamplingArgs {
         let pick = |flag: Option<f32>, file: Option<f64>, builtin: f32| {
             flag.or(file.map(|v| v as f32)).unwrap_or(builtin)
         };
-        SamplerConfig {
+        Ok(SamplerConfig {
             temperature: pick(self.temp, model.temperature, 0.8),
             // A negative top-k in a file means off, as 0 does here.
             top_k: (self.top_k)
@@ -97,9 +101,78 @@ impl SamplingArgs {
             typical_p: pick(self.typical_p, model.typical_p, 1.0),
             xtc_probability: pick(self.xtc_probability, model.xtc_probability, 0.0),
             xtc_threshold: pick(self.xtc_threshold, model.xtc_threshold, 0.1),
+            dry,
+            mirostat,
             seed,
             ..SamplerConfig::default()
+        })
+    }
+}
+
+/// llama.cpp's DRY and Mirostat flags (`rill run`, `chat` and `serve`).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct DryMirostatArgs {
+    /// DRY: penalty multiplier on tokens that extend a repetition (0 = off)
+    /// [default: 0].
+    #[arg(long, env = "RILL_DRY_MULTIPLIER")]
+    pub dry_multiplier: Option<f64>,
+    /// DRY: base of the penalty's growth with the repetition's length
+    /// [default: 1.75].
+    #[arg(long, env = "RILL_DRY_BASE")]
+    pub dry_base: Option<f64>,
+    /// DRY: repetitions up to this length are free [default: 2].
+    #[arg(long, env = "RILL_DRY_ALLOWED_LENGTH")]
+    pub dry_allowed_length: Option<i64>,
+    /// DRY: how many of the latest tokens are scanned (0 = off, -1 = the
+    /// whole context) [default: 64].
+    #[arg(long, env = "RILL_DRY_PENALTY_LAST_N", allow_negative_numbers = true)]
+    pub dry_penalty_last_n: Option<i64>,
+    /// DRY: a sequence breaker (repeat the flag for several; they replace
+    /// the defaults "\n", ":", "\"", "*"; "none" for none).
+    #[arg(long = "dry-sequence-breaker")]
+    pub dry_sequence_breakers: Vec<String>,
+    /// Mirostat: 0 = off, 1 = Mirostat, 2 = Mirostat 2.0 (top-k, top-p,
+    /// min-p, typical, XTC, the penalties and DRY are then not used)
+    /// [default: 0].
+    #[arg(long, env = "RILL_MIROSTAT")]
+    pub mirostat: Option<i64>,
+    /// Mirostat learning rate, eta [default: 0.1].
+    #[arg(long, env = "RILL_MIROSTAT_LR")]
+    pub mirostat_lr: Option<f64>,
+    /// Mirostat target entropy, tau [default: 5].
+    #[arg(long, env = "RILL_MIROSTAT_ENT")]
+    pub mirostat_ent: Option<f64>,
+}
+
+impl DryMirostatArgs {
+    /// These flags as request-style values ("none": one empty breaker,
+    /// which stands for none, as llama.cpp skips empty ones).
+    pub fn prefs(&self) -> SamplingPrefs {
+        let breakers = match self.dry_sequence_breakers.as_slice() {
+            [none] if none == "none" => vec![String::new()],
+            list => list.to_vec(),
+        };
+        SamplingPrefs {
+            dry_multiplier: self.dry_multiplier,
+            dry_base: self.dry_base,
+            dry_allowed_length: self.dry_allowed_length,
+            dry_penalty_last_n: self.dry_penalty_last_n,
+            dry_sequence_breakers: (!breakers.is_empty()).then_some(breakers),
+            mirostat: self.mirostat,
+            mirostat_tau: self.mirostat_ent,
+            mirostat_eta: self.mirostat_lr,
+            ..SamplingPrefs::default()
         }
+    }
+
+    /// DRY's and Mirostat's settings: each flag, else the file's value,
+    /// else the default.
+    pub fn resolve(
+        &self,
+        model: &SamplingPrefs,
+    ) -> Result<(rill_sampler::DryConfig, rill_sampler::MirostatConfig)> {
+        (self.prefs().or(model).dry_and_mirostat())
+            .map_err(|e| anyhow::anyhow!("--{}: {}", e.param.replace('_', "-"), e.message))
     }
 }
 
@@ -172,7 +245,7 @@ pub fn run(a: Args) -> Result<()> {
         prompt.len()
     );
     SamplingArgs::note_model_defaults(&loaded.info.sampling);
-    let sampler = a.sampling.config(&loaded.info.sampling);
+    let sampler = a.sampling.config(&loaded.info.sampling)?;
     sampler.validate().context("bad sampling parameters")?;
     // The server's engine settings but one slot and no prompt cache: the
     // same prefill chunks, so the same tokens.

@@ -581,3 +581,96 @@ async fn llama_server_samplers_apply() {
     assert_eq!(v["usage"]["completion_tokens"], 8);
     s.stop().await;
 }
+
+/// Whether token `p` of `ids` continues, with the tokens before it, a run
+/// of at least `len` tokens that occurred earlier followed by the same
+/// token (what DRY penalises).
+fn extends_a_run(ids: &[u64], p: usize, len: usize) -> bool {
+    (len..p).any(|e| {
+        // An earlier run ending at e − 1 followed by ids[e] == ids[p].
+        e < p && ids[e] == ids[p] && (1..=len).all(|i| i <= e && ids[e - i] == ids[p - i])
+    })
+}
+
+/// llama-server's DRY and Mirostat by their request names. Greedy text of
+/// the demo model repeats itself; with a large DRY multiplier and no
+/// breakers no generated token extends an earlier run of 2 or more. A
+/// Mirostat 2 bound near 0 keeps only the best token, so a hot
+/// temperature gives the greedy text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_and_mirostat_apply() {
+    let s = start(Opts {
+        model: Some(super::common::demo_model()),
+        ..Opts::default()
+    })
+    .await;
+    let body = |extra: Value| {
+        let mut b = json!({"prompt": "Once upon a time", "max_tokens": 48, "ignore_eos": true,
+                           "temperature": 0, "return_token_ids": true, "seed": 5});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    let ids = |v: &Value| -> (Vec<u64>, usize) {
+        let prompt: Vec<u64> = (v["choices"][0]["prompt_token_ids"].as_array())
+            .or(v["prompt_token_ids"].as_array())
+            .expect("prompt ids")
+            .iter()
+            .map(|t| t.as_u64().unwrap())
+            .collect();
+        let n = prompt.len();
+        let gen = v["choices"][0]["token_ids"].as_array().expect("ids");
+        (
+            prompt
+                .into_iter()
+                .chain(gen.iter().map(|t| t.as_u64().unwrap()))
+                .collect(),
+            n,
+        )
+    };
+    let repeats = |v: &Value| {
+        let (all, n) = ids(v);
+        (n..all.len())
+            .filter(|&p| extends_a_run(&all, p, 2))
+            .count()
+    };
+    let (st, greedy) = s.post("/v1/completions", &body(json!({}))).await;
+    assert_eq!(st, 200, "{greedy}");
+    assert!(
+        repeats(&greedy) > 0,
+        "the greedy text must repeat for the test to mean anything: {greedy}"
+    );
+    let (st, dry) = s
+        .post(
+            "/v1/completions",
+            &body(json!({"dry_multiplier": 100, "dry_allowed_length": 2,
+                         "dry_penalty_last_n": -1, "dry_sequence_breakers": ["\u{1}"]})),
+        )
+        .await;
+    assert_eq!(st, 200, "{dry}");
+    assert_eq!(repeats(&dry), 0, "{}", dry["choices"][0]["text"]);
+    // The breakers reach the sampler as tokens: with " " one, which
+    // nearly every token of this text holds, no run is long enough to pay.
+    let (st, spaced) = s
+        .post(
+            "/v1/completions",
+            &body(json!({"dry_multiplier": 100, "dry_penalty_last_n": -1,
+                         "dry_sequence_breakers": [" "]})),
+        )
+        .await;
+    assert_eq!(st, 200, "{spaced}");
+    assert_eq!(spaced["choices"][0]["text"], greedy["choices"][0]["text"]);
+    let (st, miro) = s
+        .post(
+            "/v1/completions",
+            &body(json!({"temperature": 5, "mirostat": 2, "mirostat_tau": 0.01, "max_tokens": 8})),
+        )
+        .await;
+    assert_eq!(st, 200, "{miro}");
+    let (_, greedy8) = s
+        .post("/v1/completions", &body(json!({"max_tokens": 8})))
+        .await;
+    assert_eq!(miro["choices"][0]["text"], greedy8["choices"][0]["text"]);
+    s.stop().await;
+}

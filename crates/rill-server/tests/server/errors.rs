@@ -45,6 +45,19 @@ async fn bad_bodies_and_parameters() {
             json!({"messages": msgs, "xtc_threshold": -0.1}),
             "xtc_threshold",
         ),
+        (json!({"messages": msgs, "mirostat": 3}), "mirostat"),
+        (
+            json!({"messages": msgs, "dry_allowed_length": -1}),
+            "dry_allowed_length",
+        ),
+        (
+            json!({"messages": msgs, "dry_multiplier": -1}),
+            "dry_multiplier",
+        ),
+        (
+            json!({"messages": msgs, "dry_sequence_breakers": []}),
+            "dry_sequence_breakers",
+        ),
         (json!({"messages": msgs, "stop": ""}), "stop"),
         (json!({"messages": msgs, "stop": 5}), "stop"),
         (json!({"messages": msgs, "top_logprobs": 3}), "top_logprobs"),
