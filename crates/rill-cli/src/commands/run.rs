@@ -129,7 +129,7 @@ pub struct DryMirostatArgs {
     pub dry_penalty_last_n: Option<i64>,
     /// DRY: a sequence breaker (repeat the flag for several; they replace
     /// the defaults "\n", ":", "\"", "*"; "none" for none).
-    #[arg(long = "dry-sequence-breaker")]
+    #[arg(long = "dry-sequence-breaker", env = "RILL_DRY_SEQUENCE_BREAKER")]
     pub dry_sequence_breakers: Vec<String>,
     /// Mirostat: 0 = off, 1 = Mirostat, 2 = Mirostat 2.0 (top-k, top-p,
     /// min-p, typical, XTC, the penalties and DRY are then not used)
