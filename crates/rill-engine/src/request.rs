@@ -105,6 +105,8 @@ pub struct TokenInfo {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Done {
     pub finish: FinishReason,
+    /// The stop string that ended it, if one did.
+    pub stop_word: Option<String>,
     pub prompt_tokens: usize,
     /// Prompt tokens served from the prompt cache.
     pub cached_tokens: usize,

@@ -79,6 +79,8 @@ pub(crate) struct Sequence {
     /// The prompt's tokens with their log-probabilities so far (requests
     /// with `prompt_logprobs`), sent once the prompt has run.
     prompt_info: Vec<TokenInfo>,
+    /// The stop string that ended the sequence.
+    stop_word: Option<String>,
 }
 
 /// How a step ended a sequence.
@@ -164,6 +166,7 @@ impl Sequence {
             last_token_at: None,
             spec: None,
             prompt_info: Vec::new(),
+            stop_word: None,
         }
     }
 
@@ -550,6 +553,7 @@ impl Sequence {
             tokens: vec![info],
         });
         if fed.stopped {
+            self.stop_word = fed.word;
             return Some(End::Done(self.done(FinishReason::Stop)));
         }
         // The context holds the prompt and every generated token; the last
@@ -580,6 +584,7 @@ impl Sequence {
         let first = self.first_token_at.unwrap_or(now);
         Done {
             finish,
+            stop_word: self.stop_word.clone(),
             prompt_tokens: self.sub.req.prompt.len(),
             cached_tokens: self.cached,
             completion_tokens: self.generated,
@@ -601,6 +606,9 @@ impl Sequence {
                 text: tail.emit,
                 tokens: vec![],
             });
+        }
+        if tail.stopped {
+            self.stop_word = tail.word;
         }
         tail.stopped
     }

@@ -10,6 +10,8 @@ pub struct Fed {
     pub emit: String,
     /// A stop string was found; generation should end.
     pub stopped: bool,
+    /// Which one (llama-server reports it as `stopping_word`).
+    pub word: Option<String>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -30,17 +32,17 @@ impl StopMatcher {
     pub fn feed(&mut self, text: &str) -> Fed {
         self.held.push_str(text);
         // Earliest complete stop string wins; text before it is emitted.
-        let hit = self
-            .stops
-            .iter()
-            .filter_map(|s| self.held.find(s.as_str()))
-            .min();
-        if let Some(at) = hit {
+        let hit = (self.stops.iter())
+            .filter_map(|s| self.held.find(s.as_str()).map(|at| (at, s)))
+            .min_by_key(|&(at, _)| at);
+        if let Some((at, word)) = hit {
             let emit = self.held[..at].to_string();
+            let word = Some(word.clone());
             self.held.clear();
             return Fed {
                 emit,
                 stopped: true,
+                word,
             };
         }
         // Hold back the longest suffix that is a prefix of some stop string.
@@ -58,6 +60,7 @@ impl StopMatcher {
         Fed {
             emit,
             stopped: false,
+            word: None,
         }
     }
 
@@ -106,6 +109,8 @@ mod tests {
     #[test]
     fn earliest_of_several_stops_wins_and_unicode_is_safe() {
         assert_eq!(run(&["b", "éz"], &["aéz b"]), ("a".into(), true));
+        let mut m = StopMatcher::new(&["b".into(), "éz".into()]);
+        assert_eq!(m.feed("aéz b").word.as_deref(), Some("éz"));
         assert_eq!(run(&["日本"], &["x日", "本y"]), ("x".into(), true));
         assert_eq!(run(&[], &["free"]), ("free".into(), false));
     }

@@ -32,6 +32,11 @@ pub trait ChunkBuilder: Send + 'static {
     fn text(&mut self, text: String, tokens: Vec<TokenInfo>) -> Vec<String>;
     /// The last payloads (before `[DONE]`).
     fn done(&mut self, done: Done) -> Vec<String>;
+    /// The event after the last payload: OpenAI's `[DONE]` (none in
+    /// llama-server's own API).
+    fn end_marker(&self) -> Option<&'static str> {
+        Some("[DONE]")
+    }
     /// An error payload, sent as the last event of a failed stream.
     fn error(&mut self, e: ApiError) -> String {
         e.body().to_string()
@@ -93,7 +98,9 @@ pub fn payloads<B: ChunkBuilder>(
                 Some(Event::Done(done)) => {
                     p.guard.state.observe_done(&done);
                     p.queue.extend(p.builder.done(done));
-                    p.queue.push_back("[DONE]".to_string());
+                    if let Some(end) = p.builder.end_marker() {
+                        p.queue.push_back(end.to_string());
+                    }
                     p.handle = None;
                     p.guard.finished = true;
                 }

@@ -316,6 +316,7 @@ mod tests {
     #[test]
     fn timings_in_llama_server_terms() {
         let t = Timings::from_done(&Done {
+            stop_word: None,
             finish: FinishReason::Stop,
             prompt_tokens: 110,
             cached_tokens: 10,
@@ -335,6 +336,7 @@ mod tests {
         assert_eq!(t.predicted_per_token_ms, 10.0);
         // One token, everything cached: no division by zero.
         let t = Timings::from_done(&Done {
+            stop_word: None,
             finish: FinishReason::Length,
             prompt_tokens: 5,
             cached_tokens: 5,

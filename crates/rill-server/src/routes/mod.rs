@@ -4,6 +4,7 @@ pub mod chat;
 pub mod completions;
 pub mod messages;
 pub mod misc;
+pub mod native;
 pub mod responses;
 pub mod utility;
 
@@ -31,6 +32,8 @@ pub fn router(state: Arc<AppState>) -> Router {
     let v1 = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
+        .route("/completion", post(native::completion))
+        .route("/completions", post(native::completion))
         .route("/v1/responses", post(responses::responses))
         .route("/v1/models", get(misc::models))
         .route("/tokenize", post(utility::tokenize))
@@ -78,6 +81,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 #[cfg(test)]
 pub(crate) fn test_done(finish: FinishReason, prompt_tokens: usize, cached_tokens: usize) -> Done {
     Done {
+        stop_word: None,
         finish,
         prompt_tokens,
         cached_tokens,

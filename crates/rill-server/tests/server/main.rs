@@ -12,6 +12,7 @@ mod fuzz;
 mod lifecycle;
 mod memory;
 mod messages;
+mod native;
 mod utility;
 mod webui;
 mod wire;

@@ -1,0 +1,362 @@
+//! `POST /completion` (also `/completions`): llama-server's own completion
+//! API, which its scripts and front ends (SillyTavern's llama.cpp source,
+//! for one) speak: `n_predict`, llama-server's sampler names and defaults,
+//! `n_probs`, and replies with `content`, `stop_type`, `timings`. Streamed,
+//! each event is one object and the last has `"stop": true` (no `[DONE]`).
+
+use crate::choices;
+use crate::errors::{parse_json, ApiError};
+use crate::openai::params::{build_request, check_token_ids};
+use crate::openai::responses::Timings;
+use crate::openai::types::{Prompt, SamplingFields};
+use crate::routes::completions::prompt_list;
+use crate::sse::{self, ChunkBuilder};
+use crate::state::AppState;
+use crate::structured::ConstraintFields;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use rill_engine::{Done, Event, FinishReason, Request, TokenInfo};
+use rill_sampler::SamplingPrefs;
+use rill_tokenizer::Tokenizer;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+
+#[derive(Debug, Deserialize)]
+struct NativeRequest {
+    prompt: Prompt,
+    #[serde(flatten)]
+    sampling: SamplingFields,
+    /// Tokens to generate: -1 (or none) = until the end, 0 = the prompt
+    /// only.
+    n_predict: Option<i64>,
+    stream: Option<bool>,
+    /// Alternatives per generated token in `completion_probabilities`.
+    n_probs: Option<i64>,
+    /// The generated token ids in `tokens`.
+    return_tokens: Option<bool>,
+    /// `[[id or text, bias or false], …]`, or OpenAI's object.
+    logit_bias: Option<Value>,
+    /// llama-server's name of `repetition_penalty`.
+    repeat_penalty: Option<f64>,
+    #[serde(flatten)]
+    constraint: ConstraintFields,
+}
+
+/// llama-server's sampling defaults (its `common_params_sampling`), under
+/// a request's values and the server's flags.
+fn native_defaults() -> SamplingPrefs {
+    SamplingPrefs {
+        temperature: Some(0.8),
+        top_k: Some(40),
+        top_p: Some(0.95),
+        min_p: Some(0.05),
+        ..SamplingPrefs::default()
+    }
+}
+
+pub async fn completion(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let req: NativeRequest = parse_json(&body?)?;
+    let mut sampling = req.sampling.clone();
+    if choices::count(sampling.n)? != 1 {
+        return Err(ApiError::bad_param("n", "/completion gives one completion"));
+    }
+    sampling.prefs.repetition_penalty = sampling.prefs.repetition_penalty.or(req.repeat_penalty);
+    sampling.prefs = (sampling.prefs)
+        .or(&state.config.sampling)
+        .or(&native_defaults());
+    // `n_predict: 0` runs the prompt alone: one token is drawn and dropped.
+    let prompt_only = req.n_predict == Some(0);
+    match req.n_predict {
+        None | Some(-1) => sampling = sampling.or_n_predict(state.config.n_predict),
+        Some(0) => sampling.max_tokens = Some(1),
+        Some(n) if n < -1 => {
+            return Err(ApiError::bad_param(
+                "n_predict",
+                format!("n_predict must be >= -1 (got {n})"),
+            ))
+        }
+        Some(n) => sampling.max_tokens = Some(n),
+    }
+    sampling.logit_bias = match &req.logit_bias {
+        None => None,
+        Some(v) => Some(logit_bias(&state.tok, v)?),
+    };
+    let n_probs = match req.n_probs {
+        None | Some(0) => None,
+        Some(k) if (1..=crate::openai::params::MAX_TOP_LOGPROBS).contains(&k) => Some(k as usize),
+        Some(k) => {
+            return Err(ApiError::bad_param(
+                "n_probs",
+                format!("n_probs must be in [0, 20] (got {k})"),
+            ))
+        }
+    };
+    let mut request = build_request(&sampling, n_probs, state.ctx_size())?;
+    check_token_ids(&request, state.tok.vocab_size())?;
+    request.constraint =
+        (req.constraint.grammar()?).map(|grammar| rill_engine::ConstraintRequest {
+            grammar,
+            after: None,
+        });
+    let prompts = prompt_list(&state, req.prompt.clone()).await?;
+    let stream = req.stream == Some(true);
+    if stream && prompts.len() > 1 {
+        return Err(ApiError::bad_param(
+            "prompt",
+            "a list of prompts cannot be streamed",
+        ));
+    }
+    if prompts.len() > choices::MAX_SEQUENCES {
+        return Err(ApiError::bad_param(
+            "prompt",
+            format!("at most {} prompts per request", choices::MAX_SEQUENCES),
+        ));
+    }
+    let requests = (prompts.iter())
+        .map(|p| Request {
+            prompt: p.clone(),
+            ..request.clone()
+        })
+        .collect();
+    let mut submitted = choices::submit_all(&state, requests, 1).await?;
+    let view = View {
+        state: state.clone(),
+        settings: settings(&request, req.n_predict, stream),
+        return_tokens: req.return_tokens == Some(true) || stream,
+        generate: !prompt_only,
+    };
+    if stream {
+        let choice = submitted.pop().expect("one prompt");
+        let builder = NativeStream {
+            view,
+            prompt: prompts[0].clone(),
+            predicted: 0,
+        };
+        return Ok(sse::response(choice.handle, builder, state.clone()));
+    }
+    let mut out = Vec::with_capacity(prompts.len());
+    for (index, mut choice) in submitted.into_iter().enumerate() {
+        let (mut text, mut ids, mut probs) = (String::new(), Vec::new(), Vec::new());
+        let done = loop {
+            match choice.recv().await {
+                Some(Event::Text { .. }) if prompt_only => {}
+                Some(Event::Text { text: t, tokens }) => {
+                    text.push_str(&t);
+                    for tk in &tokens {
+                        ids.push(tk.id);
+                        if tk.logprob.is_some() {
+                            probs.push(token_probs(&state.tok, tk));
+                        }
+                    }
+                }
+                Some(Event::Prompt { .. }) => {}
+                Some(Event::Done(d)) => {
+                    state.observe_done(&d);
+                    break d;
+                }
+                Some(Event::Error(f)) => return Err(ApiError::failed(f)),
+                None => return Err(ApiError::engine_stopped()),
+            }
+        };
+        let mut o = view.last(index, &prompts[index], &done, text, &ids);
+        if n_probs.is_some() {
+            o.insert("completion_probabilities".into(), Value::Array(probs));
+        }
+        out.push(Value::Object(o));
+    }
+    Ok(match out.len() {
+        1 => Json(out.pop().expect("one")),
+        _ => Json(Value::Array(out)),
+    }
+    .into_response())
+}
+
+/// What every reply of a request shares.
+struct View {
+    state: Arc<AppState>,
+    settings: Value,
+    return_tokens: bool,
+    /// False for `n_predict: 0`: the token drawn is dropped.
+    generate: bool,
+}
+
+impl View {
+    /// The final object of a completion (`content` the whole text, or ""
+    /// at the end of a stream).
+    fn last(
+        &self,
+        index: usize,
+        prompt: &[u32],
+        d: &Done,
+        content: String,
+        ids: &[u32],
+    ) -> Map<String, Value> {
+        let predicted = if self.generate {
+            d.completion_tokens
+        } else {
+            0
+        };
+        let stop_type = match d.finish {
+            _ if !self.generate => "limit",
+            FinishReason::Stop if d.stop_word.is_some() => "word",
+            FinishReason::Stop => "eos",
+            FinishReason::Length => "limit",
+            FinishReason::Cancelled => "none",
+        };
+        let tok = &self.state.tok;
+        let v = json!({
+            "index": index,
+            "content": content,
+            "tokens": if self.return_tokens && self.generate { ids.to_vec() } else { Vec::new() },
+            "id_slot": -1,
+            "stop": true,
+            "model": self.state.config.model_id,
+            "tokens_predicted": predicted,
+            "tokens_evaluated": d.prompt_tokens,
+            "tokens_cached": d.cached_tokens,
+            "generation_settings": self.settings,
+            "prompt": tok.decode(prompt).unwrap_or_default(),
+            "has_new_line": content.contains('\n'),
+            "truncated": false,
+            "stop_type": stop_type,
+            "stopping_word": d.stop_word.clone().unwrap_or_default(),
+            "timings": Timings::from_done(d),
+        });
+        match v {
+            Value::Object(m) => m,
+            _ => unreachable!("an object literal"),
+        }
+    }
+}
+
+/// The settings a reply reports (`generation_settings`).
+fn settings(r: &Request, n_predict: Option<i64>, stream: bool) -> Value {
+    let s = &r.sampler;
+    json!({
+        "n_predict": n_predict.unwrap_or(-1),
+        "seed": s.seed,
+        "temperature": s.temperature,
+        "top_k": s.top_k,
+        "top_p": s.top_p,
+        "min_p": s.min_p,
+        "typical_p": s.typical_p,
+        "top_n_sigma": s.top_n_sigma,
+        "xtc_probability": s.xtc_probability,
+        "xtc_threshold": s.xtc_threshold,
+        "repeat_penalty": s.repetition_penalty,
+        "presence_penalty": s.presence_penalty,
+        "frequency_penalty": s.frequency_penalty,
+        "dry_multiplier": s.dry.multiplier,
+        "dry_base": s.dry.base,
+        "dry_allowed_length": s.dry.allowed_length,
+        "dry_sequence_breakers": s.dry.sequence_breakers,
+        "mirostat": s.mirostat.version,
+        "mirostat_tau": s.mirostat.tau,
+        "mirostat_eta": s.mirostat.eta,
+        "stop": r.stop,
+        "ignore_eos": r.ignore_eos,
+        "n_probs": r.logprobs.unwrap_or(0),
+        "stream": stream,
+    })
+}
+
+/// One token's `completion_probabilities` entry.
+fn token_probs(tok: &Tokenizer, t: &TokenInfo) -> Value {
+    let entry = |id: u32, logprob: f32| {
+        let bytes = tok.token_to_piece(id).unwrap_or_default();
+        json!({
+            "id": id,
+            "token": String::from_utf8_lossy(bytes),
+            "bytes": bytes,
+            "logprob": logprob,
+        })
+    };
+    let mut v = entry(t.id, t.logprob.unwrap_or(0.0));
+    v["top_logprobs"] = t.top.iter().map(|&(id, lp)| entry(id, lp)).collect();
+    v
+}
+
+/// llama-server's `logit_bias`: pairs `[id or text, bias or false]` (a
+/// text biases each of its tokens; `false` bans), or OpenAI's object; as
+/// the OpenAI object `build_request` checks.
+fn logit_bias(tok: &Tokenizer, v: &Value) -> Result<Map<String, Value>, ApiError> {
+    let bad = |m: &str| ApiError::bad_param("logit_bias", m);
+    let pairs = match v {
+        Value::Object(m) => return Ok(m.clone()),
+        Value::Array(a) => a,
+        _ => {
+            return Err(bad(
+                "logit_bias must be a list of [token, bias] pairs or an object",
+            ))
+        }
+    };
+    let mut out = Map::new();
+    for p in pairs {
+        let [key, bias] = p.as_array().map(Vec::as_slice).unwrap_or_default() else {
+            return Err(bad("each logit_bias entry is a [token, bias] pair"));
+        };
+        let bias = match bias {
+            Value::Bool(false) => json!(-100.0),
+            Value::Number(_) => bias.clone(),
+            _ => return Err(bad("a logit_bias bias is a number or false")),
+        };
+        let ids = match key {
+            Value::Number(n) => vec![n
+                .as_u64()
+                .ok_or_else(|| bad("a token id is a non-negative integer"))?],
+            Value::String(s) => tok.encode(s, false).into_iter().map(u64::from).collect(),
+            _ => return Err(bad("a logit_bias token is an id or a text")),
+        };
+        for id in ids {
+            out.insert(id.to_string(), bias.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// The stream of one completion: an object per piece of text, then the
+/// final object (empty `content`, `"stop": true`).
+struct NativeStream {
+    view: View,
+    prompt: Vec<u32>,
+    predicted: usize,
+}
+
+impl ChunkBuilder for NativeStream {
+    fn text(&mut self, text: String, tokens: Vec<TokenInfo>) -> Vec<String> {
+        if !self.view.generate {
+            return Vec::new();
+        }
+        self.predicted += tokens.len();
+        let mut v = json!({
+            "index": 0,
+            "content": text,
+            "tokens": tokens.iter().map(|t| t.id).collect::<Vec<_>>(),
+            "stop": false,
+            "id_slot": -1,
+            "tokens_predicted": self.predicted,
+            "tokens_evaluated": self.prompt.len(),
+        });
+        if tokens.iter().any(|t| t.logprob.is_some()) {
+            let tok = &self.view.state.tok;
+            v["completion_probabilities"] = tokens.iter().map(|t| token_probs(tok, t)).collect();
+        }
+        vec![v.to_string()]
+    }
+
+    fn done(&mut self, done: Done) -> Vec<String> {
+        let o = self.view.last(0, &self.prompt, &done, String::new(), &[]);
+        vec![Value::Object(o).to_string()]
+    }
+
+    fn end_marker(&self) -> Option<&'static str> {
+        None
+    }
+}

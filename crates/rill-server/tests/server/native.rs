@@ -1,0 +1,150 @@
+//! llama-server's own `POST /completion`: its names, defaults and reply
+//! shape, against the OpenAI endpoint's tokens for the same request.
+
+use crate::common::*;
+use serde_json::{json, Value};
+
+fn body(extra: Value) -> Value {
+    let mut b = json!({"prompt": "Once upon a time", "n_predict": 8, "ignore_eos": true,
+                       "temperature": 0});
+    for (k, v) in extra.as_object().unwrap() {
+        b[k] = v.clone();
+    }
+    b
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completion_speaks_llama_servers_api() {
+    let s = start(Opts::default()).await;
+    let (st, oai) = s
+        .post(
+            "/v1/completions",
+            &json!({"prompt": "Once upon a time", "max_tokens": 8, "ignore_eos": true,
+                    "temperature": 0, "return_token_ids": true}),
+        )
+        .await;
+    assert_eq!(st, 200, "{oai}");
+    let text = oai["choices"][0]["text"].as_str().unwrap().to_string();
+    let ids = oai["choices"][0]["token_ids"].clone();
+
+    let (st, v) = s.post("/completion", &body(json!({}))).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["content"], text);
+    assert_eq!(v["stop"], true);
+    assert_eq!(v["stop_type"], "limit");
+    assert_eq!(v["tokens_predicted"], 8);
+    assert_eq!(v["tokens"], json!([]), "ids only with return_tokens");
+    assert_eq!(v["tokens_evaluated"], oai["usage"]["prompt_tokens"]);
+    assert_eq!(v["timings"]["predicted_n"], 8);
+    assert_eq!(v["generation_settings"]["n_predict"], 8);
+    assert_eq!(v["generation_settings"]["temperature"], 0.0);
+    let (_, v) = s
+        .post("/completions", &body(json!({"return_tokens": true})))
+        .await;
+    assert_eq!(v["tokens"], ids);
+
+    // llama-server's defaults where the request gives none.
+    let (_, v) = s
+        .post("/completion", &json!({"prompt": "Hi", "n_predict": 1}))
+        .await;
+    let g = &v["generation_settings"];
+    assert!(
+        (g["temperature"].as_f64().unwrap() - 0.8).abs() < 1e-6,
+        "{g}"
+    );
+    assert_eq!(g["top_k"], 40);
+
+    // A stop word: the text before it, and which one it was.
+    let word: String = text.chars().skip(3).take(3).collect();
+    let (_, v) = s
+        .post("/completion", &body(json!({"stop": [word.clone()]})))
+        .await;
+    assert_eq!(v["stop_type"], "word", "{v}");
+    assert_eq!(v["stopping_word"], word);
+    assert!(text.starts_with(v["content"].as_str().unwrap()));
+    assert!(!v["content"].as_str().unwrap().contains(&word));
+
+    // End of generation (the end token pushed up).
+    let eos = loaded().1.eos_id().expect("an end token");
+    let (_, v) = s
+        .post(
+            "/completion",
+            &json!({"prompt": "Hi", "n_predict": 64, "temperature": 0, "logit_bias": [[eos, 30]]}),
+        )
+        .await;
+    assert_eq!(v["stop_type"], "eos", "{v}");
+
+    // n_probs: one entry per token, the chosen one's log-probability and
+    // the n best.
+    let (_, v) = s.post("/completion", &body(json!({"n_probs": 3}))).await;
+    let probs = v["completion_probabilities"].as_array().expect("probs");
+    assert_eq!(probs.len(), 8);
+    for p in probs {
+        let top = p["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 3);
+        assert_eq!(p["id"], top[0]["id"], "greedy takes the best");
+        assert!(p["logprob"].as_f64().unwrap() <= 0.0);
+        assert!(p["bytes"].is_array() && p["token"].is_string());
+    }
+
+    // A ban in llama-server's pair form turns the first token.
+    let first = ids[0].as_u64().unwrap();
+    let (_, v) = s
+        .post(
+            "/completion",
+            &body(json!({"return_tokens": true, "logit_bias": [[first, false]]})),
+        )
+        .await;
+    assert_ne!(v["tokens"][0], ids[0]);
+
+    // n_predict 0: the prompt alone.
+    let (_, v) = s.post("/completion", &body(json!({"n_predict": 0}))).await;
+    assert_eq!(
+        (v["content"].as_str(), v["tokens_predicted"].as_u64()),
+        (Some(""), Some(0))
+    );
+
+    for bad in [
+        json!({"prompt": "x", "n_predict": -2}),
+        json!({"prompt": "x", "n_probs": 99}),
+        json!({"prompt": "x", "logit_bias": [[1]]}),
+        json!({"prompt": ""}),
+    ] {
+        let (st, e) = s.post("/completion", &bad).await;
+        assert_eq!(st, 400, "{bad}: {e}");
+    }
+    s.stop().await;
+}
+
+/// Streamed: an object per piece of text, the last with `"stop": true`
+/// and the final figures, and no `[DONE]`; the pieces make the whole text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completion_streams_objects_without_done() {
+    let s = start(Opts::default()).await;
+    let (_, whole) = s.post("/completion", &body(json!({}))).await;
+    let data = s
+        .stream("/completion", &body(json!({"stream": true, "n_probs": 2})))
+        .await;
+    assert!(!data.iter().any(|d| d == "[DONE]"), "{data:?}");
+    let events: Vec<Value> = data
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let (last, pieces) = events.split_last().unwrap();
+    assert_eq!(last["stop"], true);
+    assert_eq!(last["stop_type"], "limit");
+    assert_eq!(last["tokens_predicted"], 8);
+    let mut text = String::new();
+    let mut n = 0;
+    for p in pieces {
+        assert_eq!(p["stop"], false);
+        text.push_str(p["content"].as_str().unwrap());
+        n += p["tokens"].as_array().unwrap().len();
+        assert_eq!(p["tokens_predicted"], n);
+        let probs = p["completion_probabilities"].as_array().unwrap();
+        assert_eq!(probs.len(), p["tokens"].as_array().unwrap().len());
+    }
+    assert_eq!(n, 8);
+    assert_eq!(text, whole["content"].as_str().unwrap());
+    s.stop().await;
+}
