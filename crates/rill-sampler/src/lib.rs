@@ -60,6 +60,12 @@ pub struct SamplerConfig {
     pub frequency_penalty: f32,
     /// How many most recent tokens the penalties look at (0 = all).
     pub penalty_window: usize,
+    /// Dynamic temperature (llama.cpp's `dynatemp_range`, 0 = off): the
+    /// temperature moves within ± this around `temperature` with the
+    /// normalised entropy of the kept candidates raised to
+    /// `dynatemp_exponent`.
+    pub dynatemp_range: f32,
+    pub dynatemp_exponent: f32,
     /// DRY, the penalty on extending a repeated sequence (after the
     /// penalties above). Its breakers reach a sampler as tokens
     /// ([`Sampler::with_breakers`]).
@@ -91,6 +97,8 @@ impl Default for SamplerConfig {
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
             penalty_window: 64,
+            dynatemp_range: 0.0,
+            dynatemp_exponent: 1.0,
             dry: DryConfig::default(),
             mirostat: MirostatConfig::default(),
             seed: 0,
@@ -130,6 +138,8 @@ impl SamplerConfig {
             ("repetition_penalty", self.repetition_penalty),
             ("presence_penalty", self.presence_penalty),
             ("frequency_penalty", self.frequency_penalty),
+            ("dynatemp_range", self.dynatemp_range),
+            ("dynatemp_exponent", self.dynatemp_exponent),
             ("dry_multiplier", self.dry.multiplier),
             ("dry_base", self.dry.base),
             ("mirostat_tau", self.mirostat.tau),
@@ -181,6 +191,12 @@ impl SamplerConfig {
             if !(-2.0..=2.0).contains(&v) {
                 return bad(name, format!("{name} must be in [-2, 2] (got {v})"));
             }
+        }
+        if self.dynatemp_range < 0.0 {
+            return bad(
+                "dynatemp_range",
+                format!("dynatemp_range must be >= 0 (got {})", self.dynatemp_range),
+            );
         }
         if self.mirostat.version > 2 {
             return bad(
@@ -251,7 +267,8 @@ impl Sampler {
 
     /// It always takes the highest (biased, penalised) logit.
     pub fn is_greedy(&self) -> bool {
-        self.config.temperature == 0.0
+        // Dynamic temperature reaches above 0 even from 0 (llama.cpp).
+        self.config.temperature == 0.0 && self.config.dynatemp_range <= 0.0
     }
 
     /// It always takes the highest logit of the row as given: greedy, with
@@ -361,7 +378,7 @@ impl Sampler {
         }
         apply_penalties(&self.config, &mut row, history);
         dry::apply(&self.config.dry, &self.breakers, &mut row, history);
-        if self.config.temperature == 0.0 {
+        if self.is_greedy() {
             return Draw::Greedy(argmax(&row));
         }
         Draw::From(self.distribution(&row))
@@ -390,7 +407,10 @@ impl Sampler {
         if top_k == v && c.top_p >= 1.0 && c.min_p <= 0.0 && !typical && !xtc && !sigma {
             self.cand
                 .extend(row.iter().enumerate().map(|(i, &l)| (i as u32, l)));
-            return softmax_wide(&self.cand, c.temperature);
+            return match self.temperature_now(c.temperature) {
+                t if t > 0.0 => softmax_wide(&self.cand, t),
+                _ => self.only_the_best(),
+            };
         }
         let floor = match sigma {
             true => sigma_floor(row, c.top_n_sigma),
@@ -439,7 +459,39 @@ impl Sampler {
                 self.cand.drain(..last - 1);
             }
         }
-        softmax(&self.cand, c.temperature)
+        match self.temperature_now(c.temperature) {
+            t if t > 0.0 => softmax(&self.cand, t),
+            _ => self.only_the_best(),
+        }
+    }
+
+    /// The temperature of this draw: the configured one, or with dynamic
+    /// temperature on, `min + (max − min) · (H / ln n)^exponent` over the
+    /// candidates' probabilities at temperature 1 (H their entropy, n how
+    /// many; min = max(0, t − range), max = t + range), as llama.cpp's
+    /// `temp_ext`.
+    fn temperature_now(&self, t: f32) -> f32 {
+        let c = &self.config;
+        if c.dynatemp_range <= 0.0 || self.cand.len() <= 1 {
+            return t;
+        }
+        let p = softmax_wide(&self.cand, 1.0);
+        let entropy: f64 = -p
+            .iter()
+            .filter(|&&p| p > 0.0)
+            .map(|&p| p * p.ln())
+            .sum::<f64>();
+        let normalised = (entropy / (self.cand.len() as f64).ln()) as f32;
+        let (lo, hi) = ((t - c.dynatemp_range).max(0.0), t + c.dynatemp_range);
+        lo + (hi - lo) * normalised.powf(c.dynatemp_exponent)
+    }
+
+    /// A temperature of 0 reached by dynamic temperature: the best
+    /// candidate (ties to the lower id) alone.
+    fn only_the_best(&mut self) -> Vec<f64> {
+        sort_best_first(&mut self.cand);
+        self.cand.truncate(1);
+        vec![1.0]
     }
 
     /// Without top-k: the tokens that top-p and min-p may keep (`self.cand`,

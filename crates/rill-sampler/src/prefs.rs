@@ -37,6 +37,16 @@ pub struct SamplingPrefs {
     pub xtc_probability: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub xtc_threshold: Option<f64>,
+    /// llama.cpp's `repeat_last_n`: the penalties' window (0 = the
+    /// penalties off, -1 = the whole context).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repeat_last_n: Option<i64>,
+    /// llama.cpp's dynamic temperature (`dynatemp_range`, 0 = off;
+    /// `dynatemp_exponent`, default 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dynatemp_range: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dynatemp_exponent: Option<f64>,
     /// llama.cpp's DRY: `dry_multiplier` (0 = off), `dry_base` (below 1:
     /// the default 1.75, as llama-server), `dry_allowed_length`,
     /// `dry_penalty_last_n` (0 = off, -1 = the whole context),
@@ -75,6 +85,9 @@ impl SamplingPrefs {
             typical_p: self.typical_p.or(lower.typical_p),
             xtc_probability: self.xtc_probability.or(lower.xtc_probability),
             xtc_threshold: self.xtc_threshold.or(lower.xtc_threshold),
+            repeat_last_n: self.repeat_last_n.or(lower.repeat_last_n),
+            dynatemp_range: self.dynatemp_range.or(lower.dynatemp_range),
+            dynatemp_exponent: self.dynatemp_exponent.or(lower.dynatemp_exponent),
             dry_multiplier: self.dry_multiplier.or(lower.dry_multiplier),
             dry_base: self.dry_base.or(lower.dry_base),
             dry_allowed_length: self.dry_allowed_length.or(lower.dry_allowed_length),
@@ -85,6 +98,39 @@ impl SamplingPrefs {
             mirostat_tau: self.mirostat_tau.or(lower.mirostat_tau),
             mirostat_eta: self.mirostat_eta.or(lower.mirostat_eta),
         }
+    }
+
+    /// `config` with the values of llama.cpp's extra samplers set here
+    /// (DRY, Mirostat, dynamic temperature, `repeat_last_n`), checked as
+    /// llama-server checks them; the sampler's
+    /// [`validate`](crate::SamplerConfig::validate) checks the rest.
+    pub fn apply_extras(&self, config: &mut crate::SamplerConfig) -> Result<(), ConfigError> {
+        let (dry, mirostat) = self.dry_and_mirostat()?;
+        config.dry = dry;
+        config.mirostat = mirostat;
+        if let Some(r) = self.dynatemp_range {
+            config.dynatemp_range = r as f32;
+        }
+        if let Some(e) = self.dynatemp_exponent {
+            config.dynatemp_exponent = e as f32;
+        }
+        match self.repeat_last_n {
+            None => {}
+            Some(-1) => config.penalty_window = 0,
+            Some(0) => {
+                config.repetition_penalty = 1.0;
+                config.presence_penalty = 0.0;
+                config.frequency_penalty = 0.0;
+            }
+            Some(n) if n < 0 => {
+                return Err(ConfigError {
+                    param: "repeat_last_n",
+                    message: format!("repeat_last_n must be >= -1 (got {n})"),
+                })
+            }
+            Some(n) => config.penalty_window = usize::try_from(n).unwrap_or(usize::MAX),
+        }
+        Ok(())
     }
 
     /// DRY's and Mirostat's settings from these values, the defaults where
@@ -213,6 +259,29 @@ mod tests {
         assert_eq!(dry.sequence_breakers, vec!["\n\n".to_string()]);
         assert!(dry.is_on());
         assert_eq!((miro.version, miro.tau, miro.eta), (2, 3.0, 0.1));
+        // The penalties' window: -1 the whole history (0 here), 0 off.
+        let mut c = crate::SamplerConfig {
+            repetition_penalty: 1.3,
+            ..Default::default()
+        };
+        let window = |n: i64, c: &mut crate::SamplerConfig| {
+            let p = SamplingPrefs {
+                repeat_last_n: Some(n),
+                dynatemp_range: Some(0.5),
+                ..Default::default()
+            };
+            p.apply_extras(c)
+        };
+        window(5, &mut c).unwrap();
+        assert_eq!(
+            (c.penalty_window, c.repetition_penalty, c.dynatemp_range),
+            (5, 1.3, 0.5)
+        );
+        window(-1, &mut c).unwrap();
+        assert_eq!(c.penalty_window, 0);
+        window(0, &mut c).unwrap();
+        assert_eq!(c.repetition_penalty, 1.0);
+        assert_eq!(window(-2, &mut c).unwrap_err().param, "repeat_last_n");
         for (bad, param) in [
             (
                 SamplingPrefs {

@@ -513,3 +513,44 @@ fn mirostat_skips_the_penalties_and_tracks_its_target() {
     let want = 4.0 - 0.1 * (-(p.log2()) as f32 - 2.0);
     assert!((s.mu - want).abs() < 1e-5, "{} vs {want}", s.mu);
 }
+
+/// Dynamic temperature as llama.cpp's `temp_ext`: the normalised entropy
+/// of the candidates maps into [max(0, t − range), t + range]; from a
+/// temperature of 0 it still samples, and an exponent that sends the
+/// entropy term to 0 there is greedy.
+#[test]
+fn dynamic_temperature_follows_the_entropy() {
+    let with = |t: f32, range: f32, exponent: f32| SamplerConfig {
+        dynatemp_range: range,
+        dynatemp_exponent: exponent,
+        ..cfg(t)
+    };
+    let mut s = Sampler::new(with(1.0, 0.5, 1.0)).unwrap();
+    // Flat: entropy at its maximum, the top of the range.
+    s.cand = (0..4).map(|i| (i, 0.0)).collect();
+    assert!((s.temperature_now(1.0) - 1.5).abs() < 1e-6);
+    // Peaked: the entropy by hand.
+    s.cand = vec![(0, 2.0), (1, 0.0), (2, 0.0)];
+    let z = 2f64.exp() + 2.0;
+    let p = [2f64.exp() / z, 1.0 / z, 1.0 / z];
+    let h: f64 = -p.iter().map(|p| p * p.ln()).sum::<f64>();
+    let want = 0.5 + (h / 3f64.ln()) as f32;
+    assert!((s.temperature_now(1.0) - want).abs() < 1e-5);
+    let mut s = Sampler::new(with(1.0, 0.0, 1.0)).unwrap();
+    s.cand = vec![(0, 2.0), (1, 0.0)];
+    assert_eq!(s.temperature_now(1.0), 1.0, "off");
+
+    let flat = [0.0f32; 8];
+    let draws = |c: SamplerConfig| {
+        let mut s = Sampler::new(c).unwrap();
+        (0..64)
+            .map(|_| s.sample(&flat, &[]))
+            .collect::<std::collections::HashSet<_>>()
+    };
+    let c0 = with(0.0, 0.7, 1.0);
+    assert!(!Sampler::new(c0.clone()).unwrap().is_greedy());
+    assert!(draws(c0).len() > 1);
+    let peaked = [3.0f32, 0.0, 0.0, 0.0];
+    let mut s = Sampler::new(with(0.0, 0.7, 1e9)).unwrap();
+    assert!((0..32).all(|_| s.sample(&peaked, &[]) == 0));
+}

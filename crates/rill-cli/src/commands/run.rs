@@ -56,9 +56,10 @@ pub struct SamplingArgs {
     /// model's, else 0.1].
     #[arg(long)]
     pub xtc_threshold: Option<f32>,
-    /// The DRY flags (`--dry-multiplier` …): see [`DryMirostatArgs`].
+    /// The penalty window, dynamic temperature, DRY and Mirostat flags:
+    /// see [`ExtraSamplerArgs`].
     #[command(flatten)]
-    pub dry_mirostat: DryMirostatArgs,
+    pub extra: ExtraSamplerArgs,
     /// Random seed (default: from the clock).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -76,7 +77,6 @@ impl SamplingArgs {
     /// value from its flag, else from `model` (the file's defaults), else
     /// the built-in one.
     pub fn config(&self, model: &SamplingPrefs) -> Result<SamplerConfig> {
-        let (dry, mirostat) = self.dry_mirostat.resolve(model)?;
         let seed = self.seed.unwrap_or_else(|| {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -86,7 +86,7 @@ impl SamplingArgs {
         let pick = |flag: Option<f32>, file: Option<f64>, builtin: f32| {
             flag.or(file.map(|v| v as f32)).unwrap_or(builtin)
         };
-        Ok(SamplerConfig {
+        let mut config = SamplerConfig {
             temperature: pick(self.temp, model.temperature, 0.8),
             // A negative top-k in a file means off, as 0 does here.
             top_k: (self.top_k)
@@ -101,17 +101,29 @@ impl SamplingArgs {
             typical_p: pick(self.typical_p, model.typical_p, 1.0),
             xtc_probability: pick(self.xtc_probability, model.xtc_probability, 0.0),
             xtc_threshold: pick(self.xtc_threshold, model.xtc_threshold, 0.1),
-            dry,
-            mirostat,
             seed,
             ..SamplerConfig::default()
-        })
+        };
+        self.extra.apply(model, &mut config)?;
+        Ok(config)
     }
 }
 
-/// llama.cpp's DRY and Mirostat flags (`rill run`, `chat` and `serve`).
+/// llama.cpp's flags of its other samplers (`rill run`, `chat` and
+/// `serve`): the penalties' window, dynamic temperature, DRY, Mirostat.
 #[derive(clap::Args, Clone, Debug, Default)]
-pub struct DryMirostatArgs {
+pub struct ExtraSamplerArgs {
+    /// The penalties' window in tokens (0 = penalties off, -1 = the whole
+    /// context) [default: 64].
+    #[arg(long, env = "RILL_REPEAT_LAST_N", allow_negative_numbers = true)]
+    pub repeat_last_n: Option<i64>,
+    /// Dynamic temperature: the temperature moves within ± this with the
+    /// entropy of the candidates (0 = off) [default: 0].
+    #[arg(long, env = "RILL_DYNATEMP_RANGE")]
+    pub dynatemp_range: Option<f64>,
+    /// Dynamic temperature's exponent [default: 1].
+    #[arg(long = "dynatemp-exp", env = "RILL_DYNATEMP_EXP")]
+    pub dynatemp_exponent: Option<f64>,
     /// DRY: penalty multiplier on tokens that extend a repetition (0 = off)
     /// [default: 0].
     #[arg(long, env = "RILL_DRY_MULTIPLIER")]
@@ -144,7 +156,7 @@ pub struct DryMirostatArgs {
     pub mirostat_ent: Option<f64>,
 }
 
-impl DryMirostatArgs {
+impl ExtraSamplerArgs {
     /// These flags as request-style values ("none": one empty breaker,
     /// which stands for none, as llama.cpp skips empty ones).
     pub fn prefs(&self) -> SamplingPrefs {
@@ -153,6 +165,9 @@ impl DryMirostatArgs {
             list => list.to_vec(),
         };
         SamplingPrefs {
+            repeat_last_n: self.repeat_last_n,
+            dynatemp_range: self.dynatemp_range,
+            dynatemp_exponent: self.dynatemp_exponent,
             dry_multiplier: self.dry_multiplier,
             dry_base: self.dry_base,
             dry_allowed_length: self.dry_allowed_length,
@@ -165,15 +180,17 @@ impl DryMirostatArgs {
         }
     }
 
-    /// DRY's and Mirostat's settings: each flag, else the file's value,
+    /// Set these samplers in `config`: each flag, else the file's value,
     /// else the default.
-    pub fn resolve(
-        &self,
-        model: &SamplingPrefs,
-    ) -> Result<(rill_sampler::DryConfig, rill_sampler::MirostatConfig)> {
-        (self.prefs().or(model).dry_and_mirostat())
-            .map_err(|e| anyhow::anyhow!("--{}: {}", e.param.replace('_', "-"), e.message))
+    pub fn apply(&self, model: &SamplingPrefs, config: &mut SamplerConfig) -> Result<()> {
+        apply_extras(&self.prefs().or(model), config)
     }
+}
+
+/// [`SamplingPrefs::apply_extras`], its error named by the flag.
+pub fn apply_extras(prefs: &SamplingPrefs, config: &mut SamplerConfig) -> Result<()> {
+    (prefs.apply_extras(config))
+        .map_err(|e| anyhow::anyhow!("--{}: {}", e.param.replace('_', "-"), e.message))
 }
 
 #[derive(clap::Args)]

@@ -137,9 +137,10 @@ pub struct Args {
     /// XTC threshold for requests that give none.
     #[arg(long, env = "RILL_XTC_THRESHOLD")]
     xtc_threshold: Option<f64>,
-    /// DRY and Mirostat for requests that give none.
+    /// The penalties' window, dynamic temperature, DRY and Mirostat for
+    /// requests that give none.
     #[command(flatten)]
-    dry_mirostat: super::run::DryMirostatArgs,
+    extra: super::run::ExtraSamplerArgs,
     /// A chat template (Jinja) to use instead of the model file's.
     #[arg(long, env = "RILL_CHAT_TEMPLATE_FILE")]
     chat_template_file: Option<PathBuf>,
@@ -228,13 +229,11 @@ pub fn run(a: Args) -> Result<()> {
         typical_p: a.typical_p,
         xtc_probability: a.xtc_probability,
         xtc_threshold: a.xtc_threshold,
-        ..a.dry_mirostat.prefs()
+        ..a.extra.prefs()
     };
     let sampling = from_flags.or(&loaded.info.sampling);
     // A bad flag fails at startup, not in every request.
-    sampling
-        .dry_and_mirostat()
-        .map_err(|e| anyhow::anyhow!("--{}: {}", e.param.replace('_', "-"), e.message))?;
+    super::run::apply_extras(&sampling, &mut rill_sampler::SamplerConfig::default())?;
     let model_label = loaded.info.label.clone();
     let mem_budget = crate::mem_budget::resolve(a.mem_budget, loaded.info.weight_bytes());
     let (model, tok) = (Arc::new(loaded.model), Arc::new(loaded.tokenizer));

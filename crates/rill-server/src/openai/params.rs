@@ -115,11 +115,7 @@ pub fn build_request(
             format!("stop strings are limited to {MAX_STOP_BYTES} bytes"),
         ));
     }
-    let (dry, mirostat) = f
-        .prefs
-        .dry_and_mirostat()
-        .map_err(|e| ApiError::bad_param(e.param, e.message))?;
-    let sampler = SamplerConfig {
+    let mut sampler = SamplerConfig {
         temperature: temperature as f32,
         top_k,
         top_p: top_p as f32,
@@ -133,10 +129,9 @@ pub fn build_request(
         xtc_threshold: xtc_threshold as f32,
         seed: f.seed.map_or_else(random_seed, |s| s as u64),
         logit_bias: logit_bias(f.logit_bias.as_ref())?,
-        dry,
-        mirostat,
         ..SamplerConfig::default()
     };
+    (f.prefs.apply_extras(&mut sampler)).map_err(|e| ApiError::bad_param(e.param, e.message))?;
     sampler
         .validate()
         .map_err(|e| ApiError::bad_param(e.param, e.message))?;

@@ -661,6 +661,21 @@ async fn dry_and_mirostat_apply() {
         .await;
     assert_eq!(st, 200, "{spaced}");
     assert_eq!(spaced["choices"][0]["text"], greedy["choices"][0]["text"]);
+    // llama-server's `repeat_last_n`: 0 turns the penalties off.
+    let (_, penalised) = s
+        .post("/v1/completions", &body(json!({"repetition_penalty": 3})))
+        .await;
+    assert_ne!(
+        penalised["choices"][0]["text"],
+        greedy["choices"][0]["text"]
+    );
+    let (_, off) = s
+        .post(
+            "/v1/completions",
+            &body(json!({"repetition_penalty": 3, "repeat_last_n": 0})),
+        )
+        .await;
+    assert_eq!(off["choices"][0]["text"], greedy["choices"][0]["text"]);
     let (st, miro) = s
         .post(
             "/v1/completions",

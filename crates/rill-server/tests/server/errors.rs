@@ -47,6 +47,14 @@ async fn bad_bodies_and_parameters() {
         ),
         (json!({"messages": msgs, "mirostat": 3}), "mirostat"),
         (
+            json!({"messages": msgs, "dynatemp_range": -1}),
+            "dynatemp_range",
+        ),
+        (
+            json!({"messages": msgs, "repeat_last_n": -2}),
+            "repeat_last_n",
+        ),
+        (
             json!({"messages": msgs, "dry_allowed_length": -1}),
             "dry_allowed_length",
         ),
