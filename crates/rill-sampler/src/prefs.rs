@@ -136,7 +136,7 @@ impl SamplingPrefs {
     /// DRY's and Mirostat's settings from these values, the defaults where
     /// unset, checked as llama-server checks them (the sampler's
     /// [`validate`](crate::SamplerConfig::validate) checks the rest).
-    pub fn dry_and_mirostat(&self) -> Result<(DryConfig, MirostatConfig), ConfigError> {
+    fn dry_and_mirostat(&self) -> Result<(DryConfig, MirostatConfig), ConfigError> {
         fn bad<T>(param: &'static str, message: String) -> Result<T, ConfigError> {
             Err(ConfigError { param, message })
         }
