@@ -2,5 +2,6 @@
 
 pub mod logprobs;
 pub mod params;
+pub mod prompt;
 pub mod responses;
 pub mod types;

@@ -9,6 +9,8 @@ use rill_sampler::SamplingPrefs;
 use serde::Deserialize;
 use serde_json::{Map, Value as Json};
 
+pub use super::prompt::{Piece, Prompt};
+
 /// `stop`: one string or several.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(untagged)]
@@ -136,16 +138,6 @@ impl ChatCompletionRequest {
     }
 }
 
-/// `prompt` of a completion: text, token ids, or a batch of either.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(untagged)]
-pub enum Prompt {
-    Text(String),
-    Tokens(Vec<i64>),
-    Texts(Vec<String>),
-    TokenBatch(Vec<Vec<i64>>),
-}
-
 /// `POST /v1/completions`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct CompletionRequest {
@@ -171,15 +163,6 @@ pub struct CompletionRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn prompt_shapes() {
-        let p = |s: &str| serde_json::from_str::<Prompt>(s).unwrap();
-        assert_eq!(p(r#""hi""#), Prompt::Text("hi".into()));
-        assert_eq!(p("[1, 2]"), Prompt::Tokens(vec![1, 2]));
-        assert_eq!(p(r#"["a"]"#), Prompt::Texts(vec!["a".into()]));
-        assert_eq!(p("[[1], [2]]"), Prompt::TokenBatch(vec![vec![1], vec![2]]));
-    }
 
     #[test]
     fn chat_request_with_parts_and_nulls() {

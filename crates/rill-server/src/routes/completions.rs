@@ -5,7 +5,7 @@ use crate::errors::{parse_json, ApiError};
 use crate::openai::logprobs::{echo_text, CompletionLogprobs};
 use crate::openai::params::{build_request, logprobs_count, random_id};
 use crate::openai::responses::{now, Completion, CompletionChoice, Timings, Usage};
-use crate::openai::types::{CompletionRequest, Prompt};
+use crate::openai::types::{CompletionRequest, Piece, Prompt};
 use crate::routes::finish_reason;
 use crate::sse::{self, ChunkBuilder};
 use crate::state::AppState;
@@ -250,11 +250,7 @@ pub(crate) async fn prompt_list(
     state: &Arc<AppState>,
     prompt: Prompt,
 ) -> Result<Vec<Vec<u32>>, ApiError> {
-    let prompts = match prompt {
-        Prompt::Texts(v) => v.into_iter().map(Prompt::Text).collect(),
-        Prompt::TokenBatch(v) => v.into_iter().map(Prompt::Tokens).collect(),
-        one => vec![one],
-    };
+    let prompts = prompt.into_list();
     if prompts.is_empty() {
         return Err(ApiError::bad_param("prompt", "the prompt list is empty"));
     }
@@ -266,33 +262,46 @@ pub(crate) async fn prompt_list(
 }
 
 /// One prompt as token ids: text is tokenized (special tokens parsed), ids
-/// are checked against the vocabulary; an empty prompt is refused.
+/// are checked against the vocabulary, the pieces of a mixed prompt are
+/// each taken so and joined in order; an empty prompt is refused.
 async fn prompt_tokens(state: &Arc<AppState>, prompt: Prompt) -> Result<Vec<u32>, ApiError> {
-    let empty = || ApiError::bad_param("prompt", "the prompt is empty");
-    let text = match prompt {
-        Prompt::Text(t) => t,
-        Prompt::Tokens(ids) => {
-            let ids = token_ids(&state.tok, &ids)?;
-            return if ids.is_empty() {
-                Err(empty())
-            } else {
-                Ok(ids)
-            };
-        }
-        Prompt::Texts(_) | Prompt::TokenBatch(_) => {
+    let pieces = match prompt {
+        Prompt::Text(t) => vec![Piece::Text(t)],
+        Prompt::Tokens(ids) => ids.into_iter().map(Piece::Id).collect(),
+        Prompt::Pieces(pieces) => pieces,
+        Prompt::Texts(_) | Prompt::TokenBatch(_) | Prompt::Batch(_) => {
             return Err(ApiError::bad_param(
                 "prompt",
                 "a prompt list inside a prompt list",
             ))
         }
     };
-    if text.is_empty() {
-        return Err(empty());
-    }
+    // Ids are checked before any text is tokenized: a bad id answers at once.
+    let ids: Vec<i64> = (pieces.iter())
+        .filter_map(|p| match p {
+            Piece::Id(i) => Some(*i),
+            Piece::Text(_) => None,
+        })
+        .collect();
+    token_ids(&state.tok, &ids)?;
     let st = state.clone();
-    tokio::task::spawn_blocking(move || st.encode_prompt(&text))
-        .await
-        .map_err(|e| ApiError::internal(format!("tokenization failed: {e}")))
+    let ids = tokio::task::spawn_blocking(move || {
+        let mut out = Vec::new();
+        for piece in pieces {
+            match piece {
+                // In range: checked above.
+                Piece::Id(i) => out.push(i as u32),
+                Piece::Text(t) => out.extend(st.encode_prompt(&t)),
+            }
+        }
+        out
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("tokenization failed: {e}")))?;
+    if ids.is_empty() {
+        return Err(ApiError::bad_param("prompt", "the prompt is empty"));
+    }
+    Ok(ids)
 }
 
 fn token_ids(tok: &Tokenizer, ids: &[i64]) -> Result<Vec<u32>, ApiError> {

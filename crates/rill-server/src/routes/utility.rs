@@ -5,7 +5,7 @@
 //! `POST /v1/completions/render`).
 
 use crate::errors::{parse_json, ApiError};
-use crate::openai::types::{ChatCompletionRequest, CompletionRequest, Prompt};
+use crate::openai::types::{ChatCompletionRequest, CompletionRequest};
 use crate::routes::chat::prepare;
 use crate::routes::completions::prompt_list;
 use crate::state::AppState;
@@ -175,7 +175,7 @@ pub async fn render_completion(
 ) -> Result<Json<Value>, ApiError> {
     let req: CompletionRequest = parse_json(&body?)?;
     state.check_model(req.model.as_deref())?;
-    let batch = matches!(req.prompt, Prompt::Texts(_) | Prompt::TokenBatch(_));
+    let batch = req.prompt.is_batch();
     let mut out: Vec<Value> = prompt_list(&state, req.prompt)
         .await?
         .into_iter()

@@ -148,3 +148,75 @@ async fn completion_streams_objects_without_done() {
     assert_eq!(text, whole["content"].as_str().unwrap());
     s.stop().await;
 }
+
+/// The token ids `/v1/completions/render` makes of a prompt (of each
+/// prompt, for a list).
+async fn render(s: &TestServer, prompt: Value) -> Value {
+    let (st, v) = s
+        .post("/v1/completions/render", &json!({ "prompt": prompt }))
+        .await;
+    assert_eq!(st, 200, "{prompt}: {v}");
+    match v {
+        Value::Array(list) => list.iter().map(|r| r["token_ids"].clone()).collect(),
+        one => one["token_ids"].clone(),
+    }
+}
+
+/// llama-server's mixed prompts: token ids and text in one prompt, each
+/// piece taken in order; a list of prompts of mixed forms, one reply each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_prompts_join_ids_and_text_in_order() {
+    let s = start(Opts::default()).await;
+    let ids = |v: Value| v.as_array().expect("ids").clone();
+    let a = ids(render(&s, json!("Once upon")).await);
+    let b = ids(render(&s, json!(" a time")).await);
+    assert!(!a.is_empty() && !b.is_empty());
+    let joined = Value::Array(a.iter().chain(&b).cloned().collect());
+
+    let ids_then_text = Value::Array(a.iter().cloned().chain([json!(" a time")]).collect());
+    let text_then_ids = Value::Array([json!("Once upon")].into_iter().chain(b.clone()).collect());
+    assert_eq!(render(&s, ids_then_text.clone()).await, joined);
+    assert_eq!(render(&s, text_then_ids).await, joined);
+
+    // No integer at the top level: a list of prompts, in order.
+    let list = json!([ids_then_text.clone(), {"prompt_string": " a time"}, b.clone()]);
+    assert_eq!(
+        render(&s, list).await,
+        json!([joined.clone(), b.clone(), b.clone()])
+    );
+
+    // Generation from a mixed prompt is generation from its ids.
+    let (st, x) = s
+        .post("/completion", &body(json!({ "prompt": ids_then_text })))
+        .await;
+    assert_eq!(st, 200, "{x}");
+    let (_, y) = s
+        .post("/completion", &body(json!({ "prompt": joined.clone() })))
+        .await;
+    assert_eq!(x["content"], y["content"]);
+    assert_eq!(
+        x["tokens_evaluated"].as_u64(),
+        Some(a.len() as u64 + b.len() as u64)
+    );
+    let (st, v) = s
+        .post(
+            "/v1/completions",
+            &json!({"prompt": [a[0].clone(), " a time"], "max_tokens": 2}),
+        )
+        .await;
+    assert_eq!(st, 200, "the OpenAI endpoint takes them too: {v}");
+
+    for bad in [
+        json!([12, [1]]),
+        json!([[[1]]]),
+        json!({"text": "a"}),
+        json!([1.5, "a"]),
+        json!([999_999_999, "a"]),
+        json!([[], "a"]),
+    ] {
+        let (st, e) = s.post("/completion", &body(json!({ "prompt": bad }))).await;
+        assert_eq!(st, 400, "{bad}: {e}");
+        assert_eq!(e["error"]["param"], "prompt", "{bad}: {e}");
+    }
+    s.stop().await;
+}
