@@ -32,10 +32,15 @@ pub(crate) fn keep_at_least_one(cand: &mut Vec<(u32, f32)>, keep: impl Fn(f32) -
 
 /// Locally typical sampling over `cand` (best first) with probabilities
 /// `probs`: the tokens by how far their surprise `−ln p` is from the
-/// entropy, nearest first, until their mass passes `typical_p` (at least
-/// one); `cand` keeps them, best first again. The kept ones'
-/// probabilities at temperature 1 come back.
-pub(crate) fn typical_cut(cand: &mut Vec<(u32, f32)>, probs: &[f64], typical_p: f32) -> Vec<f64> {
+/// entropy, nearest first, until their mass passes `typical_p` and they
+/// are `min_keep` (at least one); `cand` keeps them, best first again. The
+/// kept ones' probabilities at temperature 1 come back.
+pub(crate) fn typical_cut(
+    cand: &mut Vec<(u32, f32)>,
+    probs: &[f64],
+    typical_p: f32,
+    min_keep: usize,
+) -> Vec<f64> {
     let entropy: f64 = -probs
         .iter()
         .filter(|&&p| p > 0.0)
@@ -51,7 +56,7 @@ pub(crate) fn typical_cut(cand: &mut Vec<(u32, f32)>, probs: &[f64], typical_p: 
     let mut keep = order.len();
     for (i, &at) in order.iter().enumerate() {
         cum += probs[at];
-        if cum > typical_p as f64 {
+        if cum > typical_p as f64 && i + 1 >= min_keep {
             keep = i + 1;
             break;
         }

@@ -51,6 +51,10 @@ pub struct SamplerConfig {
     /// but the least likely of them; 0.0 = off (a threshold over 0.5 too).
     pub xtc_probability: f32,
     pub xtc_threshold: f32,
+    /// llama.cpp's `min_keep`: top-p, min-p, typical and XTC keep at least
+    /// this many tokens (top-k and top-n-σ do not look at it); 0 or 1 =
+    /// at least one, as always.
+    pub min_keep: usize,
     /// Multiplicative penalty on tokens seen in the window (1.0 = off),
     /// as in HF / llama.cpp: positive logits are divided, negative multiplied.
     pub repetition_penalty: f32,
@@ -93,6 +97,7 @@ impl Default for SamplerConfig {
             typical_p: 1.0,
             xtc_probability: 0.0,
             xtc_threshold: 0.1,
+            min_keep: 0,
             repetition_penalty: 1.0,
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
@@ -430,14 +435,14 @@ impl Sampler {
             self.kept_superset(row, floor)
         };
         if typical {
-            probs = typical_cut(&mut self.cand, &probs, c.typical_p);
+            probs = typical_cut(&mut self.cand, &probs, c.typical_p, c.min_keep);
         }
         let mut keep = probs.len();
         if c.top_p < 1.0 {
             let mut cum = 0.0;
             for (i, p) in probs.iter().enumerate() {
                 cum += p;
-                if cum >= c.top_p as f64 {
+                if cum >= c.top_p as f64 && i + 1 >= c.min_keep {
                     keep = i + 1;
                     break;
                 }
@@ -445,7 +450,8 @@ impl Sampler {
         }
         if c.min_p > 0.0 {
             let floor = probs.first().copied().unwrap_or(0.0) * c.min_p as f64;
-            keep = keep.min(probs.iter().take_while(|&&p| p >= floor).count().max(1));
+            let passing = probs.iter().take_while(|&&p| p >= floor).count();
+            keep = keep.min(passing.max(c.min_keep).max(1));
         }
         self.cand.truncate(keep.max(1));
         if xtc && self.cand.len() > 1 && self.rng.next_f64() < c.xtc_probability as f64 {
@@ -455,7 +461,7 @@ impl Sampler {
                 .iter()
                 .take_while(|&&p| p >= c.xtc_threshold as f64)
                 .count();
-            if last > 1 {
+            if last > 1 && self.cand.len() - (last - 1) >= c.min_keep {
                 self.cand.drain(..last - 1);
             }
         }
@@ -538,6 +544,11 @@ impl Sampler {
                 step += 4.0;
             }
         }
+        // Too few above the bound for `min_keep`: every token top-n-σ keeps.
+        if c.min_keep > 1 && row.iter().filter(|&&l| l >= bound || l.is_nan()).count() < c.min_keep
+        {
+            bound = floor;
+        }
         self.cand.extend(
             (row.iter().enumerate())
                 .filter(|&(_, &l)| l >= bound || l.is_nan())
@@ -563,6 +574,7 @@ impl SamplerConfig {
             typical_p: self.typical_p,
             xtc_probability: self.xtc_probability,
             xtc_threshold: self.xtc_threshold,
+            min_keep: self.min_keep,
         }
     }
 }
@@ -577,6 +589,7 @@ struct Cuts {
     typical_p: f32,
     xtc_probability: f32,
     xtc_threshold: f32,
+    min_keep: usize,
 }
 
 /// The logit bias: added, or -∞ at -100 (a ban, as OpenAI means it).

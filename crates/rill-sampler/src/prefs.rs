@@ -41,6 +41,10 @@ pub struct SamplingPrefs {
     /// penalties off, -1 = the whole context).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repeat_last_n: Option<i64>,
+    /// llama.cpp's `min_keep`: the fewest tokens top-p, min-p, typical and
+    /// XTC leave (0 = no floor but the one token).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_keep: Option<i64>,
     /// llama.cpp's dynamic temperature (`dynatemp_range`, 0 = off;
     /// `dynatemp_exponent`, default 1).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -86,6 +90,7 @@ impl SamplingPrefs {
             xtc_probability: self.xtc_probability.or(lower.xtc_probability),
             xtc_threshold: self.xtc_threshold.or(lower.xtc_threshold),
             repeat_last_n: self.repeat_last_n.or(lower.repeat_last_n),
+            min_keep: self.min_keep.or(lower.min_keep),
             dynatemp_range: self.dynatemp_range.or(lower.dynatemp_range),
             dynatemp_exponent: self.dynatemp_exponent.or(lower.dynatemp_exponent),
             dry_multiplier: self.dry_multiplier.or(lower.dry_multiplier),
@@ -101,7 +106,7 @@ impl SamplingPrefs {
     }
 
     /// `config` with the values of llama.cpp's extra samplers set here
-    /// (DRY, Mirostat, dynamic temperature, `repeat_last_n`), checked as
+    /// (DRY, Mirostat, dynamic temperature, `repeat_last_n`, `min_keep`), checked as
     /// llama-server checks them; the sampler's
     /// [`validate`](crate::SamplerConfig::validate) checks the rest.
     pub fn apply_extras(&self, config: &mut crate::SamplerConfig) -> Result<(), ConfigError> {
@@ -113,6 +118,16 @@ impl SamplingPrefs {
         }
         if let Some(e) = self.dynatemp_exponent {
             config.dynatemp_exponent = e as f32;
+        }
+        match self.min_keep {
+            None => {}
+            Some(n) if n < 0 => {
+                return Err(ConfigError {
+                    param: "min_keep",
+                    message: format!("min_keep must be >= 0 (got {n})"),
+                })
+            }
+            Some(n) => config.min_keep = usize::try_from(n).unwrap_or(usize::MAX),
         }
         match self.repeat_last_n {
             None => {}

@@ -294,7 +294,7 @@ fn logprobs_top_k_is_the_sorted_rows_first_k() {
 /// them (llama.cpp's chain with every cut on the whole sorted row): top-n-σ,
 /// top-k, typical, top-p and min-p on the probabilities at temperature 1
 /// over what is left, XTC (always drawn here), then the softmax at the
-/// temperature.
+/// temperature; `min_keep` as llama.cpp's samplers read it.
 fn reference_distribution(c: &SamplerConfig, row: &[f32]) -> Vec<(u32, f64)> {
     let mut cand: Vec<(u32, f32)> = row
         .iter()
@@ -336,7 +336,7 @@ fn reference_distribution(c: &SamplerConfig, row: &[f32]) -> Vec<(u32, f64)> {
         let (mut cum, mut keep) = (0.0, order.len());
         for (i, &at) in order.iter().enumerate() {
             cum += p[at];
-            if cum > c.typical_p as f64 {
+            if cum > c.typical_p as f64 && (c.min_keep == 0 || i >= c.min_keep - 1) {
                 keep = i + 1;
                 break;
             }
@@ -351,15 +351,21 @@ fn reference_distribution(c: &SamplerConfig, row: &[f32]) -> Vec<(u32, f64)> {
         let mut cum = 0.0;
         for (i, p) in probs.iter().enumerate() {
             cum += p;
-            if cum >= c.top_p as f64 {
+            if cum >= c.top_p as f64 && i + 1 >= c.min_keep {
                 keep = i + 1;
                 break;
             }
         }
     }
     if c.min_p > 0.0 {
+        // The first token always, then while above the floor or short of
+        // `min_keep` (llama.cpp's sorted min-p).
         let floor = probs[0] * c.min_p as f64;
-        keep = keep.min(probs.iter().take_while(|&&p| p >= floor).count().max(1));
+        let mut i = 1;
+        while i < keep && (probs[i] >= floor || i < c.min_keep) {
+            i += 1;
+        }
+        keep = i;
     }
     cand.truncate(keep.max(1));
     if c.xtc_probability > 0.0 && c.xtc_threshold <= 0.5 && cand.len() > 1 {
@@ -368,8 +374,9 @@ fn reference_distribution(c: &SamplerConfig, row: &[f32]) -> Vec<(u32, f64)> {
             .iter()
             .take_while(|&&q| q >= c.xtc_threshold as f64)
             .count();
-        if last > 1 {
-            cand.drain(..last - 1);
+        let pos_last = last.saturating_sub(1);
+        if pos_last > 0 && cand.len() - pos_last >= c.min_keep {
+            cand.drain(..pos_last);
         }
     }
     let p = softmax(&cand, c.temperature);
@@ -405,7 +412,7 @@ fn distribution_is_the_plain_algorithms() {
     for top_k in [0, 1, 40, 100] {
         for top_p in [1.0, 0.9, 0.5] {
             for min_p in [0.0, 0.05, 0.5] {
-                for temperature in [0.7, 1.5] {
+                for (temperature, min_keep) in [(0.7, 0), (1.5, 0), (1.5, 200)] {
                     for (top_n_sigma, typical_p, xtc_probability) in [
                         (0.0, 1.0, 0.0),
                         (1.5, 1.0, 0.0),
@@ -422,6 +429,7 @@ fn distribution_is_the_plain_algorithms() {
                             typical_p,
                             xtc_probability,
                             xtc_threshold: 0.05,
+                            min_keep,
                             ..SamplerConfig::default()
                         });
                     }

@@ -117,6 +117,10 @@ pub struct ExtraSamplerArgs {
     /// context) [default: 64].
     #[arg(long, env = "RILL_REPEAT_LAST_N", allow_negative_numbers = true)]
     pub repeat_last_n: Option<i64>,
+    /// The fewest tokens top-p, min-p, typical and XTC may leave (0 = no
+    /// floor but one token) [default: 0].
+    #[arg(long, env = "RILL_MIN_KEEP")]
+    pub min_keep: Option<i64>,
     /// Dynamic temperature: the temperature moves within ± this with the
     /// entropy of the candidates (0 = off) [default: 0].
     #[arg(long, env = "RILL_DYNATEMP_RANGE")]
@@ -166,6 +170,7 @@ impl ExtraSamplerArgs {
         };
         SamplingPrefs {
             repeat_last_n: self.repeat_last_n,
+            min_keep: self.min_keep,
             dynatemp_range: self.dynatemp_range,
             dynatemp_exponent: self.dynatemp_exponent,
             dry_multiplier: self.dry_multiplier,

@@ -254,6 +254,7 @@ fn settings(r: &Request, n_predict: Option<i64>, stream: bool) -> Value {
         "xtc_threshold": s.xtc_threshold,
         "repeat_penalty": s.repetition_penalty,
         "repeat_last_n": s.penalty_window,
+        "min_keep": s.min_keep,
         "presence_penalty": s.presence_penalty,
         "frequency_penalty": s.frequency_penalty,
         "dry_multiplier": s.dry.multiplier,

@@ -53,6 +53,14 @@ async fn completion_speaks_llama_servers_api() {
         "{g}"
     );
     assert_eq!(g["top_k"], 40);
+    assert_eq!(g["min_keep"], 0);
+    let (_, v) = s
+        .post(
+            "/completion",
+            &json!({"prompt": "Hi", "n_predict": 1, "min_keep": 5}),
+        )
+        .await;
+    assert_eq!(v["generation_settings"]["min_keep"], 5, "{v}");
 
     // A stop word: the text before it, and which one it was.
     let word: String = text.chars().skip(3).take(3).collect();
@@ -108,6 +116,7 @@ async fn completion_speaks_llama_servers_api() {
         json!({"prompt": "x", "n_predict": -2}),
         json!({"prompt": "x", "n_probs": 99}),
         json!({"prompt": "x", "logit_bias": [[1]]}),
+        json!({"prompt": "x", "min_keep": -1}),
         json!({"prompt": ""}),
     ] {
         let (st, e) = s.post("/completion", &bad).await;
