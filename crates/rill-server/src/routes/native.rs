@@ -42,6 +42,8 @@ struct NativeRequest {
     logit_bias: Option<Value>,
     /// llama-server's name of `repetition_penalty`.
     repeat_penalty: Option<f64>,
+    /// Completions per prompt (llama-server's name; `n` is its alias).
+    n_cmpl: Option<i64>,
     #[serde(flatten)]
     constraint: ConstraintFields,
 }
@@ -64,9 +66,8 @@ pub async fn completion(
 ) -> Result<Response, ApiError> {
     let req: NativeRequest = parse_json(&body?)?;
     let mut sampling = req.sampling.clone();
-    if choices::count(sampling.n)? != 1 {
-        return Err(ApiError::bad_param("n", "/completion gives one completion"));
-    }
+    let n = choices::count(req.n_cmpl.or(sampling.n))
+        .map_err(|e| e.with_param(if req.n_cmpl.is_some() { "n_cmpl" } else { "n" }))?;
     sampling.prefs.repetition_penalty = sampling.prefs.repetition_penalty.or(req.repeat_penalty);
     sampling.prefs = (sampling.prefs)
         .or(&state.config.sampling)
@@ -107,16 +108,19 @@ pub async fn completion(
         });
     let prompts = prompt_list(&state, req.prompt.clone()).await?;
     let stream = req.stream == Some(true);
-    if stream && prompts.len() > 1 {
+    if stream && prompts.len() * n > 1 {
         return Err(ApiError::bad_param(
-            "prompt",
-            "a list of prompts cannot be streamed",
+            if n > 1 { "n_cmpl" } else { "prompt" },
+            "only one completion can be streamed: a list of prompts or n_cmpl > 1 is not",
         ));
     }
-    if prompts.len() > choices::MAX_SEQUENCES {
+    if prompts.len() * n > choices::MAX_SEQUENCES {
         return Err(ApiError::bad_param(
             "prompt",
-            format!("at most {} prompts per request", choices::MAX_SEQUENCES),
+            format!(
+                "at most {} completions (prompts × n_cmpl) per request",
+                choices::MAX_SEQUENCES
+            ),
         ));
     }
     let requests = (prompts.iter())
@@ -125,7 +129,8 @@ pub async fn completion(
             ..request.clone()
         })
         .collect();
-    let mut submitted = choices::submit_all(&state, requests, 1).await?;
+    // Prompt-major: reply `p·n + j` is prompt `p`'s completion `j`.
+    let mut submitted = choices::submit_all(&state, requests, n).await?;
     let view = View {
         state: state.clone(),
         settings: settings(&request, req.n_predict, stream),
@@ -141,7 +146,7 @@ pub async fn completion(
         };
         return Ok(sse::response(choice.handle, builder, state.clone()));
     }
-    let mut out = Vec::with_capacity(prompts.len());
+    let mut out = Vec::with_capacity(submitted.len());
     for (index, mut choice) in submitted.into_iter().enumerate() {
         let (mut text, mut ids, mut probs) = (String::new(), Vec::new(), Vec::new());
         let done = loop {
@@ -165,7 +170,7 @@ pub async fn completion(
                 None => return Err(ApiError::engine_stopped()),
             }
         };
-        let mut o = view.last(index, &prompts[index], &done, text, &ids);
+        let mut o = view.last(index, &prompts[index / n], &done, text, &ids);
         if n_probs.is_some() {
             o.insert("completion_probabilities".into(), Value::Array(probs));
         }

@@ -229,3 +229,59 @@ async fn mixed_prompts_join_ids_and_text_in_order() {
     }
     s.stop().await;
 }
+
+/// `n_cmpl` (and its alias `n`): that many completions of each prompt,
+/// prompt-major, each its own seed's draw; a list of replies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn n_cmpl_gives_completions_per_prompt() {
+    let s = start(Opts::default()).await;
+    let sampled = |extra: Value| {
+        let mut b = body(json!({"temperature": 1.0, "seed": 7, "return_tokens": true}));
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    let (st, v) = s.post("/completion", &sampled(json!({"n_cmpl": 3}))).await;
+    assert_eq!(st, 200, "{v}");
+    let list = v.as_array().expect("a list of replies");
+    assert_eq!(list.len(), 3);
+    // Completion j draws with seed + j: the first is the single reply.
+    let (_, one) = s.post("/completion", &sampled(json!({}))).await;
+    assert_eq!(list[0]["tokens"], one["tokens"]);
+    let distinct: std::collections::HashSet<String> =
+        list.iter().map(|r| r["tokens"].to_string()).collect();
+    assert!(distinct.len() > 1, "different seeds, different draws: {v}");
+    for (j, r) in list.iter().enumerate() {
+        assert_eq!(r["index"], j, "{r}");
+        assert_eq!(r["tokens_predicted"], 8);
+    }
+
+    // Two prompts × n 2: prompt-major.
+    let (st, v) = s
+        .post(
+            "/completion",
+            &sampled(json!({"prompt": ["Once upon a time", "Hello"], "n": 2})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let list = v.as_array().unwrap();
+    assert_eq!(list.len(), 4);
+    let (_, hello) = s
+        .post("/completion", &sampled(json!({"prompt": "Hello"})))
+        .await;
+    assert_eq!(list[0]["tokens"], one["tokens"]);
+    assert_eq!(list[2]["tokens"], hello["tokens"]);
+    assert_eq!(list[3]["tokens_evaluated"], hello["tokens_evaluated"]);
+
+    for bad in [
+        json!({"n_cmpl": 0}),
+        json!({"n_cmpl": 2, "stream": true}),
+        json!({"n_cmpl": 1000}),
+    ] {
+        let (st, e) = s.post("/completion", &sampled(bad.clone())).await;
+        assert_eq!(st, 400, "{bad}: {e}");
+        assert_eq!(e["error"]["param"], "n_cmpl", "{bad}: {e}");
+    }
+    s.stop().await;
+}
