@@ -46,12 +46,17 @@ pub const MAX_SEQUENCES: usize = 64;
 
 /// `n` checked: 1 when absent.
 pub fn count(n: Option<i64>) -> Result<usize, ApiError> {
+    count_named("n", n)
+}
+
+/// [`count`] for a parameter of another name (llama-server's `n_cmpl`).
+pub fn count_named(name: &str, n: Option<i64>) -> Result<usize, ApiError> {
     match n {
         None => Ok(1),
         Some(n) if (1..=MAX_CHOICES as i64).contains(&n) => Ok(n as usize),
         Some(n) => Err(ApiError::bad_param(
-            "n",
-            format!("n must be in [1, {MAX_CHOICES}] (got {n})"),
+            name,
+            format!("{name} must be in [1, {MAX_CHOICES}] (got {n})"),
         )),
     }
 }

@@ -66,8 +66,10 @@ pub async fn completion(
 ) -> Result<Response, ApiError> {
     let req: NativeRequest = parse_json(&body?)?;
     let mut sampling = req.sampling.clone();
-    let n = choices::count(req.n_cmpl.or(sampling.n))
-        .map_err(|e| e.with_param(if req.n_cmpl.is_some() { "n_cmpl" } else { "n" }))?;
+    let n = match req.n_cmpl {
+        Some(_) => choices::count_named("n_cmpl", req.n_cmpl)?,
+        None => choices::count(sampling.n)?,
+    };
     sampling.prefs.repetition_penalty = sampling.prefs.repetition_penalty.or(req.repeat_penalty);
     sampling.prefs = (sampling.prefs)
         .or(&state.config.sampling)

@@ -282,6 +282,10 @@ async fn n_cmpl_gives_completions_per_prompt() {
         let (st, e) = s.post("/completion", &sampled(bad.clone())).await;
         assert_eq!(st, 400, "{bad}: {e}");
         assert_eq!(e["error"]["param"], "n_cmpl", "{bad}: {e}");
+        assert!(
+            e["error"]["message"].as_str().unwrap().contains("n_cmpl"),
+            "{bad}: {e}"
+        );
     }
     s.stop().await;
 }
