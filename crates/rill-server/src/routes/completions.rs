@@ -283,21 +283,26 @@ async fn prompt_tokens(state: &Arc<AppState>, prompt: Prompt) -> Result<Vec<u32>
             Piece::Text(_) => None,
         })
         .collect();
-    token_ids(&state.tok, &ids)?;
-    let st = state.clone();
-    let ids = tokio::task::spawn_blocking(move || {
-        let mut out = Vec::new();
-        for piece in pieces {
-            match piece {
-                // In range: checked above.
-                Piece::Id(i) => out.push(i as u32),
-                Piece::Text(t) => out.extend(st.encode_prompt(&t)),
+    let checked = token_ids(&state.tok, &ids)?;
+    let ids = if checked.len() == pieces.len() {
+        // Ids alone: nothing to tokenize.
+        checked
+    } else {
+        let st = state.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut checked = checked.into_iter();
+            let mut out = Vec::new();
+            for piece in pieces {
+                match piece {
+                    Piece::Id(_) => out.extend(checked.next()),
+                    Piece::Text(t) => out.extend(st.encode_prompt(&t)),
+                }
             }
-        }
-        out
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("tokenization failed: {e}")))?;
+            out
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("tokenization failed: {e}")))?
+    };
     if ids.is_empty() {
         return Err(ApiError::bad_param("prompt", "the prompt is empty"));
     }
