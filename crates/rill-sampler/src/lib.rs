@@ -4,15 +4,18 @@
 //! repetition / presence /
 //! frequency penalties over the recent history → DRY → top-n-σ → top-k →
 //! typical → top-p → min-p → XTC → temperature → a draw from the remaining
-//! distribution. With Mirostat on, as in llama.cpp, the chain is logit bias
+//! distribution; a user may reorder or leave out the stages between the
+//! bias and the draw ([`SamplerConfig::order`], llama.cpp's `samplers`). With Mirostat on, as in llama.cpp, the chain is logit bias
 //! → temperature → Mirostat's own cut and draw. Temperature 0 is
 //! greedy (argmax after penalties; ties go to the lower id). A seed makes the
 //! draws reproducible.
 
+mod chain;
 mod cuts;
 mod dry;
 mod logprobs;
 mod mirostat;
+mod order;
 mod prefs;
 mod rng;
 
@@ -25,6 +28,7 @@ use cuts::{
 pub use dry::{Breakers, DryConfig, DEFAULT_BREAKERS};
 pub use logprobs::{log_softmax, logprobs, Logprobs};
 pub use mirostat::MirostatConfig;
+pub use order::{order_names, SamplerSeq, Stage, DEFAULT_ORDER};
 
 pub use prefs::SamplingPrefs;
 pub use rng::Rng;
@@ -81,6 +85,9 @@ pub struct SamplerConfig {
     /// Added to these tokens' logits before anything else (OpenAI's
     /// `logit_bias`, in [-100, 100]); -100 bans the token.
     pub logit_bias: Vec<(u32, f32)>,
+    /// The stages after the bias, in order (llama.cpp's `samplers`); a
+    /// stage not listed is not applied. `None`: [`DEFAULT_ORDER`].
+    pub order: Option<Vec<Stage>>,
 }
 
 /// OpenAI's range of a logit bias; the low end bans the token.
@@ -108,6 +115,7 @@ impl Default for SamplerConfig {
             mirostat: MirostatConfig::default(),
             seed: 0,
             logit_bias: Vec::new(),
+            order: None,
         }
     }
 }
@@ -272,8 +280,13 @@ impl Sampler {
 
     /// It always takes the highest (biased, penalised) logit.
     pub fn is_greedy(&self) -> bool {
-        // Dynamic temperature reaches above 0 even from 0 (llama.cpp).
-        self.config.temperature == 0.0 && self.config.dynatemp_range <= 0.0
+        // Dynamic temperature reaches above 0 even from 0 (llama.cpp). In
+        // an order of the user's, temperature 0 keeps the best token where
+        // it stands (after an XTC or a typical cut before it, say), or is
+        // not applied at all.
+        self.config.temperature == 0.0
+            && self.config.dynatemp_range <= 0.0
+            && self.config.custom_order().is_none()
     }
 
     /// It always takes the highest logit of the row as given: greedy, with
@@ -380,6 +393,10 @@ impl Sampler {
             row.iter_mut().for_each(|l| *l /= t);
             let m = self.config.mirostat;
             return Draw::From(mirostat::distribution(&m, self.mu, &row, &mut self.cand));
+        }
+        if let Some(order) = self.config.custom_order() {
+            let order = order.to_vec();
+            return Draw::From(self.chain(row, history, &order));
         }
         apply_penalties(&self.config, &mut row, history);
         dry::apply(&self.config.dry, &self.breakers, &mut row, history);
@@ -563,6 +580,11 @@ impl Sampler {
 }
 
 impl SamplerConfig {
+    /// The order when it is not llama.cpp's default one.
+    pub fn custom_order(&self) -> Option<&[Stage]> {
+        self.order.as_deref().filter(|o| *o != DEFAULT_ORDER)
+    }
+
     /// The cut parameters, apart from the bias list (copied per token).
     fn cuts(&self) -> Cuts {
         Cuts {

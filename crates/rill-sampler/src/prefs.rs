@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{ConfigError, DryConfig, MirostatConfig, DEFAULT_BREAKERS};
+use crate::{ConfigError, DryConfig, MirostatConfig, SamplerSeq, DEFAULT_BREAKERS};
 
 /// Optional sampling values, serialized and parsed with the request names
 /// (`temperature`, `top_k`, …, `repetition_penalty`); unset ones are left
@@ -72,6 +72,10 @@ pub struct SamplingPrefs {
     pub mirostat_tau: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mirostat_eta: Option<f64>,
+    /// llama.cpp's `samplers`: the chain's order, names or letters
+    /// (see [`crate::Stage`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub samplers: Option<SamplerSeq>,
 }
 
 impl SamplingPrefs {
@@ -102,11 +106,13 @@ impl SamplingPrefs {
             mirostat: self.mirostat.or(lower.mirostat),
             mirostat_tau: self.mirostat_tau.or(lower.mirostat_tau),
             mirostat_eta: self.mirostat_eta.or(lower.mirostat_eta),
+            samplers: (self.samplers.clone()).or_else(|| lower.samplers.clone()),
         }
     }
 
     /// `config` with the values of llama.cpp's extra samplers set here
-    /// (DRY, Mirostat, dynamic temperature, `repeat_last_n`, `min_keep`), checked as
+    /// (DRY, Mirostat, dynamic temperature, `repeat_last_n`, `min_keep`,
+    /// the order of `samplers`), checked as
     /// llama-server checks them; the sampler's
     /// [`validate`](crate::SamplerConfig::validate) checks the rest.
     pub fn apply_extras(&self, config: &mut crate::SamplerConfig) -> Result<(), ConfigError> {
@@ -118,6 +124,9 @@ impl SamplingPrefs {
         }
         if let Some(e) = self.dynatemp_exponent {
             config.dynatemp_exponent = e as f32;
+        }
+        if let Some(seq) = &self.samplers {
+            config.order = Some(seq.stages()?);
         }
         match self.min_keep {
             None => {}

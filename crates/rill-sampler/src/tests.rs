@@ -562,3 +562,128 @@ fn dynamic_temperature_follows_the_entropy() {
     let mut s = Sampler::new(with(0.0, 0.7, 1e9)).unwrap();
     assert!((0..32).all(|_| s.sample(&peaked, &[]) == 0));
 }
+
+/// llama.cpp's default order through the plain chain is the fast path's
+/// draw: the same candidates, the same probabilities.
+#[test]
+fn the_default_order_in_the_chain_is_the_fast_paths_draw() {
+    let n = 2003u32;
+    let hash = |i: u32| (i.wrapping_mul(2654435761) >> 8) % 10_000;
+    let row: Vec<f32> = (0..n).map(|i| hash(i) as f32 * 0.002 - 10.0).collect();
+    let history = [5u32, 9, 5, 1200];
+    for (top_k, top_p, min_p, typical_p, top_n_sigma, xtc_probability) in [
+        (0, 1.0, 0.0, 1.0, 0.0, 0.0),
+        (40, 0.9, 0.05, 1.0, 0.0, 0.0),
+        (0, 0.5, 0.0, 0.7, 1.5, 1.0),
+        (100, 1.0, 0.2, 1.0, 0.0, 1.0),
+    ] {
+        let c = SamplerConfig {
+            temperature: 0.8,
+            top_k,
+            top_p,
+            min_p,
+            typical_p,
+            top_n_sigma,
+            xtc_probability,
+            xtc_threshold: 0.01,
+            repetition_penalty: 1.3,
+            seed: 4,
+            ..SamplerConfig::default()
+        };
+        let mut fast = Sampler::new(c.clone()).unwrap();
+        let mut plain = Sampler::new(c.clone()).unwrap();
+        let mut penalised = row.clone();
+        apply_penalties(&c, &mut penalised, &history);
+        let want = fast.distribution(&penalised);
+        let got = plain.chain(row.clone(), &history, &DEFAULT_ORDER);
+        let mut want: Vec<(u32, f64)> = fast.cand.iter().map(|c| c.0).zip(want).collect();
+        let mut got: Vec<(u32, f64)> = plain.cand.iter().map(|c| c.0).zip(got).collect();
+        want.sort_by_key(|w| w.0);
+        got.sort_by_key(|g| g.0);
+        assert_eq!(got.len(), want.len(), "{c:?}");
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g.0, w.0, "{c:?}");
+            assert!(
+                (g.1 - w.1).abs() <= 1e-5 * w.1 + 1e-12,
+                "{c:?}: {g:?} {w:?}"
+            );
+        }
+    }
+}
+
+/// In an order of the user's, each stage sees what the ones before it
+/// left, and a stage left out is not applied.
+#[test]
+fn a_users_order_changes_what_each_stage_sees() {
+    // At temperature 1: p ≈ [0.665, 0.245, 0.090]; top-p 0.8 keeps two.
+    let row = [2.0f32, 1.0, 0.0];
+    let kept = |order: &[Stage], c: SamplerConfig| {
+        let mut s = Sampler::new(SamplerConfig {
+            order: Some(order.to_vec()),
+            ..c
+        })
+        .unwrap();
+        let p = s.chain(row.to_vec(), &[], order);
+        let mut ids: Vec<u32> = s.cand.iter().map(|c| c.0).collect();
+        ids.sort();
+        (ids, p)
+    };
+    let hot = SamplerConfig {
+        temperature: 3.0,
+        top_p: 0.8,
+        ..SamplerConfig::default()
+    };
+    use Stage::*;
+    assert_eq!(kept(&[TopP, Temperature], hot.clone()).0, [0, 1]);
+    // Temperature first: p ≈ [0.42, 0.31, 0.27], top-p 0.8 needs all three.
+    assert_eq!(kept(&[Temperature, TopP], hot.clone()).0, [0, 1, 2]);
+    // Without top-p in the list, top-p is not applied.
+    assert_eq!(kept(&[Temperature], hot.clone()).0, [0, 1, 2]);
+    // Without temperature, the draw is at the logits' own scale.
+    let (_, p) = kept(&[TopK], hot.clone());
+    let z: f64 = [2f64, 1.0, 0.0].iter().map(|l| l.exp()).sum();
+    assert!((p[0] - 2f64.exp() / z).abs() < 1e-9, "{p:?}");
+    // XTC before a temperature of 0 takes the best away first.
+    let xtc = SamplerConfig {
+        temperature: 0.0,
+        xtc_probability: 1.0,
+        xtc_threshold: 0.2,
+        ..SamplerConfig::default()
+    };
+    let mut s = Sampler::new(SamplerConfig {
+        order: Some(vec![Xtc, Temperature]),
+        ..xtc.clone()
+    })
+    .unwrap();
+    assert!(!s.is_greedy());
+    assert_eq!(s.sample(&row, &[]), 1);
+    let mut s = Sampler::new(SamplerConfig {
+        order: Some(vec![Temperature, Xtc]),
+        ..xtc
+    })
+    .unwrap();
+    assert_eq!(s.sample(&row, &[]), 0);
+    // Penalties left out: a repeat is not penalised.
+    let rp = SamplerConfig {
+        temperature: 0.0,
+        repetition_penalty: 10.0,
+        ..SamplerConfig::default()
+    };
+    let pick = |order: Vec<Stage>| {
+        let mut s = Sampler::new(SamplerConfig {
+            order: Some(order),
+            ..rp.clone()
+        })
+        .unwrap();
+        s.sample(&row, &[0])
+    };
+    assert_eq!(pick(vec![Penalties, Temperature]), 1);
+    assert_eq!(pick(vec![Temperature]), 0);
+    // The default order given explicitly is the default path.
+    let s = Sampler::new(SamplerConfig {
+        order: Some(DEFAULT_ORDER.to_vec()),
+        ..rp.clone()
+    })
+    .unwrap();
+    assert!(s.is_greedy());
+}

@@ -8,7 +8,7 @@ use crate::load;
 use anyhow::{Context, Result};
 use rill_engine::{Engine, EngineConfig, Request};
 use rill_load::Prefault;
-use rill_sampler::{SamplerConfig, SamplingPrefs};
+use rill_sampler::{SamplerConfig, SamplerSeq, SamplingPrefs};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -158,6 +158,16 @@ pub struct ExtraSamplerArgs {
     /// Mirostat target entropy, tau [default: 5].
     #[arg(long, env = "RILL_MIROSTAT_ENT")]
     pub mirostat_ent: Option<f64>,
+    /// The samplers after the logit bias, in order, separated by ';' (one
+    /// left out is not applied) [default:
+    /// penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature].
+    #[arg(long, env = "RILL_SAMPLERS", conflicts_with = "sampler_seq")]
+    pub samplers: Option<String>,
+    /// `--samplers` as one letter each (e penalties, d dry, s top-n-σ,
+    /// k top-k, y typical, p top-p, m min-p, x XTC, t temperature)
+    /// [default: edskypmxt].
+    #[arg(long, alias = "sampling-seq", env = "RILL_SAMPLER_SEQ")]
+    pub sampler_seq: Option<String>,
 }
 
 impl ExtraSamplerArgs {
@@ -181,6 +191,16 @@ impl ExtraSamplerArgs {
             mirostat: self.mirostat,
             mirostat_tau: self.mirostat_ent,
             mirostat_eta: self.mirostat_lr,
+            samplers: match (&self.samplers, &self.sampler_seq) {
+                (Some(names), _) => Some(SamplerSeq::Names(
+                    (names.split(';').map(str::trim))
+                        .filter(|n| !n.is_empty())
+                        .map(String::from)
+                        .collect(),
+                )),
+                (None, Some(letters)) => Some(SamplerSeq::Letters(letters.clone())),
+                (None, None) => None,
+            },
             ..SamplingPrefs::default()
         }
     }

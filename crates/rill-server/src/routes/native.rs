@@ -271,6 +271,7 @@ fn settings(r: &Request, n_predict: Option<i64>, stream: bool) -> Value {
         "mirostat": s.mirostat.version,
         "mirostat_tau": s.mirostat.tau,
         "mirostat_eta": s.mirostat.eta,
+        "samplers": rill_sampler::order_names(s.order.as_deref()),
         "stop": r.stop,
         "ignore_eos": r.ignore_eos,
         "n_probs": r.logprobs.unwrap_or(0),

@@ -200,6 +200,9 @@ fn default_params(state: &AppState) -> Value {
         "presence_penalty": d.presence_penalty.unwrap_or(0.0),
         "frequency_penalty": d.frequency_penalty.unwrap_or(0.0),
         "repeat_penalty": d.repetition_penalty.unwrap_or(1.0),
+        "samplers": rill_sampler::order_names(
+            d.samplers.as_ref().and_then(|s| s.stages().ok()).as_deref()
+        ),
         "stop": [],
         "ignore_eos": false,
         "n_ctx": state.ctx_size(),

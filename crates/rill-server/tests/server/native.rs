@@ -289,3 +289,57 @@ async fn n_cmpl_gives_completions_per_prompt() {
     }
     s.stop().await;
 }
+
+/// `samplers` sets the chain's order: a stage left out is not applied (top-k
+/// 1 out of the list lets a hot temperature wander from the greedy tokens;
+/// in it, the reply is the greedy one), the reply reports the order, and an
+/// unknown sampler is a 400 naming `samplers`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn samplers_order_and_leave_out_stages() {
+    let s = start(Opts::default()).await;
+    let ids = |v: &Value| v["tokens"].clone();
+    let (_, greedy) = s
+        .post("/completion", &body(json!({"return_tokens": true})))
+        .await;
+    let hot = |samplers: Value| {
+        body(
+            json!({"return_tokens": true, "temperature": 50, "top_k": 1, "seed": 3,
+                    "samplers": samplers}),
+        )
+    };
+    let (st, v) = s
+        .post("/completion", &hot(json!(["top_k", "temperature"])))
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(ids(&v), ids(&greedy));
+    assert_eq!(
+        v["generation_settings"]["samplers"],
+        json!(["top_k", "temperature"])
+    );
+    let (_, v) = s.post("/completion", &hot(json!("kt"))).await;
+    assert_eq!(ids(&v), ids(&greedy), "letters");
+    let (_, v) = s.post("/completion", &hot(json!("t"))).await;
+    assert_ne!(ids(&v), ids(&greedy), "top-k left out");
+    // The default order where none is given.
+    let (_, v) = s.post("/completion", &body(json!({}))).await;
+    assert_eq!(
+        v["generation_settings"]["samplers"],
+        json!([
+            "penalties",
+            "dry",
+            "top_n_sigma",
+            "top_k",
+            "typ_p",
+            "top_p",
+            "min_p",
+            "xtc",
+            "temperature"
+        ])
+    );
+    for bad in [json!(["top_k", "beam"]), json!("kq"), json!(7)] {
+        let (st, e) = s.post("/completion", &body(json!({"samplers": bad}))).await;
+        assert_eq!(st, 400, "{bad}: {e}");
+        assert_eq!(e["error"]["param"], "samplers", "{e}");
+    }
+    s.stop().await;
+}
