@@ -35,6 +35,11 @@ pub struct Request {
     /// Return the log-probability of each token and this many alternatives
     /// (`None`: no log-probabilities).
     pub logprobs: Option<usize>,
+    /// With `logprobs`: the probabilities after the sampling chain instead
+    /// of the model's (llama-server's `post_sampling_probs`; what the draw
+    /// really chose from: tokens the cuts removed have none, a greedy pick
+    /// is 1). The [`TokenInfo`] then holds their logarithms and no rank.
+    pub post_sampling_probs: bool,
     /// Also return the log-probability of every prompt token given those
     /// before it, with this many alternatives ([`Event::Prompt`]; the first
     /// token has none). The prompt then runs whole: every row's logits are
@@ -79,6 +84,7 @@ impl Request {
             sampler,
             stop: Vec::new(),
             logprobs: None,
+            post_sampling_probs: false,
             prompt_logprobs: None,
             ignore_eos: false,
             cache_points: Vec::new(),

@@ -14,7 +14,7 @@ use crate::speculation::{Speculation, MAX_DRAFT};
 use crate::thinking::Thinking;
 use rill_grammar::Constraint;
 use rill_model::{BatchItem, MtpItem, Outputs, Rows, SequenceState};
-use rill_sampler::Sampler;
+use rill_sampler::{Drawn, Sampler};
 use rill_tokenizer::Tokenizer;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -148,6 +148,10 @@ impl Sequence {
             broken: false,
         });
         let thinking = sub.req.thinking_budget.clone().map(Thinking::new);
+        let mut sampler = sampler;
+        if let (Some(k), true) = (sub.req.logprobs, sub.req.post_sampling_probs) {
+            sampler.record_draws(k);
+        }
         Sequence {
             constraint,
             thinking,
@@ -424,6 +428,7 @@ impl Sequence {
         let mut kept = 0;
         for (i, row) in logits.chunks_exact(v).enumerate() {
             let draft = self.spec.as_ref().and_then(|s| s.draft(i));
+            self.sampler.forget_draw();
             let id = match self.forced().map_or_else(|| self.draw(row, draft), Ok) {
                 Ok(id) => id,
                 Err(why) => return Some(self.fail(why).into_result()),
@@ -450,6 +455,7 @@ impl Sequence {
     }
 
     fn take(&mut self, row: &[f32], cx: &TokenContext) -> Option<End> {
+        self.sampler.forget_draw();
         let id = match self.forced().map_or_else(|| self.draw(row, None), Ok) {
             Ok(id) => id,
             Err(why) => return Some(self.fail(why)),
@@ -534,6 +540,22 @@ impl Sequence {
                 rank: None,
                 top: Vec::new(),
             },
+            Some(_) if req.post_sampling_probs => {
+                // A token the sampler did not draw (forced, or the grammar's
+                // best) was certain.
+                let drawn = self.sampler.last_draw().cloned().unwrap_or(Drawn {
+                    chosen: 1.0,
+                    top: vec![(id, 1.0)],
+                });
+                TokenInfo {
+                    id,
+                    logprob: Some(drawn.chosen.ln() as f32),
+                    rank: None,
+                    top: (drawn.top.iter())
+                        .map(|&(t, p)| (t, p.ln() as f32))
+                        .collect(),
+                }
+            }
             Some(k) => {
                 let lp = rill_sampler::logprobs(row, id, k);
                 TokenInfo {

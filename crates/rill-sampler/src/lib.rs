@@ -12,6 +12,7 @@
 
 mod chain;
 mod cuts;
+mod drawn;
 mod dry;
 mod logprobs;
 mod mirostat;
@@ -25,6 +26,7 @@ use cuts::{
     keep_at_least_one, sigma_floor, softmax, softmax_wide, sort_best_first, top_k_into,
     typical_cut, weight,
 };
+pub use drawn::Drawn;
 pub use dry::{Breakers, DryConfig, DEFAULT_BREAKERS};
 pub use logprobs::{log_softmax, logprobs, Logprobs};
 pub use mirostat::MirostatConfig;
@@ -249,6 +251,10 @@ pub struct Sampler {
     breakers: Arc<Breakers>,
     /// Mirostat's bound on the surprise, in bits.
     mu: f32,
+    /// How many of a draw's most likely tokens [`Self::last_draw`] keeps
+    /// (`None`: draws are not recorded).
+    record: Option<usize>,
+    last: Option<Drawn>,
 }
 
 impl Sampler {
@@ -264,6 +270,8 @@ impl Sampler {
             cand: Vec::new(),
             breakers: Arc::default(),
             mu,
+            record: None,
+            last: None,
         })
     }
 
@@ -314,7 +322,10 @@ impl Sampler {
     /// Pick the next token given `logits` (one row) and the tokens so far.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
         let probs = match self.draw(logits, history) {
-            Draw::Greedy(t) => return t,
+            Draw::Greedy(t) => {
+                self.note(t, None);
+                return t;
+            }
             Draw::From(probs) => probs,
         };
         let r = self.rng.next_f64();
@@ -328,7 +339,9 @@ impl Sampler {
             }
         }
         self.observe(probs[pick]);
-        self.cand[pick].0
+        let token = self.cand[pick].0;
+        self.note(token, Some(&probs));
+        token
     }
 
     /// Speculative verification of `draft`, a token a draft model proposed
@@ -342,7 +355,10 @@ impl Sampler {
     /// the draft.
     pub fn verify(&mut self, logits: &[f32], history: &[u32], draft: u32) -> u32 {
         let probs = match self.draw(logits, history) {
-            Draw::Greedy(t) => return t,
+            Draw::Greedy(t) => {
+                self.note(t, None);
+                return t;
+            }
             Draw::From(probs) => probs,
         };
         let p_draft = (self.cand.iter().zip(&probs))
@@ -350,6 +366,7 @@ impl Sampler {
             .map_or(0.0, |(_, &p)| p);
         if self.rng.next_f64() < p_draft {
             self.observe(p_draft);
+            self.note(draft, Some(&probs));
             return draft;
         }
         // The residual: every candidate but the draft, renormalised.
@@ -370,6 +387,7 @@ impl Sampler {
         // all draft (then p_draft = 1 and it was kept above).
         let (token, p) = last.unwrap_or((draft, p_draft));
         self.observe(p);
+        self.note(token, Some(&probs));
         token
     }
 

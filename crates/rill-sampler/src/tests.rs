@@ -687,3 +687,47 @@ fn a_users_order_changes_what_each_stage_sees() {
     .unwrap();
     assert!(s.is_greedy());
 }
+
+/// A recorded draw holds the chain's distribution: the kept tokens best
+/// first, summing to 1, the one returned among them; greedy is certain.
+#[test]
+fn recorded_draws_are_the_chains_distribution() {
+    let row = [1.0f32, 3.0, 2.0, 0.5, 2.5];
+    let mut s = Sampler::new(SamplerConfig {
+        temperature: 1.0,
+        top_k: 3,
+        seed: 9,
+        ..SamplerConfig::default()
+    })
+    .unwrap();
+    assert!(s.last_draw().is_none(), "not recorded unless asked");
+    s.sample(&row, &[]);
+    assert!(s.last_draw().is_none());
+    s.record_draws(5);
+    for _ in 0..20 {
+        let t = s.sample(&row, &[]);
+        let d = s.last_draw().expect("recorded").clone();
+        let ids: Vec<u32> = d.top.iter().map(|x| x.0).collect();
+        assert_eq!(ids, [1, 4, 2]);
+        let z: f64 = [3.0f64, 2.5, 2.0].iter().map(|l| l.exp()).sum();
+        assert!((d.top[0].1 - 3f64.exp() / z).abs() < 1e-12, "{d:?}");
+        let mine = d
+            .top
+            .iter()
+            .find(|x| x.0 == t)
+            .expect("drawn from the kept");
+        assert_eq!(mine.1, d.chosen);
+        s.forget_draw();
+        assert!(s.last_draw().is_none());
+    }
+    let mut g = Sampler::new(cfg(0.0)).unwrap();
+    g.record_draws(2);
+    let t = g.sample(&row, &[]);
+    assert_eq!(
+        g.last_draw(),
+        Some(&Drawn {
+            chosen: 1.0,
+            top: vec![(t, 1.0)]
+        })
+    );
+}

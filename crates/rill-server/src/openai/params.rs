@@ -141,6 +141,7 @@ pub fn build_request(
         sampler,
         stop,
         logprobs,
+        post_sampling_probs: false,
         prompt_logprobs: match f.prompt_logprobs {
             None => None,
             Some(k) => logprobs_count(true, Some(k), "prompt_logprobs")?,

@@ -36,6 +36,9 @@ struct NativeRequest {
     stream: Option<bool>,
     /// Alternatives per generated token in `completion_probabilities`.
     n_probs: Option<i64>,
+    /// Those as probabilities after the sampling chain (`prob`,
+    /// `top_probs`) instead of the model's log-probabilities.
+    post_sampling_probs: Option<bool>,
     /// The generated token ids in `tokens`.
     return_tokens: Option<bool>,
     /// `[[id or text, bias or false], …]`, or OpenAI's object.
@@ -102,6 +105,7 @@ pub async fn completion(
         }
     };
     let mut request = build_request(&sampling, n_probs, state.ctx_size())?;
+    request.post_sampling_probs = req.post_sampling_probs == Some(true);
     check_token_ids(&request, state.tok.vocab_size())?;
     request.constraint =
         (req.constraint.grammar()?).map(|grammar| rill_engine::ConstraintRequest {
@@ -138,6 +142,7 @@ pub async fn completion(
         settings: settings(&request, req.n_predict, stream),
         return_tokens: req.return_tokens == Some(true) || stream,
         generate: !prompt_only,
+        post_sampling: request.post_sampling_probs,
     };
     if stream {
         let choice = submitted.pop().expect("one prompt");
@@ -159,7 +164,7 @@ pub async fn completion(
                     for tk in &tokens {
                         ids.push(tk.id);
                         if tk.logprob.is_some() {
-                            probs.push(token_probs(&state.tok, tk));
+                            probs.push(token_probs(&state.tok, tk, view.post_sampling));
                         }
                     }
                 }
@@ -192,6 +197,8 @@ struct View {
     return_tokens: bool,
     /// False for `n_predict: 0`: the token drawn is dropped.
     generate: bool,
+    /// `completion_probabilities` as probabilities after the chain.
+    post_sampling: bool,
 }
 
 impl View {
@@ -279,19 +286,26 @@ fn settings(r: &Request, n_predict: Option<i64>, stream: bool) -> Value {
     })
 }
 
-/// One token's `completion_probabilities` entry.
-fn token_probs(tok: &Tokenizer, t: &TokenInfo) -> Value {
+/// One token's `completion_probabilities` entry: log-probabilities
+/// (`logprob`, `top_logprobs`), or with `post` the probabilities after the
+/// sampling chain (`prob`, `top_probs`; the token info holds their logs).
+fn token_probs(tok: &Tokenizer, t: &TokenInfo, post: bool) -> Value {
+    let (key, top_key) = match post {
+        true => ("prob", "top_probs"),
+        false => ("logprob", "top_logprobs"),
+    };
     let entry = |id: u32, logprob: f32| {
         let bytes = tok.token_to_piece(id).unwrap_or_default();
-        json!({
+        let mut v = json!({
             "id": id,
             "token": String::from_utf8_lossy(bytes),
             "bytes": bytes,
-            "logprob": logprob,
-        })
+        });
+        v[key] = json!(if post { logprob.exp() } else { logprob });
+        v
     };
     let mut v = entry(t.id, t.logprob.unwrap_or(0.0));
-    v["top_logprobs"] = t.top.iter().map(|&(id, lp)| entry(id, lp)).collect();
+    v[top_key] = t.top.iter().map(|&(id, lp)| entry(id, lp)).collect();
     v
 }
 
@@ -358,7 +372,9 @@ impl ChunkBuilder for NativeStream {
         });
         if tokens.iter().any(|t| t.logprob.is_some()) {
             let tok = &self.view.state.tok;
-            v["completion_probabilities"] = tokens.iter().map(|t| token_probs(tok, t)).collect();
+            let post = self.view.post_sampling;
+            v["completion_probabilities"] =
+                tokens.iter().map(|t| token_probs(tok, t, post)).collect();
         }
         vec![v.to_string()]
     }

@@ -343,3 +343,57 @@ async fn samplers_order_and_leave_out_stages() {
     }
     s.stop().await;
 }
+
+/// `post_sampling_probs`: `completion_probabilities` gives the
+/// probabilities the draw chose from (`prob`, `top_probs`): a greedy pick
+/// is certain; after top-k 2 at temperature 1 the two kept tokens share
+/// the mass as the model's log-probabilities of them say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_sampling_probs_are_the_draws() {
+    let s = start(Opts::default()).await;
+    let (_, model) = s.post("/completion", &body(json!({"n_probs": 2}))).await;
+    let first = &model["completion_probabilities"][0]["top_logprobs"];
+    let lp = |i: usize| first[i]["logprob"].as_f64().unwrap();
+    let (_, greedy) = s
+        .post(
+            "/completion",
+            &body(json!({"n_probs": 3, "post_sampling_probs": true})),
+        )
+        .await;
+    let probs = greedy["completion_probabilities"]
+        .as_array()
+        .expect("probs");
+    assert_eq!(probs.len(), 8);
+    for p in probs {
+        assert_eq!(p["prob"], 1.0, "{p}");
+        assert!(p.get("logprob").is_none(), "{p}");
+        let top = p["top_probs"].as_array().unwrap();
+        assert_eq!(top.len(), 1, "{p}");
+        assert_eq!(top[0]["id"], p["id"]);
+    }
+    let (_, two) = s
+        .post(
+            "/completion",
+            &body(
+                json!({"n_probs": 3, "post_sampling_probs": true, "temperature": 1,
+                         "top_k": 2, "top_p": 1, "min_p": 0, "seed": 5}),
+            ),
+        )
+        .await;
+    let p0 = &two["completion_probabilities"][0];
+    let top = p0["top_probs"].as_array().unwrap();
+    assert_eq!(top.len(), 2, "{p0}");
+    assert_eq!(
+        (&top[0]["id"], &top[1]["id"]),
+        (&first[0]["id"], &first[1]["id"])
+    );
+    let want = 1.0 / (1.0 + (lp(1) - lp(0)).exp());
+    let got = top[0]["prob"].as_f64().unwrap();
+    assert!((got - want).abs() < 1e-4, "{got} vs {want}");
+    let chosen = top
+        .iter()
+        .find(|t| t["id"] == p0["id"])
+        .expect("drawn from the kept");
+    assert_eq!(chosen["prob"], p0["prob"]);
+    s.stop().await;
+}
