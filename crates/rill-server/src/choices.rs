@@ -144,8 +144,8 @@ impl<B> Drop for Pump<B> {
 }
 
 /// The SSE response of several choices: each choice's payloads from its own
-/// builder, interleaved as the engine produces them, then `tail`, then
-/// `[DONE]`. A failing choice ends the stream with its error. Dropping the
+/// builder, interleaved as the engine produces them, then `tail`, then the
+/// builders' end marker (`[DONE]`; none in llama-server's own API). A failing choice ends the stream with its error. Dropping the
 /// stream (the client left) drops every handle, which cancels every choice.
 pub fn response<B: ChunkBuilder>(
     choices: Vec<Choice>,
@@ -205,7 +205,9 @@ pub fn response<B: ChunkBuilder>(
                         if let Some(tail) = p.tail.take() {
                             p.queue.extend(tail(&all));
                         }
-                        p.queue.push_back("[DONE]".to_string());
+                        if let Some(end) = p.builders[0].end_marker() {
+                            p.queue.push_back(end.to_string());
+                        }
                         p.open = false;
                     }
                     None

@@ -114,12 +114,6 @@ pub async fn completion(
         });
     let prompts = prompt_list(&state, req.prompt.clone()).await?;
     let stream = req.stream == Some(true);
-    if stream && prompts.len() * n > 1 {
-        return Err(ApiError::bad_param(
-            if n > 1 { "n_cmpl" } else { "prompt" },
-            "only one completion can be streamed: a list of prompts or n_cmpl > 1 is not",
-        ));
-    }
     if prompts.len() * n > choices::MAX_SEQUENCES {
         return Err(ApiError::bad_param(
             "prompt",
@@ -145,12 +139,21 @@ pub async fn completion(
         post_sampling: request.post_sampling_probs,
     };
     if stream {
+        let mut builders: Vec<NativeStream> = (0..submitted.len())
+            .map(|index| NativeStream {
+                view: view.clone(),
+                prompt: prompts[index / n].clone(),
+                predicted: 0,
+                index,
+            })
+            .collect();
+        if submitted.len() > 1 {
+            // Every completion's objects as they come, each with its `index`.
+            let tail: choices::Tail = Box::new(|_| Vec::new());
+            return Ok(choices::response(submitted, builders, tail, state.clone()));
+        }
         let choice = submitted.pop().expect("one prompt");
-        let builder = NativeStream {
-            view,
-            prompt: prompts[0].clone(),
-            predicted: 0,
-        };
+        let builder = builders.pop().expect("one builder");
         return Ok(sse::response(choice.handle, builder, state.clone()));
     }
     let mut out = Vec::with_capacity(submitted.len());
@@ -191,6 +194,7 @@ pub async fn completion(
 }
 
 /// What every reply of a request shares.
+#[derive(Clone)]
 struct View {
     state: Arc<AppState>,
     settings: Value,
@@ -348,11 +352,13 @@ fn logit_bias(tok: &Tokenizer, v: &Value) -> Result<Map<String, Value>, ApiError
 }
 
 /// The stream of one completion: an object per piece of text, then the
-/// final object (empty `content`, `"stop": true`).
+/// final object (empty `content`, `"stop": true`), each with the
+/// completion's `index` (prompt-major, as the replies of a batch).
 struct NativeStream {
     view: View,
     prompt: Vec<u32>,
     predicted: usize,
+    index: usize,
 }
 
 impl ChunkBuilder for NativeStream {
@@ -362,7 +368,7 @@ impl ChunkBuilder for NativeStream {
         }
         self.predicted += tokens.len();
         let mut v = json!({
-            "index": 0,
+            "index": self.index,
             "content": text,
             "tokens": tokens.iter().map(|t| t.id).collect::<Vec<_>>(),
             "stop": false,
@@ -380,7 +386,7 @@ impl ChunkBuilder for NativeStream {
     }
 
     fn done(&mut self, done: Done) -> Vec<String> {
-        let o = self.view.last(0, &self.prompt, &done, String::new(), &[]);
+        let o = (self.view).last(self.index, &self.prompt, &done, String::new(), &[]);
         vec![Value::Object(o).to_string()]
     }
 

@@ -274,11 +274,34 @@ async fn n_cmpl_gives_completions_per_prompt() {
     assert_eq!(list[2]["tokens"], hello["tokens"]);
     assert_eq!(list[3]["tokens_evaluated"], hello["tokens_evaluated"]);
 
-    for bad in [
-        json!({"n_cmpl": 0}),
-        json!({"n_cmpl": 2, "stream": true}),
-        json!({"n_cmpl": 1000}),
-    ] {
+    // Streamed: each completion's objects, interleaved, each with its
+    // index; per index, the pieces make the reply's text and one last
+    // object stops it; no `[DONE]`.
+    let data = s
+        .stream(
+            "/completion",
+            &sampled(json!({"prompt": ["Once upon a time", "Hello"], "n": 2, "stream": true})),
+        )
+        .await;
+    assert!(!data.iter().any(|d| d == "[DONE]"), "{data:?}");
+    let mut texts = vec![String::new(); 4];
+    let mut stops = [0; 4];
+    for d in &data {
+        let e: Value = serde_json::from_str(d).unwrap();
+        let i = e["index"].as_u64().expect("an index") as usize;
+        assert_eq!(stops[i], 0, "nothing after a completion's last object");
+        texts[i].push_str(e["content"].as_str().unwrap());
+        if e["stop"] == true {
+            stops[i] += 1;
+            assert_eq!(e["tokens_predicted"], 8, "{e}");
+        }
+    }
+    assert_eq!(stops, [1; 4]);
+    for (i, t) in texts.iter().enumerate() {
+        assert_eq!(t, list[i]["content"].as_str().unwrap(), "completion {i}");
+    }
+
+    for bad in [json!({"n_cmpl": 0}), json!({"n_cmpl": 1000})] {
         let (st, e) = s.post("/completion", &sampled(bad.clone())).await;
         assert_eq!(st, 400, "{bad}: {e}");
         assert_eq!(e["error"]["param"], "n_cmpl", "{bad}: {e}");
