@@ -46,6 +46,9 @@ pub struct ServerConfig {
     /// Written before `</think>` when the server closes a block
     /// (`--reasoning-budget-message`).
     pub reasoning_budget_message: Option<String>,
+    /// Where chat replies put the thinking (`--reasoning-format`); a
+    /// request's `reasoning_format` wins.
+    pub reasoning_format: rill_chat::reply::ReasoningFormat,
 }
 
 impl ServerConfig {
@@ -64,6 +67,7 @@ impl ServerConfig {
             reasoning_budget: None,
             n_predict: None,
             reasoning_budget_message: None,
+            reasoning_format: Default::default(),
         }
     }
 }

@@ -16,7 +16,7 @@
 //! `%json` (the JSON-schema compiler), so the call parses by construction.
 
 use crate::errors::ApiError;
-use rill_chat::reply::{ChatOutput, Part};
+use rill_chat::reply::{ChatOutput, Part, ReasoningFormat};
 use rill_chat::{ChatRequest, ChatTemplate, Message};
 use rill_engine::GrammarSpec;
 use serde_json::{json, Value as Json};
@@ -330,8 +330,18 @@ pub struct ReplyOutput {
 
 impl ReplyOutput {
     pub fn new(prompt: &str, tools: Option<&[Json]>, parallel: bool) -> ReplyOutput {
+        ReplyOutput::with_format(prompt, tools, parallel, ReasoningFormat::Apart)
+    }
+
+    /// [`new`](Self::new), the thinking sent where `format` says.
+    pub fn with_format(
+        prompt: &str,
+        tools: Option<&[Json]>,
+        parallel: bool,
+        format: ReasoningFormat,
+    ) -> ReplyOutput {
         ReplyOutput {
-            inner: ChatOutput::new(prompt, tools.is_some()),
+            inner: ChatOutput::with_format(prompt, tools.is_some(), format),
             tools: tools.map(<[Json]>::to_vec).unwrap_or_default(),
             parallel,
             calls: 0,

@@ -34,33 +34,97 @@ pub enum Part {
     Call(ToolCall),
 }
 
+/// Where a reply's thinking goes (llama.cpp's `--reasoning-format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ReasoningFormat {
+    /// Into `reasoning_content`, apart from the answer (`auto`, `deepseek`).
+    #[default]
+    Apart,
+    /// Into `reasoning_content`, and kept in the content with its tags
+    /// (`deepseek-legacy`).
+    Both,
+    /// Left in the content as the model wrote it, tags and all (`none`).
+    InContent,
+}
+
+impl ReasoningFormat {
+    /// llama.cpp's names: `auto`, `deepseek`, `deepseek-legacy`, `none`.
+    pub fn from_name(name: &str) -> Option<ReasoningFormat> {
+        match name {
+            "auto" | "deepseek" => Some(ReasoningFormat::Apart),
+            "deepseek-legacy" => Some(ReasoningFormat::Both),
+            "none" => Some(ReasoningFormat::InContent),
+            _ => None,
+        }
+    }
+}
+
 pub struct ChatOutput {
     think: ThinkSplitter,
     tools: Option<ToolCallStream>,
     reasoning: TrimStream,
     content: TrimStream,
+    format: ReasoningFormat,
+    /// With the thinking in the content: the tag the prompt opened the
+    /// reply with, put before the reply's first text.
+    opened: Option<String>,
 }
 
 impl ChatOutput {
     /// `prompt` is the rendered prompt (it tells whether the reply starts
     /// inside `<think>`); `parse_tools` turns on tool-call parsing.
     pub fn new(prompt: &str, parse_tools: bool) -> ChatOutput {
+        ChatOutput::with_format(prompt, parse_tools, ReasoningFormat::Apart)
+    }
+
+    /// [`new`](Self::new) with the thinking sent where `format` says.
+    pub fn with_format(prompt: &str, parse_tools: bool, format: ReasoningFormat) -> ChatOutput {
+        let think = ThinkSplitter::new(prompt);
+        // The prompt's text from its last `<think>`, whitespace included
+        // (`<think>\n`), when the reply starts inside it.
+        let opened = (think.in_think && format != ReasoningFormat::Apart)
+            .then(|| prompt.rfind("<think>").map(|at| prompt[at..].to_string()))
+            .flatten();
         ChatOutput {
-            think: ThinkSplitter::new(prompt),
+            think,
             tools: parse_tools.then(ToolCallStream::new),
             reasoning: TrimStream::default(),
             content: TrimStream::default(),
+            format,
+            opened,
         }
     }
 
     pub fn feed(&mut self, text: &str) -> Vec<Part> {
         let pieces = self.think.feed(text);
-        self.classify(pieces, false)
+        self.route(pieces, text, false)
     }
 
     pub fn finish(&mut self) -> Vec<Part> {
         let pieces = self.think.finish();
-        self.classify(pieces, true)
+        self.route(pieces, "", true)
+    }
+
+    /// The split `pieces` of `text` as the format wants them: apart, or the
+    /// raw text as the answer (with the thinking too, for `Both`).
+    fn route(&mut self, pieces: Vec<Piece>, text: &str, end: bool) -> Vec<Part> {
+        if self.format == ReasoningFormat::Apart {
+            return self.classify(pieces, end);
+        }
+        let mut out = Vec::new();
+        if self.format == ReasoningFormat::Both {
+            let thinking = pieces
+                .into_iter()
+                .filter(|p| matches!(p, Piece::Thinking(_)));
+            out = self.classify(thinking.collect(), false);
+        }
+        let raw = match self.opened.take() {
+            Some(open) => open + text,
+            None => text.to_string(),
+        };
+        let answer = (!raw.is_empty()).then_some(Piece::Answer(raw));
+        out.extend(self.classify(answer.into_iter().collect(), end));
+        out
     }
 
     fn classify(&mut self, pieces: Vec<Piece>, end: bool) -> Vec<Part> {
@@ -175,6 +239,53 @@ pub(crate) mod tests {
         assert_eq!(g.reasoning, "Let me think.");
         assert_eq!(g.content, "The answer is 4.");
         assert!(g.calls.is_empty());
+    }
+
+    /// llama.cpp's `--reasoning-format`: `none` leaves the reply as the
+    /// model wrote it (from the tag the prompt opened), `deepseek-legacy`
+    /// gives the thinking apart and in the content.
+    #[test]
+    fn reasoning_formats_route_the_thinking() {
+        let text = "Let me think.\n</think>\n\nThe answer is 4.\n";
+        let pieces = in_pieces(text, 3);
+        let gather = |format| {
+            let mut o = ChatOutput::with_format("<|im_start|>assistant\n<think>\n", false, format);
+            let mut g = Gathered::default();
+            for p in &pieces {
+                g.add(o.feed(p));
+            }
+            g.add(o.finish());
+            g
+        };
+        let raw = "<think>\nLet me think.\n</think>\n\nThe answer is 4.";
+        let none = gather(ReasoningFormat::InContent);
+        assert_eq!((none.reasoning.as_str(), none.content.as_str()), ("", raw));
+        let both = gather(ReasoningFormat::Both);
+        assert_eq!(
+            (both.reasoning.as_str(), both.content.as_str()),
+            ("Let me think.", raw)
+        );
+        let apart = gather(ReasoningFormat::Apart);
+        assert_eq!(
+            (apart.reasoning.as_str(), apart.content.as_str()),
+            ("Let me think.", "The answer is 4.")
+        );
+        // Thinking off in the prompt: nothing to open.
+        let mut o =
+            ChatOutput::with_format("<think>\n\n</think>\n\n", false, ReasoningFormat::InContent);
+        let mut g = Gathered::default();
+        g.add(o.feed("Hi"));
+        g.add(o.finish());
+        assert_eq!(g.content, "Hi");
+        assert_eq!(
+            ReasoningFormat::from_name("deepseek"),
+            Some(ReasoningFormat::Apart)
+        );
+        assert_eq!(
+            ReasoningFormat::from_name("none"),
+            Some(ReasoningFormat::InContent)
+        );
+        assert_eq!(ReasoningFormat::from_name("raw"), None);
     }
 
     #[test]

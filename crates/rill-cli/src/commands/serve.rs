@@ -159,6 +159,13 @@ pub struct Args {
     /// block, e.g. "Time is up, I answer now."
     #[arg(long, env = "RILL_REASONING_BUDGET_MESSAGE")]
     reasoning_budget_message: Option<String>,
+    /// Where chat replies put the model's thinking: `auto` / `deepseek` in
+    /// `reasoning_content`, `deepseek-legacy` there and in the content with
+    /// its tags, `none` left in the content as written. A request's
+    /// `reasoning_format` wins.
+    #[arg(long, default_value = "auto", env = "RILL_REASONING_FORMAT",
+          value_parser = ["auto", "deepseek", "deepseek-legacy", "none"])]
+    reasoning_format: String,
     /// Most tokens a request that names no `max_tokens` generates: -1 up
     /// to the context (llama-server's `-n`). With a memory budget, such a
     /// request reserves its prompt and these tokens, not the whole context.
@@ -286,6 +293,8 @@ pub fn run(a: Args) -> Result<()> {
         reasoning_budget: usize::try_from(a.reasoning_budget).ok(),
         n_predict: usize::try_from(a.n_predict).ok(),
         reasoning_budget_message: a.reasoning_budget_message.clone(),
+        reasoning_format: rill_chat::reply::ReasoningFormat::from_name(&a.reasoning_format)
+            .unwrap_or_default(),
         ..ServerConfig::new(id.clone())
     };
     let sampling_line = config

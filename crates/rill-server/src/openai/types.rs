@@ -121,9 +121,17 @@ pub struct ChatCompletionRequest {
     pub reasoning_effort: Option<String>,
     /// llama-server's: most tokens the thinking block may take before the
     /// server closes it (-1: the server's `--reasoning-budget`; 0: at once).
+    /// `reasoning_budget_tokens` (its newer name) wins.
     pub thinking_budget_tokens: Option<i64>,
-    /// llama-server's: written before `</think>` when the budget closes it.
+    pub reasoning_budget_tokens: Option<i64>,
+    /// llama-server's: written before `</think>` when the budget closes it
+    /// (`reasoning_budget_message` its newer name, which wins).
     pub thinking_budget_message: Option<String>,
+    pub reasoning_budget_message: Option<String>,
+    /// llama-server's: where the reply's thinking goes (`auto`,
+    /// `deepseek`, `deepseek-legacy`, `none`; the server's
+    /// `--reasoning-format` when unset).
+    pub reasoning_format: Option<String>,
     /// `response_format` and the other structured-output fields.
     #[serde(flatten)]
     pub constraint: crate::structured::ConstraintFields,

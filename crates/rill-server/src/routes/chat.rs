@@ -20,7 +20,9 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json as JsonBody;
 use rill_chat::reply::ToolCall;
-use rill_chat::reply::{argument_piece, close_arguments, Gathered, Part, ThinkSplitter};
+use rill_chat::reply::{
+    argument_piece, close_arguments, Gathered, Part, ReasoningFormat, ThinkSplitter,
+};
 use rill_chat::ChatTemplate;
 use rill_chat::{ChatPrompt, ChatRequest, Content, Message};
 use rill_engine::{
@@ -38,6 +40,8 @@ pub(crate) struct Prepared {
     pub(crate) parallel_tool_calls: bool,
     pub(crate) stream: bool,
     pub(crate) include_usage: bool,
+    /// Where the reply's thinking goes.
+    pub(crate) reasoning_format: ReasoningFormat,
 }
 
 pub async fn chat_completions(
@@ -149,6 +153,17 @@ pub(crate) async fn prepare(
     }
     let mut messages = req.messages.clone();
     check_messages(&mut messages)?;
+    let reasoning_format = match req.reasoning_format.as_deref() {
+        None => state.config.reasoning_format,
+        Some(name) => ReasoningFormat::from_name(name).ok_or_else(|| {
+            ApiError::bad_param(
+                "reasoning_format",
+                format!(
+                    "unknown reasoning_format {name:?} (auto, deepseek, deepseek-legacy, none)"
+                ),
+            )
+        })?,
+    };
     let mut grammar = req.constraint.grammar()?;
     let choice = ToolChoice::parse(req.tool_choice.as_ref())?;
     let tools = match &req.tools {
@@ -271,6 +286,7 @@ pub(crate) async fn prepare(
         parallel_tool_calls: parallel,
         stream: req.streaming.enabled(),
         include_usage: req.streaming.include_usage(),
+        reasoning_format,
     })
 }
 
@@ -282,17 +298,22 @@ fn thinking_budget(
     req: &ChatCompletionRequest,
     end: u32,
 ) -> Result<Option<ThinkingBudget>, ApiError> {
-    let tokens = match req.thinking_budget_tokens {
+    let (name, asked) = match req.reasoning_budget_tokens {
+        Some(n) => ("reasoning_budget_tokens", Some(n)),
+        None => ("thinking_budget_tokens", req.thinking_budget_tokens),
+    };
+    let tokens = match asked {
         None | Some(-1) => state.config.reasoning_budget,
         Some(n) => Some(usize::try_from(n).map_err(|_| {
             ApiError::bad_param(
-                "thinking_budget_tokens",
-                format!("thinking_budget_tokens must be -1 (no limit) or >= 0 (got {n})"),
+                name,
+                format!("{name} must be -1 (no limit) or >= 0 (got {n})"),
             )
         })?),
     };
-    let message =
-        (req.thinking_budget_message.as_ref()).or(state.config.reasoning_budget_message.as_ref());
+    let message = (req.reasoning_budget_message.as_ref())
+        .or(req.thinking_budget_message.as_ref())
+        .or(state.config.reasoning_budget_message.as_ref());
     Ok(tokens.map(|tokens| {
         let mut closing = message.map_or_else(Vec::new, |m| state.tok.encode(m, false));
         closing.push(end);
@@ -307,10 +328,11 @@ fn thinking_budget(
 impl Prepared {
     /// The reply's parser, with this request's tool policy.
     pub(crate) fn output(&self) -> ReplyOutput {
-        ReplyOutput::new(
+        ReplyOutput::with_format(
             &self.prompt_text,
             self.tools.as_deref(),
             self.parallel_tool_calls,
+            self.reasoning_format,
         )
     }
 }

@@ -157,15 +157,91 @@ async fn the_reasoning_budget_closes_the_thinking_block() {
     .await
     .unwrap();
     assert!(with_message > 2, "{with_message}");
+    // llama-server's newer names, which win over the older ones.
+    assert_eq!(
+        think_end(
+            &s,
+            json!({"reasoning_budget_tokens": 3, "thinking_budget_tokens": 1})
+        )
+        .await,
+        Some(3)
+    );
+    assert_eq!(
+        think_end(
+            &s,
+            json!({"reasoning_budget_tokens": 1, "reasoning_budget_message": " Enough."})
+        )
+        .await,
+        Some(with_message)
+    );
     // Thinking off: nothing to close.
     assert_eq!(think_end(&s, json!({"enable_thinking": false})).await, None);
-    let (st, v) = s
+    for name in ["thinking_budget_tokens", "reasoning_budget_tokens"] {
+        let (st, v) = s
+            .post(
+                "/v1/chat/completions",
+                &json!({"messages": [{"role": "user", "content": "x"}], name: -2}),
+            )
+            .await;
+        assert_error(st, &v, 400, Some(name));
+    }
+
+    // `reasoning_format`: `none` leaves the thinking in the content as
+    // written (from the tag the prompt opened), `deepseek-legacy` gives
+    // it both ways; streamed as whole.
+    let reply = |format: Option<&str>, stream: bool| {
+        let mut body = json!({"messages": [{"role": "user", "content": "Think first."}],
+                              "max_tokens": 24, "ignore_eos": true, "temperature": 0});
+        if let Some(f) = format {
+            body["reasoning_format"] = json!(f);
+        }
+        body["stream"] = json!(stream);
+        body
+    };
+    let message = |v: &serde_json::Value| {
+        let m = &v["choices"][0]["message"];
+        (
+            m["reasoning_content"].as_str().map(String::from),
+            m["content"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    let (_, v) = s.post("/v1/chat/completions", &reply(None, false)).await;
+    let (thinking, answer) = message(&v);
+    let thinking = thinking.expect("thinking apart by default");
+    assert!(!answer.contains("<think>") && !answer.is_empty(), "{v}");
+    let (_, v) = s
+        .post("/v1/chat/completions", &reply(Some("none"), false))
+        .await;
+    let (none_thinking, raw) = message(&v);
+    assert_eq!(none_thinking, None, "{v}");
+    assert!(raw.starts_with("<think>"), "{raw:?}");
+    assert!(
+        raw.contains(&thinking) && raw.contains("</think>") && raw.ends_with(&answer),
+        "{raw:?}"
+    );
+    let (_, v) = s
         .post(
             "/v1/chat/completions",
-            &json!({"messages": [{"role": "user", "content": "x"}], "thinking_budget_tokens": -2}),
+            &reply(Some("deepseek-legacy"), false),
         )
         .await;
-    assert_error(st, &v, 400, Some("thinking_budget_tokens"));
+    assert_eq!(message(&v), (Some(thinking.clone()), raw.clone()));
+    let chunks = s
+        .stream("/v1/chat/completions", &reply(Some("none"), true))
+        .await;
+    let streamed: String = (chunks.iter())
+        .filter_map(|c| serde_json::from_str::<serde_json::Value>(c).ok())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect();
+    assert_eq!(streamed, raw);
+    let (st, v) = s
+        .post("/v1/chat/completions", &reply(Some("raw"), false))
+        .await;
+    assert_error(st, &v, 400, Some("reasoning_format"));
     s.stop().await;
 }
 
