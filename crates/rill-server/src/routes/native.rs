@@ -47,6 +47,9 @@ struct NativeRequest {
     repeat_penalty: Option<f64>,
     /// Completions per prompt (llama-server's name; `n` is its alias).
     n_cmpl: Option<i64>,
+    /// Only these fields of the final object, by path (`a/b` for field `b`
+    /// of object `a`), flat under their paths; missing ones left out.
+    response_fields: Option<Vec<String>>,
     #[serde(flatten)]
     constraint: ConstraintFields,
 }
@@ -137,6 +140,7 @@ pub async fn completion(
         return_tokens: req.return_tokens == Some(true) || stream,
         generate: !prompt_only,
         post_sampling: request.post_sampling_probs,
+        fields: req.response_fields.clone().filter(|f| !f.is_empty()),
     };
     if stream {
         let mut builders: Vec<NativeStream> = (0..submitted.len())
@@ -184,7 +188,7 @@ pub async fn completion(
         if n_probs.is_some() {
             o.insert("completion_probabilities".into(), Value::Array(probs));
         }
-        out.push(Value::Object(o));
+        out.push(view.pick(Value::Object(o)));
     }
     Ok(match out.len() {
         1 => Json(out.pop().expect("one")),
@@ -203,9 +207,25 @@ struct View {
     generate: bool,
     /// `completion_probabilities` as probabilities after the chain.
     post_sampling: bool,
+    /// `response_fields`: the paths the final object keeps (none: all).
+    fields: Option<Vec<String>>,
 }
 
 impl View {
+    /// The final object `v` cut to `response_fields`, as llama-server: each
+    /// path found (`/` between the keys of nested objects) under its path.
+    fn pick(&self, v: Value) -> Value {
+        let Some(paths) = &self.fields else { return v };
+        let mut out = Map::new();
+        for path in paths {
+            let found = (path.split('/')).try_fold(&v, |at, key| at.as_object()?.get(key));
+            if let Some(found) = found {
+                out.insert(path.clone(), found.clone());
+            }
+        }
+        Value::Object(out)
+    }
+
     /// The final object of a completion (`content` the whole text, or ""
     /// at the end of a stream).
     fn last(
@@ -387,7 +407,7 @@ impl ChunkBuilder for NativeStream {
 
     fn done(&mut self, done: Done) -> Vec<String> {
         let o = (self.view).last(self.index, &self.prompt, &done, String::new(), &[]);
-        vec![Value::Object(o).to_string()]
+        vec![self.view.pick(Value::Object(o)).to_string()]
     }
 
     fn end_marker(&self) -> Option<&'static str> {

@@ -105,6 +105,21 @@ async fn completion_speaks_llama_servers_api() {
         .await;
     assert_ne!(v["tokens"][0], ids[0]);
 
+    // response_fields: those paths alone, flat under their paths.
+    let (_, v) = s
+        .post(
+            "/completion",
+            &body(
+                json!({"response_fields": ["content", "generation_settings/n_predict", "nope/x"]}),
+            ),
+        )
+        .await;
+    assert_eq!(
+        v,
+        json!({"content": text, "generation_settings/n_predict": 8}),
+        "{v}"
+    );
+
     // n_predict 0: the prompt alone.
     let (_, v) = s.post("/completion", &body(json!({"n_predict": 0}))).await;
     assert_eq!(
