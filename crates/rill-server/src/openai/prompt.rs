@@ -65,16 +65,16 @@ impl Prompt {
     /// A list of prompts in the narrowest variant that holds it.
     fn tidy_list(list: Vec<Prompt>) -> Prompt {
         if list.iter().all(|p| matches!(p, Prompt::Text(_))) {
-            let texts = list.into_iter().map(|p| match p {
-                Prompt::Text(t) => t,
-                _ => unreachable!("all texts"),
+            let texts = list.into_iter().filter_map(|p| match p {
+                Prompt::Text(t) => Some(t),
+                _ => None,
             });
             return Prompt::Texts(texts.collect());
         }
         if list.iter().all(|p| matches!(p, Prompt::Tokens(_))) {
-            let ids = list.into_iter().map(|p| match p {
-                Prompt::Tokens(t) => t,
-                _ => unreachable!("all id lists"),
+            let ids = list.into_iter().filter_map(|p| match p {
+                Prompt::Tokens(t) => Some(t),
+                _ => None,
             });
             return Prompt::TokenBatch(ids.collect());
         }
@@ -105,9 +105,9 @@ fn one_prompt(v: Json) -> Result<Prompt, String> {
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             if pieces.iter().all(|p| matches!(p, Piece::Id(_))) {
-                let ids = pieces.into_iter().map(|p| match p {
-                    Piece::Id(i) => i,
-                    Piece::Text(_) => unreachable!("all ids"),
+                let ids = pieces.into_iter().filter_map(|p| match p {
+                    Piece::Id(i) => Some(i),
+                    Piece::Text(_) => None,
                 });
                 Ok(Prompt::Tokens(ids.collect()))
             } else {
