@@ -48,6 +48,11 @@ pub struct Request {
     pub prompt_logprobs: Option<usize>,
     /// Keep going past end-of-generation tokens.
     pub ignore_eos: bool,
+    /// Stop (as at the length limit) at the first token that brings a
+    /// newline once generation has run this long (llama-server's
+    /// `t_max_predict_ms`, for code completion: a whole line, in bounded
+    /// time).
+    pub generation_time_limit: Option<std::time::Duration>,
     /// Prompt positions worth a prompt-cache snapshot besides the end, e.g.
     /// where a chat's history ends and the generation prompt begins (the next
     /// turn re-renders the history the same way, but not the generation
@@ -87,6 +92,7 @@ impl Request {
             post_sampling_probs: false,
             prompt_logprobs: None,
             ignore_eos: false,
+            generation_time_limit: None,
             cache_points: Vec::new(),
             constraint: None,
             draft_max: None,

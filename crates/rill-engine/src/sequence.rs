@@ -570,6 +570,11 @@ impl Sequence {
             Ok(f) => f,
             Err(e) => return Some(End::Failed(Failure::Internal(e.to_string()))),
         };
+        // Past the time limit, a line's end ends the generation.
+        let timed_out = fed.emit.contains('\n')
+            && (self.sub.req.generation_time_limit)
+                .zip(self.first_token_at)
+                .is_some_and(|(limit, first)| now.saturating_duration_since(first) > limit);
         let _ = self.sub.events.send(Event::Text {
             text: fed.emit,
             tokens: vec![info],
@@ -581,7 +586,7 @@ impl Sequence {
         // The context holds the prompt and every generated token; the last
         // one sampled is not fed yet.
         let out_of_room = context + 1 >= self.state.capacity();
-        if self.generated >= self.sub.req.max_tokens || out_of_room {
+        if self.generated >= self.sub.req.max_tokens || out_of_room || timed_out {
             let finish = if self.send_tail() {
                 FinishReason::Stop
             } else {

@@ -147,6 +147,7 @@ pub fn build_request(
             Some(k) => logprobs_count(true, Some(k), "prompt_logprobs")?,
         },
         ignore_eos: f.ignore_eos.unwrap_or(false),
+        generation_time_limit: None,
         cache_points: Vec::new(),
         constraint: None,
         draft_max: match f.speculative_n_max {

@@ -47,6 +47,9 @@ struct NativeRequest {
     repeat_penalty: Option<f64>,
     /// Completions per prompt (llama-server's name; `n` is its alias).
     n_cmpl: Option<i64>,
+    /// Past this many milliseconds of generation, stop at the next token
+    /// that brings a newline (0 or less: no limit).
+    t_max_predict_ms: Option<i64>,
     /// Only these fields of the final object, by path (`a/b` for field `b`
     /// of object `a`), flat under their paths; missing ones left out.
     response_fields: Option<Vec<String>>,
@@ -109,6 +112,9 @@ pub async fn completion(
     };
     let mut request = build_request(&sampling, n_probs, state.ctx_size())?;
     request.post_sampling_probs = req.post_sampling_probs == Some(true);
+    request.generation_time_limit = (req.t_max_predict_ms)
+        .filter(|&ms| ms > 0)
+        .map(|ms| std::time::Duration::from_millis(ms as u64));
     check_token_ids(&request, state.tok.vocab_size())?;
     request.constraint =
         (req.constraint.grammar()?).map(|grammar| rill_engine::ConstraintRequest {

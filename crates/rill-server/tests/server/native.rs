@@ -435,3 +435,42 @@ async fn post_sampling_probs_are_the_draws() {
     assert_eq!(chosen["prob"], p0["prob"]);
     s.stop().await;
 }
+
+/// `t_max_predict_ms`: past the limit, the first token that brings a
+/// newline ends the reply (a prefix of the unlimited one, ending its line;
+/// `stop_type` limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t_max_predict_ms_ends_at_a_line() {
+    let s = start(Opts {
+        model: Some(demo_model()),
+        ..Opts::default()
+    })
+    .await;
+    let ask = |extra: Value| {
+        let mut b = json!({"prompt": "def add(a, b):\n", "n_predict": 96, "ignore_eos": true,
+                           "temperature": 0});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    let (_, whole) = s.post("/completion", &ask(json!({}))).await;
+    let whole = whole["content"].as_str().unwrap().to_string();
+    let half: String = whole.chars().take(whole.chars().count() / 2).collect();
+    assert!(half[1..].contains('\n'), "a reply with lines: {whole:?}");
+    let (_, v) = s
+        .post("/completion", &ask(json!({"t_max_predict_ms": 1})))
+        .await;
+    let cut = v["content"].as_str().unwrap();
+    assert!(
+        whole.starts_with(cut) && cut.len() < whole.len(),
+        "{cut:?} of {whole:?}"
+    );
+    assert!(cut.contains('\n'), "{cut:?}");
+    assert_eq!(v["stop_type"], "limit", "{v}");
+    let (_, v) = s
+        .post("/completion", &ask(json!({"t_max_predict_ms": 0})))
+        .await;
+    assert_eq!(v["content"], whole.as_str(), "0: no limit");
+    s.stop().await;
+}
