@@ -6,6 +6,7 @@ mod compute_args;
 mod demo;
 mod drive;
 mod kv_args;
+mod llama_args;
 mod load;
 mod mem_budget;
 mod npy;
@@ -57,7 +58,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse_from(kv_args::expand_short_flags(std::env::args()));
+    let cli = Cli::parse_from(llama_args::expand_short_flags(std::env::args()));
     let result = match cli.command {
         Command::Logits(a) => commands::logits::run(a),
         Command::Inspect(a) => commands::inspect::run(a),
@@ -138,6 +139,28 @@ mod tests {
             Some(v) if !v.is_empty() => v.to_string_lossy().into_owned(),
             _ => "1".into(),
         }
+    }
+
+    /// A llama-server command line runs as it is: its short flags, the
+    /// flags that say what rill does anyway, and those that do not apply
+    /// (named on stderr).
+    #[test]
+    fn a_llama_server_command_line_parses() {
+        let line = "rill serve -m m.gguf -c 4096 -np 2 -ngl 99 --jinja -fa on -ub 256 -b 2048 \
+                    -tb 4 --metrics -cb --host 0.0.0.0 --port 8081 -a my-model --no-mmap \
+                    --mlock -ctk q8_0 --reasoning-format none --samplers top_k;temperature";
+        let args = crate::llama_args::expand_short_flags(line.split_whitespace().map(String::from));
+        let matches = Cli::command().try_get_matches_from(args).unwrap();
+        let serve = matches.subcommand_matches("serve").unwrap();
+        assert_eq!(serve.get_one::<usize>("parallel"), Some(&2));
+        assert_eq!(serve.get_one::<usize>("step_tokens"), Some(&256));
+        assert_eq!(serve.get_one::<usize>("ctx_size"), Some(&4096));
+        let llama =
+            <crate::llama_args::LlamaServerArgs as clap::FromArgMatches>::from_arg_matches(serve)
+                .unwrap();
+        let ignored = llama.ignored();
+        assert_eq!(ignored.len(), 5, "{ignored:?}");
+        assert!(ignored[0].starts_with("--n-gpu-layers"), "{ignored:?}");
     }
 
     /// And each variable is read: set alone, it gives its flag's value.

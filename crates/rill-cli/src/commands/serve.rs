@@ -93,7 +93,7 @@ pub struct Args {
     kv: crate::kv_args::KvArgs,
     /// Name of the model in the API (default: the file name without
     /// extension); repeat to accept several names.
-    #[arg(long, env = "RILL_ALIAS")]
+    #[arg(short = 'a', long, env = "RILL_ALIAS")]
     alias: Vec<String>,
     /// Do not serve the chat page at `/`.
     #[arg(long, env = "RILL_NO_WEBUI")]
@@ -174,6 +174,8 @@ pub struct Args {
     n_predict: i64,
     #[command(flatten)]
     spec: crate::spec_args::SpecArgs,
+    #[command(flatten)]
+    llama: crate::llama_args::LlamaServerArgs,
 }
 
 /// The model's API id: the file name without `.gguf` and split suffix.
@@ -184,6 +186,9 @@ pub fn run(a: Args) -> Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     anyhow::ensure!(a.parallel >= 1, "--parallel must be at least 1");
+    for line in a.llama.ignored() {
+        eprintln!("rill: {line}");
+    }
     let cors_origins =
         rill_server::wire::CorsOrigins::parse(&a.cors_origins).map_err(anyhow::Error::msg)?;
     let (loaded, kernels, precision, kv) = crate::compute_args::open(
