@@ -35,6 +35,12 @@ impl ApiError {
         }
     }
 
+    /// 501: a feature this model does not have (llama-server's
+    /// `not_supported_error`).
+    pub fn not_supported(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_IMPLEMENTED, "not_supported_error", message)
+    }
+
     /// 400 `invalid_request_error`.
     pub fn invalid(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)

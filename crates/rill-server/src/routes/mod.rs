@@ -2,6 +2,7 @@
 
 pub mod chat;
 pub mod completions;
+pub mod infill;
 pub mod messages;
 pub mod misc;
 pub mod native;
@@ -34,6 +35,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/completions", post(completions::completions))
         .route("/completion", post(native::completion))
         .route("/completions", post(native::completion))
+        .route("/infill", post(infill::infill))
         .route("/v1/responses", post(responses::responses))
         .route("/v1/models", get(misc::models))
         .route("/tokenize", post(utility::tokenize))

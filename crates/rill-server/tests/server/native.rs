@@ -474,3 +474,87 @@ async fn t_max_predict_ms_ends_at_a_line() {
     assert_eq!(v["content"], whole.as_str(), "0: no limit");
     s.stop().await;
 }
+
+/// `/infill`: the prompt in llama-server's fill-in-the-middle layout (the
+/// extra files first, then prefix, prompt, suffix around the model's FIM
+/// tokens), run as a `/completion` request; bad parts are 400s naming them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infill_builds_the_fim_prompt() {
+    // A vocabulary without FIM tokens (the random fixture's): 501.
+    let s = start(Opts::default()).await;
+    let (st, e) = s
+        .post(
+            "/infill",
+            &json!({"input_prefix": "a", "input_suffix": "b"}),
+        )
+        .await;
+    assert_eq!(st, 501, "{e}");
+    assert_eq!(e["error"]["type"], "not_supported_error", "{e}");
+    s.stop().await;
+    let s = start(Opts {
+        model: Some(demo_model()),
+        ..Opts::default()
+    })
+    .await;
+    let ask = |extra: Value| {
+        let mut b = json!({"input_prefix": "def add(a, b):\n    ", "input_suffix": "\n\nprint(add(1, 2))\n",
+                           "input_extra": [{"filename": "util.py", "text": "x = 1\n"}],
+                           "prompt": "return", "n_predict": 0});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    let (st, v) = s.post("/infill", &ask(json!({}))).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(
+        v["prompt"],
+        "<|repo_name|>myproject\n<|file_sep|>util.py\nx = 1\n<|file_sep|>filename\n\
+         <|fim_prefix|>def add(a, b):\n    return<|fim_suffix|>\n\nprint(add(1, 2))\n<|fim_middle|>",
+        "{v}"
+    );
+    // Generated as /completion generates from those ids.
+    let (_, v) = s
+        .post(
+            "/infill",
+            &ask(json!({"n_predict": 6, "temperature": 0, "ignore_eos": true})),
+        )
+        .await;
+    assert_eq!(v["tokens_predicted"], 6, "{v}");
+    assert!(v["content"].is_string());
+    // Ids and text mixed in a part; the extra chunks are optional.
+    let tok = rill_tokenizer::Tokenizer::from_gguf_path(&demo_model()).unwrap();
+    let ids: Vec<u32> = tok.encode("def add(a, b):\n    ", false);
+    let (_, mixed) = s
+        .post(
+            "/infill",
+            &ask(json!({"input_prefix": ids, "input_extra": null})),
+        )
+        .await;
+    let text = mixed["prompt"].as_str().unwrap();
+    assert!(
+        text.starts_with("<|repo_name|>myproject\n<|file_sep|>filename\n<|fim_prefix|>def add"),
+        "{text}"
+    );
+    for (bad, param) in [
+        (json!({"input_suffix": null}), "input_suffix"),
+        (json!({"input_prefix": {"a": 1}}), "input_prefix"),
+        (json!({"input_extra": "x"}), "input_extra"),
+        (json!({"input_extra": [{"filename": "a"}]}), "input_extra"),
+        (json!({"prompt": 5}), "prompt"),
+        (json!({"input_prefix": [999999999]}), "input_prefix"),
+    ] {
+        let mut body = ask(json!({}));
+        for (k, v) in bad.as_object().unwrap() {
+            if v.is_null() && k == "input_suffix" {
+                body.as_object_mut().unwrap().remove(k);
+            } else {
+                body[k] = v.clone();
+            }
+        }
+        let (st, e) = s.post("/infill", &body).await;
+        assert_eq!(st, 400, "{bad}: {e}");
+        assert_eq!(e["error"]["param"], param, "{bad}: {e}");
+    }
+    s.stop().await;
+}
