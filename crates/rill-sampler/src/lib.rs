@@ -5,8 +5,9 @@
 //! frequency penalties over the recent history → DRY → top-n-σ → top-k →
 //! typical → top-p → min-p → XTC → temperature → a draw from the remaining
 //! distribution; a user may reorder or leave out the stages between the
-//! bias and the draw ([`SamplerConfig::order`], llama.cpp's `samplers`). With Mirostat on, as in llama.cpp, the chain is logit bias
-//! → temperature → Mirostat's own cut and draw. Temperature 0 is
+//! bias and the draw ([`SamplerConfig::order`], llama.cpp's `samplers`).
+//! With Mirostat on, as in llama.cpp, the chain is logit bias →
+//! temperature → Mirostat's own cut and draw. Temperature 0 is
 //! greedy (argmax after penalties; ties go to the lower id). A seed makes the
 //! draws reproducible.
 
