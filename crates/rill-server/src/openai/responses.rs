@@ -92,6 +92,60 @@ impl Timings {
     }
 }
 
+/// A stream's timings while it runs (llama-server's `timings_per_token`),
+/// measured here from the stream's start: the prompt counted whole (what
+/// the prompt cache served is known at the end, whose timings are the
+/// engine's), the first token's arrival, and the tokens since.
+#[derive(Debug, Clone)]
+pub struct StreamClock {
+    started: std::time::Instant,
+    first: Option<std::time::Instant>,
+    prompt_n: usize,
+    generated: usize,
+}
+
+impl StreamClock {
+    pub fn new(prompt_n: usize) -> StreamClock {
+        StreamClock {
+            started: std::time::Instant::now(),
+            first: None,
+            prompt_n,
+            generated: 0,
+        }
+    }
+
+    /// `n` more tokens came.
+    pub fn tokens(&mut self, n: usize) {
+        if n > 0 && self.first.is_none() {
+            self.first = Some(std::time::Instant::now());
+        }
+        self.generated += n;
+    }
+
+    pub fn timings(&self) -> Timings {
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        let now = std::time::Instant::now();
+        let prompt_ms = ms(self.first.unwrap_or(now) - self.started);
+        let predicted_ms = self.first.map_or(0.0, |f| ms(now - f));
+        let after_first = self.generated.saturating_sub(1) as f64;
+        Timings {
+            ttft_ms: prompt_ms,
+            total_ms: ms(now - self.started),
+            cache_n: 0,
+            prompt_n: self.prompt_n,
+            prompt_ms,
+            prompt_per_token_ms: ratio(prompt_ms, self.prompt_n as f64),
+            prompt_per_second: ratio(self.prompt_n as f64 * 1e3, prompt_ms),
+            predicted_n: self.generated,
+            predicted_ms,
+            predicted_per_token_ms: ratio(predicted_ms, after_first),
+            predicted_per_second: ratio(after_first * 1e3, predicted_ms),
+            draft_n: 0,
+            draft_n_accepted: 0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct FunctionCall {
     pub name: String,

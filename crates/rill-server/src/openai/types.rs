@@ -132,6 +132,8 @@ pub struct ChatCompletionRequest {
     /// `deepseek`, `deepseek-legacy`, `none`; the server's
     /// `--reasoning-format` when unset).
     pub reasoning_format: Option<String>,
+    /// llama-server's: every streamed chunk carries the running `timings`.
+    pub timings_per_token: Option<bool>,
     /// `response_format` and the other structured-output fields.
     #[serde(flatten)]
     pub constraint: crate::structured::ConstraintFields,

@@ -7,7 +7,7 @@
 use crate::choices;
 use crate::errors::{parse_json, ApiError};
 use crate::openai::params::{build_request, check_token_ids};
-use crate::openai::responses::Timings;
+use crate::openai::responses::{StreamClock, Timings};
 use crate::openai::types::{Prompt, SamplingFields};
 use crate::routes::completions::prompt_list;
 use crate::sse::{self, ChunkBuilder};
@@ -50,6 +50,8 @@ struct NativeRequest {
     /// Past this many milliseconds of generation, stop at the next token
     /// that brings a newline (0 or less: no limit).
     t_max_predict_ms: Option<i64>,
+    /// Every streamed object carries the running `timings`.
+    timings_per_token: Option<bool>,
     /// Only these fields of the final object, by path (`a/b` for field `b`
     /// of object `a`), flat under their paths; missing ones left out.
     response_fields: Option<Vec<String>>,
@@ -155,6 +157,8 @@ pub async fn completion(
                 prompt: prompts[index / n].clone(),
                 predicted: 0,
                 index,
+                clock: (req.timings_per_token == Some(true))
+                    .then(|| StreamClock::new(prompts[index / n].len())),
             })
             .collect();
         if submitted.len() > 1 {
@@ -385,6 +389,8 @@ struct NativeStream {
     prompt: Vec<u32>,
     predicted: usize,
     index: usize,
+    /// `timings_per_token`: the running timings on every object.
+    clock: Option<StreamClock>,
 }
 
 impl ChunkBuilder for NativeStream {
@@ -402,6 +408,10 @@ impl ChunkBuilder for NativeStream {
             "tokens_predicted": self.predicted,
             "tokens_evaluated": self.prompt.len(),
         });
+        if let Some(clock) = &mut self.clock {
+            clock.tokens(tokens.len());
+            v["timings"] = json!(clock.timings());
+        }
         if tokens.iter().any(|t| t.logprob.is_some()) {
             let tok = &self.view.state.tok;
             let post = self.view.post_sampling;

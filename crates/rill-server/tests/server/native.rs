@@ -558,3 +558,57 @@ async fn infill_builds_the_fim_prompt() {
     }
     s.stop().await;
 }
+
+/// `timings_per_token`: every streamed object (and chat chunk) carries the
+/// running timings, their `predicted_n` the tokens so far; without it only
+/// the last one has timings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timings_per_token_run_with_the_stream() {
+    let s = start(Opts::default()).await;
+    let events = |data: Vec<String>| -> Vec<Value> {
+        (data.iter())
+            .filter_map(|d| serde_json::from_str(d).ok())
+            .collect()
+    };
+    let data = s
+        .stream(
+            "/completion",
+            &body(json!({"stream": true, "timings_per_token": true})),
+        )
+        .await;
+    let objects = events(data);
+    let (last, pieces) = objects.split_last().unwrap();
+    assert!(!pieces.is_empty());
+    for p in pieces {
+        assert_eq!(p["timings"]["predicted_n"], p["tokens_predicted"], "{p}");
+        assert!(p["timings"]["prompt_n"].as_u64().unwrap() > 0, "{p}");
+    }
+    assert_eq!(last["timings"]["predicted_n"], 8);
+    let data = s
+        .stream("/completion", &body(json!({"stream": true})))
+        .await;
+    let objects = events(data);
+    assert!(objects[..objects.len() - 1]
+        .iter()
+        .all(|p| p.get("timings").is_none()));
+
+    let chat = |per_token: bool| {
+        json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6,
+               "ignore_eos": true, "temperature": 0, "stream": true,
+               "timings_per_token": per_token})
+    };
+    let chunks = events(s.stream("/v1/chat/completions", &chat(true)).await);
+    let counts: Vec<u64> = (chunks.iter())
+        .map(|c| {
+            c["timings"]["predicted_n"]
+                .as_u64()
+                .expect("timings on every chunk")
+        })
+        .collect();
+    assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{counts:?}");
+    assert_eq!(counts.last(), Some(&6));
+    let chunks = events(s.stream("/v1/chat/completions", &chat(false)).await);
+    let with: usize = chunks.iter().filter(|c| c["timings"].is_object()).count();
+    assert_eq!(with, 1, "the last chunk only");
+    s.stop().await;
+}

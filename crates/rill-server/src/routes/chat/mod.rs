@@ -6,7 +6,8 @@ use crate::errors::{parse_json, ApiError};
 use crate::openai::logprobs::{chat_token, ChatLogprobs};
 use crate::openai::params::{build_request, logprobs_count, random_id};
 use crate::openai::responses::{
-    now, AssistantMessage, ChatChoice, ChatCompletion, FunctionCall, Timings, ToolCallOut,
+    now, AssistantMessage, ChatChoice, ChatCompletion, FunctionCall, StreamClock, Timings,
+    ToolCallOut,
 };
 use crate::openai::types::ChatCompletionRequest;
 use crate::routes::finish_reason;
@@ -42,6 +43,8 @@ pub(crate) struct Prepared {
     pub(crate) include_usage: bool,
     /// Where the reply's thinking goes.
     pub(crate) reasoning_format: ReasoningFormat,
+    /// llama-server's `timings_per_token`: running timings on every chunk.
+    pub(crate) timings_per_token: bool,
 }
 
 pub async fn chat_completions(
@@ -61,6 +64,8 @@ pub async fn chat_completions(
     }
     let outputs: Vec<ReplyOutput> = (0..n).map(|_| prepared.output()).collect();
     let (stream, include_usage) = (prepared.stream, prepared.include_usage);
+    let clock =
+        (prepared.timings_per_token).then(|| StreamClock::new(prepared.request.prompt.len()));
     let mut submitted = choices::submit(&state, prepared.request, n).await?;
     let id = format!("chatcmpl-{}", random_id(24));
     let created = now();
@@ -77,6 +82,7 @@ pub async fn chat_completions(
         args_sent: None,
         // With several choices the usage chunk comes once, after all.
         include_usage: include_usage && n == 1,
+        clock: clock.clone(),
     };
     if stream && n == 1 {
         let output = outputs.into_iter().next().expect("one output");
@@ -287,6 +293,7 @@ pub(crate) async fn prepare(
         stream: req.streaming.enabled(),
         include_usage: req.streaming.include_usage(),
         reasoning_format,
+        timings_per_token: req.timings_per_token == Some(true),
     })
 }
 

@@ -4,7 +4,9 @@
 use super::tool_call_out;
 use crate::choices::usage_of;
 use crate::openai::logprobs::{chat_token, ChatLogprobs};
-use crate::openai::responses::{ChatChunk, ChunkChoice, Delta, Timings, ToolCallDelta, Usage};
+use crate::openai::responses::{
+    ChatChunk, ChunkChoice, Delta, StreamClock, Timings, ToolCallDelta, Usage,
+};
 use crate::routes::finish_reason;
 use crate::sse::ChunkBuilder;
 use crate::tool_choice::ReplyOutput;
@@ -28,6 +30,8 @@ pub(super) struct ChatStream {
     /// Arguments sent of the call streaming now (`None`: no call open).
     pub(super) args_sent: Option<usize>,
     pub(super) include_usage: bool,
+    /// `timings_per_token`: every chunk carries the running timings.
+    pub(super) clock: Option<StreamClock>,
 }
 
 /// A delta carrying one tool-call piece.
@@ -61,7 +65,7 @@ impl ChatStream {
                 finish_reason: finish,
             }],
             usage: None,
-            timings: None,
+            timings: self.clock.as_ref().map(StreamClock::timings),
             prompt_logprobs: None,
         }
     }
@@ -136,6 +140,9 @@ impl ChunkBuilder for ChatStream {
     }
 
     fn text(&mut self, text: String, tokens: Vec<TokenInfo>) -> Vec<String> {
+        if let Some(clock) = &mut self.clock {
+            clock.tokens(tokens.len());
+        }
         if self.logprobs {
             let tok = self.tok.clone();
             self.pending_logprobs
@@ -183,6 +190,7 @@ mod tests {
             n_calls: 0,
             args_sent: None,
             include_usage: true,
+            clock: None,
         }
     }
 
