@@ -12,17 +12,32 @@ pub(crate) struct TextOutput {
 }
 
 impl TextOutput {
-    pub fn new(stop: &[String]) -> TextOutput {
+    /// `keep_stop`: a stop string found is part of the text.
+    pub fn new(stop: &[String], keep_stop: bool) -> TextOutput {
+        let stops = StopMatcher::new(stop);
         TextOutput {
             decoder: StreamDecoder::skipping_special(),
-            stops: StopMatcher::new(stop),
+            stops: if keep_stop {
+                stops.keeping_the_stop()
+            } else {
+                stops
+            },
         }
     }
 
     /// Feed one generated token: the text that became final, and whether a
-    /// stop string ended the sequence.
-    pub fn push(&mut self, tok: &Tokenizer, id: u32) -> Result<Fed, TokenizerError> {
-        Ok(self.stops.feed(&self.decoder.push(tok, id)?))
+    /// stop string ended the sequence (looked for only when `check_stops`).
+    pub fn push(
+        &mut self,
+        tok: &Tokenizer,
+        id: u32,
+        check_stops: bool,
+    ) -> Result<Fed, TokenizerError> {
+        let text = self.decoder.push(tok, id)?;
+        Ok(match check_stops {
+            true => self.stops.feed(&text),
+            false => self.stops.feed_unchecked(&text),
+        })
     }
 
     /// Generation ended (end-of-generation token, length, cancel): release

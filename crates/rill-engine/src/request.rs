@@ -48,6 +48,16 @@ pub struct Request {
     pub prompt_logprobs: Option<usize>,
     /// Keep going past end-of-generation tokens.
     pub ignore_eos: bool,
+    /// Generate at least this many tokens: until then the end-of-generation
+    /// and stop tokens are not drawn and stop strings are not looked for
+    /// (vLLM's `min_tokens`).
+    pub min_tokens: usize,
+    /// Tokens that end the generation when drawn, kept in the text unless
+    /// special (vLLM's `stop_token_ids`).
+    pub stop_token_ids: Vec<u32>,
+    /// The stop string that ends the text is part of it (vLLM's
+    /// `include_stop_str_in_output`).
+    pub include_stop_str: bool,
     /// Stop (as at the length limit) at the first token that brings a
     /// newline once generation has run this long (llama-server's
     /// `t_max_predict_ms`, for code completion: a whole line, in bounded
@@ -92,6 +102,9 @@ impl Request {
             post_sampling_probs: false,
             prompt_logprobs: None,
             ignore_eos: false,
+            min_tokens: 0,
+            stop_token_ids: Vec::new(),
+            include_stop_str: false,
             generation_time_limit: None,
             cache_points: Vec::new(),
             constraint: None,

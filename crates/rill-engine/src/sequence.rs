@@ -81,6 +81,9 @@ pub(crate) struct Sequence {
     prompt_info: Vec<TokenInfo>,
     /// The stop string that ended the sequence.
     stop_word: Option<String>,
+    /// The logits row with the ending tokens out, before `min_tokens`
+    /// (kept: no allocation per token).
+    banned: Vec<f32>,
 }
 
 /// How a step ended a sequence.
@@ -156,7 +159,7 @@ impl Sequence {
             constraint,
             thinking,
             history: sub.req.prompt.clone(),
-            out: TextOutput::new(&sub.req.stop),
+            out: TextOutput::new(&sub.req.stop, sub.req.include_stop_str),
             sub,
             state,
             fed: cached,
@@ -171,6 +174,7 @@ impl Sequence {
             spec: None,
             prompt_info: Vec::new(),
             stop_word: None,
+            banned: Vec::new(),
         }
     }
 
@@ -429,7 +433,7 @@ impl Sequence {
         for (i, row) in logits.chunks_exact(v).enumerate() {
             let draft = self.spec.as_ref().and_then(|s| s.draft(i));
             self.sampler.forget_draw();
-            let id = match self.forced().map_or_else(|| self.draw(row, draft), Ok) {
+            let id = match (self.forced()).map_or_else(|| self.draw(row, draft, cx.tok), Ok) {
                 Ok(id) => id,
                 Err(why) => return Some(self.fail(why).into_result()),
             };
@@ -456,7 +460,7 @@ impl Sequence {
 
     fn take(&mut self, row: &[f32], cx: &TokenContext) -> Option<End> {
         self.sampler.forget_draw();
-        let id = match self.forced().map_or_else(|| self.draw(row, None), Ok) {
+        let id = match (self.forced()).map_or_else(|| self.draw(row, None, cx.tok), Ok) {
             Ok(id) => id,
             Err(why) => return Some(self.fail(why)),
         };
@@ -464,12 +468,37 @@ impl Sequence {
         self.commit(id, row, fed, cx)
     }
 
+    /// The next token ([`Self::draw_under`]); before `min_tokens`, with the
+    /// end-of-generation and stop tokens out of the row.
+    fn draw(&mut self, row: &[f32], draft: Option<u32>, tok: &Tokenizer) -> Result<u32, Failure> {
+        let req = &self.sub.req;
+        let eog = if req.ignore_eos {
+            &[][..]
+        } else {
+            tok.eog_ids()
+        };
+        if self.generated >= req.min_tokens || (eog.is_empty() && req.stop_token_ids.is_empty()) {
+            return self.draw_under(row, draft);
+        }
+        let mut banned = std::mem::take(&mut self.banned);
+        banned.clear();
+        banned.extend_from_slice(row);
+        for &id in eog.iter().chain(&req.stop_token_ids) {
+            if let Some(l) = banned.get_mut(id as usize) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+        let got = self.draw_under(&banned, draft);
+        self.banned = banned;
+        got
+    }
+
     /// The next token, sampled under the grammar's mask (verifying `draft`
     /// when there is one). A greedy sampler's pick over the whole row is
     /// kept when the grammar allows it: the masked row's pick is then the
     /// same token (masking only removes others), and the mask's pass over
     /// the vocabulary is spared.
-    fn draw(&mut self, row: &[f32], draft: Option<u32>) -> Result<u32, Failure> {
+    fn draw_under(&mut self, row: &[f32], draft: Option<u32>) -> Result<u32, Failure> {
         if let Some(k) = self.constraint.as_mut() {
             if k.active && !k.broken && self.sampler.is_greedy() {
                 let id = self.sampler.sample(row, &self.history);
@@ -566,7 +595,9 @@ impl Sequence {
                 }
             }
         };
-        let fed = match self.out.push(cx.tok, id) {
+        // Stop strings are looked for once `min_tokens` are out.
+        let check_stops = self.generated >= self.sub.req.min_tokens;
+        let fed = match self.out.push(cx.tok, id, check_stops) {
             Ok(f) => f,
             Err(e) => return Some(End::Failed(Failure::Internal(e.to_string()))),
         };
@@ -581,6 +612,10 @@ impl Sequence {
         });
         if fed.stopped {
             self.stop_word = fed.word;
+            return Some(End::Done(self.done(FinishReason::Stop)));
+        }
+        if self.sub.req.stop_token_ids.contains(&id) {
+            self.send_tail();
             return Some(End::Done(self.done(FinishReason::Stop)));
         }
         // The context holds the prompt and every generated token; the last

@@ -18,6 +18,9 @@ pub struct Fed {
 pub struct StopMatcher {
     stops: Vec<String>,
     held: String,
+    /// The stop string found goes out too (vLLM's
+    /// `include_stop_str_in_output`).
+    keep_stop: bool,
 }
 
 impl StopMatcher {
@@ -26,6 +29,24 @@ impl StopMatcher {
         StopMatcher {
             stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
             held: String::new(),
+            keep_stop: false,
+        }
+    }
+
+    /// The stop string that ends the text is part of it.
+    pub fn keeping_the_stop(mut self) -> StopMatcher {
+        self.keep_stop = true;
+        self
+    }
+
+    /// Text that no stop string may end (vLLM's `min_tokens`: stops are
+    /// looked for only past them): released at once with what was held.
+    pub fn feed_unchecked(&mut self, text: &str) -> Fed {
+        self.held.push_str(text);
+        Fed {
+            emit: std::mem::take(&mut self.held),
+            stopped: false,
+            word: None,
         }
     }
 
@@ -36,7 +57,8 @@ impl StopMatcher {
             .filter_map(|s| self.held.find(s.as_str()).map(|at| (at, s)))
             .min_by_key(|&(at, _)| at);
         if let Some((at, word)) = hit {
-            let emit = self.held[..at].to_string();
+            let end = if self.keep_stop { at + word.len() } else { at };
+            let emit = self.held[..end].to_string();
             let word = Some(word.clone());
             self.held.clear();
             return Fed {
@@ -95,6 +117,19 @@ mod tests {
             run(&["END"], &["hello E", "N", "D more"]),
             ("hello ".into(), true)
         );
+    }
+
+    #[test]
+    fn a_kept_stop_goes_out_and_unchecked_text_never_stops() {
+        let mut m = StopMatcher::new(&["END".into()]).keeping_the_stop();
+        assert_eq!(m.feed("a E").emit, "a ");
+        let f = m.feed("ND b");
+        assert_eq!((f.emit.as_str(), f.stopped), ("END", true));
+        let mut m = StopMatcher::new(&["END".into()]);
+        assert_eq!(m.feed("x E").emit, "x ");
+        let f = m.feed_unchecked("ND");
+        assert_eq!((f.emit.as_str(), f.stopped), ("END", false));
+        assert!(!m.feed(" y").stopped);
     }
 
     #[test]

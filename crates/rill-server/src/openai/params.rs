@@ -147,6 +147,30 @@ pub fn build_request(
             Some(k) => logprobs_count(true, Some(k), "prompt_logprobs")?,
         },
         ignore_eos: f.ignore_eos.unwrap_or(false),
+        min_tokens: match f.min_tokens {
+            None => 0,
+            Some(m) if m < 0 || m as u64 > max_tokens as u64 => {
+                return Err(ApiError::bad_param(
+                    "min_tokens",
+                    format!("min_tokens must be in [0, max_tokens = {max_tokens}] (got {m})"),
+                ))
+            }
+            Some(m) => m as usize,
+        },
+        stop_token_ids: match &f.stop_token_ids {
+            None => Vec::new(),
+            Some(ids) => (ids.iter())
+                .map(|&i| {
+                    u32::try_from(i).map_err(|_| {
+                        ApiError::bad_param(
+                            "stop_token_ids",
+                            format!("stop_token_ids holds {i}, not a token id"),
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+        },
+        include_stop_str: f.include_stop_str_in_output.unwrap_or(false),
         generation_time_limit: None,
         cache_points: Vec::new(),
         constraint: None,
@@ -198,6 +222,16 @@ fn logit_bias(
 
 /// Token ids a request names (`logit_bias`) must be in the vocabulary.
 pub fn check_token_ids(req: &Request, n_vocab: usize) -> Result<(), ApiError> {
+    if let Some(id) = req
+        .stop_token_ids
+        .iter()
+        .find(|&&id| id as usize >= n_vocab)
+    {
+        return Err(ApiError::bad_param(
+            "stop_token_ids",
+            format!("stop_token_ids names token {id}, outside the vocabulary ({n_vocab} tokens)"),
+        ));
+    }
     match req
         .sampler
         .logit_bias

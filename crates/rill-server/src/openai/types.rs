@@ -75,6 +75,13 @@ pub struct SamplingFields {
     /// vLLM's `prompt_logprobs`: every prompt token's log-probability and
     /// rank with this many alternatives (0..=20; not with `stream`).
     pub prompt_logprobs: Option<i64>,
+    /// vLLM's `min_tokens`: no end-of-generation token, stop token or stop
+    /// string before this many tokens.
+    pub min_tokens: Option<i64>,
+    /// vLLM's `stop_token_ids`: tokens that end the generation.
+    pub stop_token_ids: Option<Vec<i64>>,
+    /// vLLM's `include_stop_str_in_output`.
+    pub include_stop_str_in_output: Option<bool>,
 }
 
 impl SamplingFields {

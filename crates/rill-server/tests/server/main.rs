@@ -13,6 +13,7 @@ mod lifecycle;
 mod memory;
 mod messages;
 mod native;
+mod stopping;
 mod utility;
 mod webui;
 mod wire;
