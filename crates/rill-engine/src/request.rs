@@ -46,6 +46,10 @@ pub struct Request {
     /// needed, so it is not resumed from the prompt cache, and its chunks
     /// are cut to [`PROMPT_LOGITS_BYTES`] of logits.
     pub prompt_logprobs: Option<usize>,
+    /// Resume from the prompt cache where it holds a prefix (llama-server's
+    /// `cache_prompt`; false: the prompt runs whole, as a benchmark of
+    /// prompt processing wants).
+    pub cache_prompt: bool,
     /// Keep going past end-of-generation tokens.
     pub ignore_eos: bool,
     /// Generate at least this many tokens: until then the end-of-generation
@@ -101,6 +105,7 @@ impl Request {
             logprobs: None,
             post_sampling_probs: false,
             prompt_logprobs: None,
+            cache_prompt: true,
             ignore_eos: false,
             min_tokens: 0,
             stop_token_ids: Vec::new(),

@@ -465,8 +465,10 @@ impl Worker {
             // A sequence pressed into the quantized KV does not resume an
             // entry of another type (the cache is empty by then anyway).
             // A request for the prompt's log-probabilities needs every
-            // row's logits: it runs its prompt whole.
-            let resumable = kv == self.config.kv && sub.req.prompt_logprobs.is_none();
+            // row's logits: it runs its prompt whole; so does one that asks
+            // not to use the cache.
+            let resumable =
+                kv == self.config.kv && sub.req.prompt_logprobs.is_none() && sub.req.cache_prompt;
             let mut hit = match resumable {
                 true => self.cache.lookup(prompt, self.config.ctx_size),
                 false => None,

@@ -146,6 +146,7 @@ pub fn build_request(
             None => None,
             Some(k) => logprobs_count(true, Some(k), "prompt_logprobs")?,
         },
+        cache_prompt: f.cache_prompt.unwrap_or(true),
         ignore_eos: f.ignore_eos.unwrap_or(false),
         min_tokens: match f.min_tokens {
             None => 0,

@@ -75,6 +75,9 @@ pub struct SamplingFields {
     /// vLLM's `prompt_logprobs`: every prompt token's log-probability and
     /// rank with this many alternatives (0..=20; not with `stream`).
     pub prompt_logprobs: Option<i64>,
+    /// llama-server's `cache_prompt` (default true): false runs the prompt
+    /// whole instead of resuming from the prompt cache.
+    pub cache_prompt: Option<bool>,
     /// vLLM's `min_tokens`: no end-of-generation token, stop token or stop
     /// string before this many tokens.
     pub min_tokens: Option<i64>,

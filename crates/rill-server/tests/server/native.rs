@@ -105,6 +105,17 @@ async fn completion_speaks_llama_servers_api() {
         .await;
     assert_ne!(v["tokens"][0], ids[0]);
 
+    // cache_prompt false: the same prompt again runs whole, same reply.
+    let long = body(json!({"prompt": "Once upon a time there was a fox in the wood"}));
+    let (_, first) = s.post("/completion", &long).await;
+    let (_, again) = s.post("/completion", &long).await;
+    assert!(again["tokens_cached"].as_u64().unwrap() > 0, "{again}");
+    let mut uncached = long.clone();
+    uncached["cache_prompt"] = json!(false);
+    let (_, whole) = s.post("/completion", &uncached).await;
+    assert_eq!(whole["tokens_cached"], 0, "{whole}");
+    assert_eq!(whole["content"], first["content"]);
+
     // response_fields: those paths alone, flat under their paths.
     let (_, v) = s
         .post(
