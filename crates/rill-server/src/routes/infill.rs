@@ -147,14 +147,16 @@ impl InfillParts {
         let prefix_take = self.prefix.len().min(3 * (BATCH / 4));
         let suffix_take =
             (self.suffix.len()).min((BATCH / 4).saturating_sub(2 + self.prompt.len()));
-        let reserve = BATCH as i64 + 2 * n_predict;
-        let extra_take = extra.len().min((n_ctx as i64 - reserve).max(0) as usize);
+        // (Saturating: `n_predict` is the request's, any i64.)
+        let reserve = (BATCH as i64).saturating_add(n_predict.saturating_mul(2));
+        let room = (n_ctx as i64).saturating_sub(reserve).max(0);
+        let extra_take = extra.len().min(usize::try_from(room).unwrap_or(usize::MAX));
 
+        // The extra files, then (BOS and) the prefix part, as llama-server
+        // puts them.
         let mut out = extra[extra.len() - extra_take..].to_vec();
         if tok.add_bos_token() {
-            if let Some(bos) = tok.bos_id() {
-                out.insert(0, bos);
-            }
+            out.extend(tok.bos_id());
         }
         out.push(fim.prefix);
         out.extend(&self.prefix[self.prefix.len() - prefix_take..]);
@@ -255,8 +257,14 @@ mod tests {
         assert_eq!(ids[at(1) + 1], 100 + 464 % 50, "the prefix's end");
         // A long extra chunk keeps its end, within the context's room.
         let long = "word ".repeat(3000);
-        let ids = parts(vec![("a.py".into(), long)]).prompt(&tok, &fim, 4096, 100);
+        let ids = parts(vec![("a.py".into(), long.clone())]).prompt(&tok, &fim, 4096, 100);
         assert_eq!(at_of(&ids, 1), 4096 - 2048 - 200);
+        // Any n_predict a request may send: no room, or all of it.
+        let with = |n_predict| {
+            parts(vec![("a.py".into(), long.clone())]).prompt(&tok, &fim, 4096, n_predict)
+        };
+        assert_eq!(at_of(&with(i64::MAX), 1), 0);
+        assert!(at_of(&with(i64::MIN), 1) > 3000);
     }
 
     fn at_of(ids: &[u32], id: u32) -> usize {
