@@ -37,6 +37,9 @@ pub const DEFAULT_ORDER: [Stage; 9] = [
 
 const ALL: [Stage; 9] = DEFAULT_ORDER;
 
+/// The longest order taken (a stage may repeat, as llama.cpp lets it).
+pub const MAX_STAGES: usize = 32;
+
 impl Stage {
     /// llama.cpp's canonical name (what `generation_settings.samplers` lists).
     pub fn name(self) -> &'static str {
@@ -110,6 +113,18 @@ impl SamplerSeq {
     /// error naming it (llama.cpp skips it with a warning in its log; a
     /// client would never see that its order was not the one applied).
     pub fn stages(&self) -> Result<Vec<Stage>, ConfigError> {
+        let len = match self {
+            SamplerSeq::Names(names) => names.len(),
+            SamplerSeq::Letters(s) => s.chars().count(),
+        };
+        // Each stage runs per token (a penalties stage passes over the
+        // vocabulary): a list of thousands would be a way to stall a server.
+        if len > MAX_STAGES {
+            return Err(ConfigError {
+                param: "samplers",
+                message: format!("samplers lists at most {MAX_STAGES} stages (got {len})"),
+            });
+        }
         let unknown = |what: String| ConfigError {
             param: "samplers",
             message: format!(
@@ -167,6 +182,15 @@ mod tests {
             assert_eq!(e.param, "samplers");
             assert!(e.message.contains("unknown sampler"), "{e}");
         }
+        let long = SamplerSeq::Letters("k".repeat(MAX_STAGES + 1)).stages();
+        assert!(long.unwrap_err().message.contains("at most"));
+        assert_eq!(
+            SamplerSeq::Letters("k".repeat(MAX_STAGES))
+                .stages()
+                .unwrap()
+                .len(),
+            MAX_STAGES
+        );
         let e = serde_json::from_str::<SamplerSeq>("7").unwrap_err();
         assert!(e.to_string().contains("a list of sampler names"), "{e}");
         assert_eq!(order_names(None)[3], "top_k");
