@@ -4,19 +4,18 @@ use crate::common::*;
 use serde_json::{json, Value};
 
 fn chat_body(extra: Value) -> Value {
-    let mut b = json!({
-        "model": MODEL_ID,
-        "messages": [
-            {"role": "system", "content": "You are terse."},
-            {"role": "user", "content": "Say hello."}
-        ],
-        "temperature": 0,
-        "max_tokens": 12,
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        b[k] = v.clone();
-    }
-    b
+    merged(
+        json!({
+            "model": MODEL_ID,
+            "messages": [
+                {"role": "system", "content": "You are terse."},
+                {"role": "user", "content": "Say hello."}
+            ],
+            "temperature": 0,
+            "max_tokens": 12,
+        }),
+        extra,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -544,12 +543,10 @@ async fn echo_scores_the_prompt() {
 async fn llama_server_samplers_apply() {
     let s = start(Opts::default()).await;
     let body = |extra: Value| {
-        let mut b =
-            json!({"prompt": "Once upon a time", "max_tokens": 8, "ignore_eos": true, "seed": 5});
-        for (k, v) in extra.as_object().unwrap() {
-            b[k] = v.clone();
-        }
-        b
+        merged(
+            json!({"prompt": "Once upon a time", "max_tokens": 8, "ignore_eos": true, "seed": 5}),
+            extra,
+        )
     };
     let text = |v: &Value| v["choices"][0]["text"].as_str().unwrap().to_string();
     let (_, greedy) = s
@@ -605,12 +602,11 @@ async fn dry_and_mirostat_apply() {
     })
     .await;
     let body = |extra: Value| {
-        let mut b = json!({"prompt": "Once upon a time", "max_tokens": 48, "ignore_eos": true,
-                           "temperature": 0, "return_token_ids": true, "seed": 5});
-        for (k, v) in extra.as_object().unwrap() {
-            b[k] = v.clone();
-        }
-        b
+        merged(
+            json!({"prompt": "Once upon a time", "max_tokens": 48, "ignore_eos": true,
+                           "temperature": 0, "return_token_ids": true, "seed": 5}),
+            extra,
+        )
     };
     let ids = |v: &Value| -> (Vec<u64>, usize) {
         let prompt: Vec<u64> = (v["choices"][0]["prompt_token_ids"].as_array())

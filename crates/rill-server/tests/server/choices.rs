@@ -34,15 +34,14 @@ fn check_args(call: &Value) {
 }
 
 fn body(extra: Value) -> Value {
-    let mut b = json!({
-        "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
-        "tools": tools(), "max_tokens": 160, "temperature": 0,
-        "chat_template_kwargs": {"enable_thinking": false},
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        b[k] = v.clone();
-    }
-    b
+    merged(
+        json!({
+            "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+            "tools": tools(), "max_tokens": 160, "temperature": 0,
+            "chat_template_kwargs": {"enable_thinking": false},
+        }),
+        extra,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,6 +16,14 @@ pub const MODEL_ID: &str = "fixture";
 pub const ALIAS: &str = "fixture-alias";
 
 /// The trained demo model (its vocabulary has the thinking tags).
+/// `base` (a JSON object) with `extra`'s fields set over it.
+pub fn merged(mut base: Value, extra: Value) -> Value {
+    if let (Some(b), Value::Object(e)) = (base.as_object_mut(), extra) {
+        b.extend(e);
+    }
+    base
+}
+
 pub fn demo_model() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../assets/demo/rill-demo.gguf")
 }

@@ -56,13 +56,8 @@ async fn template_kwargs_and_reasoning_effort_reach_the_template() {
         .insert("enable_thinking".into(), json!(false));
     let s = start(o).await;
     let msgs = json!([{"role": "user", "content": "hi"}]);
-    let render = |extra: serde_json::Value| {
-        let mut b = json!({"messages": msgs, "max_tokens": 1});
-        for (k, v) in extra.as_object().unwrap() {
-            b[k] = v.clone();
-        }
-        b
-    };
+    let render =
+        |extra: serde_json::Value| merged(json!({"messages": msgs, "max_tokens": 1}), extra);
     // The server's kwargs turn thinking off: the prompt holds an empty
     // think block; a request's own kwargs win.
     let (_, off) = s.post("/apply-template", &render(json!({}))).await;

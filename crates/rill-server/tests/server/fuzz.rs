@@ -308,18 +308,15 @@ fn text_body(field: usize, text: &str) -> Value {
 /// wrong shapes where items, content blocks, tools and formats go.
 fn malformed_other_bodies() -> Vec<(&'static str, Value)> {
     let responses = |extra: Value| {
-        let mut b = json!({"input": "x", "max_output_tokens": 4});
-        for (k, v) in extra.as_object().unwrap() {
-            b[k] = v.clone();
-        }
+        let b = merged(json!({"input": "x", "max_output_tokens": 4}), extra);
         ("/v1/responses", b)
     };
     let messages = |extra: Value| {
-        let mut b = json!({"model": MODEL_ID, "max_tokens": 4,
-                           "messages": [{"role": "user", "content": "x"}]});
-        for (k, v) in extra.as_object().unwrap() {
-            b[k] = v.clone();
-        }
+        let b = merged(
+            json!({"model": MODEL_ID, "max_tokens": 4,
+                           "messages": [{"role": "user", "content": "x"}]}),
+            extra,
+        );
         ("/v1/messages", b)
     };
     vec![

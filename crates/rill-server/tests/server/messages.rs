@@ -4,18 +4,17 @@ use crate::common::*;
 use serde_json::{json, Value};
 
 fn body(extra: Value) -> Value {
-    let mut b = json!({
-        "model": MODEL_ID,
-        "max_tokens": 12,
-        "system": "You are terse.",
-        "messages": [{"role": "user", "content": "Say hello."}],
-        "temperature": 0,
-        "ignore_eos": true,
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        b[k] = v.clone();
-    }
-    b
+    merged(
+        json!({
+            "model": MODEL_ID,
+            "max_tokens": 12,
+            "system": "You are terse.",
+            "messages": [{"role": "user", "content": "Say hello."}],
+            "temperature": 0,
+            "ignore_eos": true,
+        }),
+        extra,
+    )
 }
 
 /// `(event, data)` pairs of an SSE body.

@@ -5,12 +5,11 @@ use crate::common::*;
 use serde_json::{json, Value};
 
 fn body(extra: Value) -> Value {
-    let mut b = json!({"prompt": "Once upon a time", "n_predict": 8, "ignore_eos": true,
-                       "temperature": 0});
-    for (k, v) in extra.as_object().unwrap() {
-        b[k] = v.clone();
-    }
-    b
+    merged(
+        json!({"prompt": "Once upon a time", "n_predict": 8, "ignore_eos": true,
+                       "temperature": 0}),
+        extra,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,11 +261,10 @@ async fn mixed_prompts_join_ids_and_text_in_order() {
 async fn n_cmpl_gives_completions_per_prompt() {
     let s = start(Opts::default()).await;
     let sampled = |extra: Value| {
-        let mut b = body(json!({"temperature": 1.0, "seed": 7, "return_tokens": true}));
-        for (k, v) in extra.as_object().unwrap() {
-            b[k] = v.clone();
-        }
-        b
+        merged(
+            body(json!({"temperature": 1.0, "seed": 7, "return_tokens": true})),
+            extra,
+        )
     };
     let (st, v) = s.post("/completion", &sampled(json!({"n_cmpl": 3}))).await;
     assert_eq!(st, 200, "{v}");
@@ -458,12 +456,11 @@ async fn t_max_predict_ms_ends_at_a_line() {
     })
     .await;
     let ask = |extra: Value| {
-        let mut b = json!({"prompt": "def add(a, b):\n", "n_predict": 96, "ignore_eos": true,
-                           "temperature": 0});
-        for (k, v) in extra.as_object().unwrap() {
-            b[k] = v.clone();
-        }
-        b
+        merged(
+            json!({"prompt": "def add(a, b):\n", "n_predict": 96, "ignore_eos": true,
+                           "temperature": 0}),
+            extra,
+        )
     };
     let (_, whole) = s.post("/completion", &ask(json!({}))).await;
     let whole = whole["content"].as_str().unwrap().to_string();
@@ -508,13 +505,12 @@ async fn infill_builds_the_fim_prompt() {
     })
     .await;
     let ask = |extra: Value| {
-        let mut b = json!({"input_prefix": "def add(a, b):\n    ", "input_suffix": "\n\nprint(add(1, 2))\n",
+        merged(
+            json!({"input_prefix": "def add(a, b):\n    ", "input_suffix": "\n\nprint(add(1, 2))\n",
                            "input_extra": [{"filename": "util.py", "text": "x = 1\n"}],
-                           "prompt": "return", "n_predict": 0});
-        for (k, v) in extra.as_object().unwrap() {
-            b[k] = v.clone();
-        }
-        b
+                           "prompt": "return", "n_predict": 0}),
+            extra,
+        )
     };
     let (st, v) = s.post("/infill", &ask(json!({}))).await;
     assert_eq!(st, 200, "{v}");

@@ -6,11 +6,11 @@ use serde_json::{json, Value};
 
 /// `/v1/completions`, greedy, with `extra` set: (text, token ids, finish).
 async fn complete(s: &TestServer, extra: Value) -> (String, Vec<u64>, String) {
-    let mut b = json!({"prompt": "Once upon a time", "max_tokens": 10, "temperature": 0,
-                       "return_token_ids": true});
-    for (k, v) in extra.as_object().unwrap() {
-        b[k] = v.clone();
-    }
+    let b = merged(
+        json!({"prompt": "Once upon a time", "max_tokens": 10, "temperature": 0,
+                       "return_token_ids": true}),
+        extra,
+    );
     let (st, v) = s.post("/v1/completions", &b).await;
     assert_eq!(st, 200, "{v}");
     let c = &v["choices"][0];
@@ -93,12 +93,11 @@ async fn min_tokens_holds_off_the_end_of_turn() {
     })
     .await;
     let chat = |extra: Value| {
-        let mut b = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 200,
-                           "temperature": 0, "enable_thinking": false});
-        for (k, v) in extra.as_object().unwrap() {
-            b[k] = v.clone();
-        }
-        b
+        merged(
+            json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 200,
+                           "temperature": 0, "enable_thinking": false}),
+            extra,
+        )
     };
     let (_, v) = s.post("/v1/chat/completions", &chat(json!({}))).await;
     assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
