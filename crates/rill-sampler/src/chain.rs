@@ -5,7 +5,8 @@
 //! same draw without sorting the vocabulary.
 
 use crate::cuts::{
-    keep_at_least_one, sigma_floor, softmax, softmax_wide, sort_best_first, typical_cut,
+    keep_at_least_one, min_p_keep, sigma_floor, softmax, softmax_wide, sort_best_first, top_p_keep,
+    typical_cut, xtc_cut,
 };
 use crate::order::Stage;
 use crate::{apply_penalties, dry, Sampler};
@@ -72,21 +73,12 @@ impl Sampler {
                 Stage::TopP if c.top_p < 1.0 => {
                     sort(&mut self.cand, &mut sorted);
                     let p = softmax(&self.cand, 1.0);
-                    let mut cum = 0.0;
-                    let keep = (p.iter().enumerate())
-                        .find(|&(i, q)| {
-                            cum += q;
-                            cum >= c.top_p as f64 && i + 1 >= c.min_keep
-                        })
-                        .map_or(p.len(), |(i, _)| i + 1);
-                    self.cand.truncate(keep);
+                    self.cand.truncate(top_p_keep(&p, c.top_p, c.min_keep));
                 }
                 Stage::MinP if c.min_p > 0.0 => {
                     sort(&mut self.cand, &mut sorted);
                     let p = softmax(&self.cand, 1.0);
-                    let floor = p.first().copied().unwrap_or(0.0) * c.min_p as f64;
-                    let passing = p.iter().take_while(|&&q| q >= floor).count();
-                    self.cand.truncate(passing.max(c.min_keep).max(1));
+                    self.cand.truncate(min_p_keep(&p, c.min_p, c.min_keep));
                 }
                 Stage::Xtc
                     if c.xtc_probability > 0.0
@@ -95,14 +87,7 @@ impl Sampler {
                         && self.rng.next_f64() < c.xtc_probability as f64 =>
                 {
                     sort(&mut self.cand, &mut sorted);
-                    // Every token at or above the threshold but the last.
-                    let p = softmax(&self.cand, 1.0);
-                    let last = (p.iter())
-                        .take_while(|&&q| q >= c.xtc_threshold as f64)
-                        .count();
-                    if last > 1 && self.cand.len() - (last - 1) >= c.min_keep {
-                        self.cand.drain(..last - 1);
-                    }
+                    xtc_cut(&mut self.cand, c.xtc_threshold, c.min_keep);
                 }
                 Stage::Temperature => match self.temperature_now(c.temperature) {
                     // Dividing keeps the order.

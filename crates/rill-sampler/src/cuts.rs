@@ -67,6 +67,38 @@ pub(crate) fn typical_cut(
     softmax(cand, 1.0)
 }
 
+/// How many of the candidates (best first, probabilities `probs`) top-p
+/// keeps: the fewest whose mass reaches `top_p` and that are `min_keep`.
+pub(crate) fn top_p_keep(probs: &[f64], top_p: f32, min_keep: usize) -> usize {
+    let mut cum = 0.0;
+    for (i, p) in probs.iter().enumerate() {
+        cum += p;
+        if cum >= top_p as f64 && i + 1 >= min_keep {
+            return i + 1;
+        }
+    }
+    probs.len()
+}
+
+/// How many min-p keeps: those at or above `min_p` of the best, and at
+/// least `min_keep` and one.
+pub(crate) fn min_p_keep(probs: &[f64], min_p: f32, min_keep: usize) -> usize {
+    let floor = probs.first().copied().unwrap_or(0.0) * min_p as f64;
+    let passing = probs.iter().take_while(|&&p| p >= floor).count();
+    passing.max(min_keep).max(1)
+}
+
+/// XTC's cut, once drawn, of candidates best first: every token at or
+/// above `threshold` but the last of them, unless fewer than `min_keep`
+/// would be left.
+pub(crate) fn xtc_cut(cand: &mut Vec<(u32, f32)>, threshold: f32, min_keep: usize) {
+    let p = softmax(cand, 1.0);
+    let last = p.iter().take_while(|&&q| q >= threshold as f64).count();
+    if last > 1 && cand.len() - (last - 1) >= min_keep {
+        cand.drain(..last - 1);
+    }
+}
+
 /// `eˣ` for a logit's distance below the max: 0 far below (and at −∞),
 /// where `exp_fast` would clamp.
 #[inline(always)]

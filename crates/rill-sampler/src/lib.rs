@@ -24,8 +24,8 @@ mod rng;
 use std::sync::Arc;
 
 use cuts::{
-    keep_at_least_one, sigma_floor, softmax, softmax_wide, sort_best_first, top_k_into,
-    typical_cut, weight,
+    keep_at_least_one, min_p_keep, sigma_floor, softmax, softmax_wide, sort_best_first, top_k_into,
+    top_p_keep, typical_cut, weight, xtc_cut,
 };
 pub use drawn::Drawn;
 pub use dry::{Breakers, DryConfig, DEFAULT_BREAKERS};
@@ -475,31 +475,14 @@ impl Sampler {
         }
         let mut keep = probs.len();
         if c.top_p < 1.0 {
-            let mut cum = 0.0;
-            for (i, p) in probs.iter().enumerate() {
-                cum += p;
-                if cum >= c.top_p as f64 && i + 1 >= c.min_keep {
-                    keep = i + 1;
-                    break;
-                }
-            }
+            keep = top_p_keep(&probs, c.top_p, c.min_keep);
         }
         if c.min_p > 0.0 {
-            let floor = probs.first().copied().unwrap_or(0.0) * c.min_p as f64;
-            let passing = probs.iter().take_while(|&&p| p >= floor).count();
-            keep = keep.min(passing.max(c.min_keep).max(1));
+            keep = keep.min(min_p_keep(&probs, c.min_p, c.min_keep));
         }
         self.cand.truncate(keep.max(1));
         if xtc && self.cand.len() > 1 && self.rng.next_f64() < c.xtc_probability as f64 {
-            // Every token at or above the threshold but the last of them.
-            let p = softmax(&self.cand, 1.0);
-            let last = p
-                .iter()
-                .take_while(|&&p| p >= c.xtc_threshold as f64)
-                .count();
-            if last > 1 && self.cand.len() - (last - 1) >= c.min_keep {
-                self.cand.drain(..last - 1);
-            }
+            xtc_cut(&mut self.cand, c.xtc_threshold, c.min_keep);
         }
         match self.temperature_now(c.temperature) {
             t if t > 0.0 => softmax(&self.cand, t),
