@@ -3,6 +3,7 @@
 use anyhow::Result;
 use rill_kernels::{Isa, Precision};
 use rill_load::{LoadOptions, Loaded, ModelSource, Prefault};
+use rill_model::LoadLayout;
 use std::path::PathBuf;
 
 /// The source a command's `-m` names: a file, or without one the demo
@@ -57,16 +58,18 @@ fn open_with_head(
     precision: Option<Precision>,
     prefault: Prefault,
 ) -> Result<(Loaded, Isa, Precision)> {
+    let kernels = kernels.unwrap_or_else(Isa::best);
+    let precision = precision.unwrap_or_else(|| Precision::fastest(kernels));
     let options = LoadOptions {
         prefault,
         mtp_model: mtp_model.map(|p| ModelSource::File(p.to_path_buf())),
+        layout: LoadLayout::for_run(kernels, precision),
     };
     let loaded = rill_load::load(&source(model)?, &options)?;
-    let kernels = kernels.unwrap_or_else(Isa::best);
-    let precision = precision.unwrap_or_else(|| Precision::fastest(kernels));
     let integer = rill_kernels::q8::has_integer_kernels(kernels);
+    let rewritten = loaded.model.rewritten_bytes();
     eprintln!(
-        "rill: {} ({}, {} parameters), {} kernels on {}, precision {}{}",
+        "rill: {} ({}, {} parameters), {} kernels on {}, precision {}{}{}",
         loaded.info.label,
         loaded.model.config.arch.name(),
         rill_load::human_count(loaded.info.n_params()),
@@ -77,6 +80,14 @@ fn open_with_head(
             " (integer kernels)"
         } else {
             ""
+        },
+        if rewritten > 0 {
+            format!(
+                ", {} MiB of weights in the kernels' layout",
+                rewritten >> 20
+            )
+        } else {
+            String::new()
         }
     );
     if precision == Precision::Q8 && !integer {

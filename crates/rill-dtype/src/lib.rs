@@ -54,7 +54,18 @@ pub enum DType {
     /// checkpoints (ModelOpt, compressed-tensors), with per-16 scales
     /// stored apart. Not GGUF's NVFP4 blocks (scales inside, another order).
     E2M1,
+    /// Q6_K with its 6-bit codes rearranged at load for the AVX2 integer
+    /// kernels (no file has it): the same 210-byte blocks, scales and `d`
+    /// where Q6_K has them, but each half's 128 codes as three 32-byte
+    /// planes — code `32k + l` (k < 3) in the low 6 bits of byte `32k + l`,
+    /// and the three 2-bit parts of code `96 + l` in the bytes' top bits —
+    /// so taking a code out is one mask (see `rill_kernels::layout`).
+    Q6KPlanar,
 }
+
+/// Encodings rill makes at load for its kernels (no file has them); not in
+/// [`ALL`].
+pub const LOAD_ONLY: [DType; 1] = [DType::Q6KPlanar];
 
 /// Encodings only Hugging Face checkpoints use (GGUF has no type id for
 /// them); not in [`ALL`].
@@ -105,8 +116,8 @@ impl DType {
             F32 | F16 | BF16 | F64 | I8 | I16 | I32 | I64 | F8E4M3 => 1,
             E2M1 => 2,
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4NL | MXFP4 => 32,
-            Q2K | Q3K | Q4K | Q5K | Q6K | Q8K | IQ2XXS | IQ2XS | IQ3XXS | IQ1S | IQ3S | IQ2S
-            | IQ4XS | IQ1M | TQ1_0 | TQ2_0 => 256,
+            Q2K | Q3K | Q4K | Q5K | Q6K | Q6KPlanar | Q8K | IQ2XXS | IQ2XS | IQ3XXS | IQ1S
+            | IQ3S | IQ2S | IQ4XS | IQ1M | TQ1_0 | TQ2_0 => 256,
             NVFP4 => 64,
         }
     }
@@ -129,7 +140,7 @@ impl DType {
             Q3K => 110,
             Q4K => 144,
             Q5K => 176,
-            Q6K => 210,
+            Q6K | Q6KPlanar => 210,
             Q8K => 292,
             IQ2XXS => 66,
             IQ2XS => 74,
@@ -196,6 +207,7 @@ impl DType {
             NVFP4 => "NVFP4",
             F8E4M3 => "F8_E4M3",
             E2M1 => "E2M1",
+            Q6KPlanar => "Q6_K (planar)",
         }
     }
 }
@@ -215,11 +227,15 @@ mod tests {
         let mut names: Vec<&str> = ALL
             .iter()
             .chain(&CHECKPOINT_ONLY)
+            .chain(&LOAD_ONLY)
             .map(|t| t.name())
             .collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), ALL.len() + CHECKPOINT_ONLY.len());
+        assert_eq!(
+            names.len(),
+            ALL.len() + CHECKPOINT_ONLY.len() + LOAD_ONLY.len()
+        );
     }
 
     #[test]

@@ -51,6 +51,10 @@ impl Backing {
     }
 }
 
+/// The granularity of [`GgufFile::release`]: a multiple of every page size
+/// in use (4, 16 and 64 KiB), so the range it gives back is page-aligned.
+const RELEASE_ALIGN: usize = 64 * 1024;
+
 /// One file of a (possibly split) model.
 struct Part {
     backing: Backing,
@@ -70,6 +74,41 @@ pub struct GgufFile {
 }
 
 impl GgufFile {
+    /// Let the mapped pages that lie wholly inside `bytes` (a slice of this
+    /// file, e.g. tensor data the caller has copied) leave the process's
+    /// memory; a later read maps them in again from the file. Owned and
+    /// static files keep theirs. A hint: failures change nothing.
+    pub fn release(&self, bytes: &[u8]) {
+        let (start, end) = (
+            bytes.as_ptr() as usize,
+            bytes.as_ptr() as usize + bytes.len(),
+        );
+        for part in &self.parts {
+            let Backing::Mmap(map) = &part.backing else {
+                continue;
+            };
+            let base = map.as_ptr() as usize;
+            if start < base || end > base + map.len() {
+                continue;
+            }
+            let first = (start - base).div_ceil(RELEASE_ALIGN) * RELEASE_ALIGN;
+            let last = (end - base) / RELEASE_ALIGN * RELEASE_ALIGN;
+            if last > first {
+                // SAFETY: a read-only mapping of the file: pages dropped
+                // are read again from the file if touched, the same bytes.
+                #[cfg(unix)]
+                let _ = unsafe {
+                    map.unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        first,
+                        last - first,
+                    )
+                };
+            }
+            return;
+        }
+    }
+
     /// Open a GGUF file. A split file (`name-00001-of-00003.gguf`, with `split.count` > 1 in
     /// its metadata) opens all its siblings from the same directory, whichever split `path`
     /// names; metadata comes from the first split and the tensor lists are merged in split order.

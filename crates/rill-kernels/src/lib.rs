@@ -16,6 +16,7 @@ pub mod conv;
 pub mod gdn;
 mod gemm;
 pub mod kv;
+pub mod layout;
 pub mod matmul;
 pub mod ops;
 pub mod q8;

@@ -308,3 +308,51 @@ fn picked_rows_equal_gathered_rows() {
         }
     }
 }
+
+/// Q6_K rewritten in its planar layout (`rill_kernels::layout`, what the
+/// loader does for the AVX2 integer kernels) gives the file's blocks' bits
+/// on every path, for decode, the 4-row kernels and the panels alike, and
+/// in the exact precision too.
+#[test]
+fn the_planar_q6k_layout_gives_the_bits_of_the_file_blocks() {
+    use rill_kernels::layout::rewrite;
+    let mut rng = Rng(0x6B);
+    let rows = 37;
+    for cols in [512, 2560] {
+        let file = matrix(DType::Q6K, rows, cols, &mut rng);
+        let mut planar = file.clone();
+        assert!(rewrite(DType::Q6K, DType::Q6KPlanar, &mut planar));
+        let (w, wp) = (
+            MatRef::new(DType::Q6K, rows, cols, &file),
+            MatRef::new(DType::Q6KPlanar, rows, cols, &planar),
+        );
+        for n in [1, 2, 4, 7, 9] {
+            let x = activations(n, cols, &mut rng);
+            for precision in [Precision::Q8, Precision::Exact] {
+                let product = |isa, threads, w| {
+                    let mut out = vec![f32::NAN; n * rows];
+                    rill_kernels::matmul_on(
+                        isa,
+                        precision,
+                        &Threads::new(threads),
+                        w,
+                        &x,
+                        n,
+                        &mut out,
+                    );
+                    out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                };
+                for isa in Isa::available() {
+                    let want = product(isa, 1, w);
+                    for threads in [1, 3] {
+                        assert_eq!(
+                            product(isa, threads, wp),
+                            want,
+                            "{isa:?} {precision:?} {cols} columns, {n} tokens, {threads} threads"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

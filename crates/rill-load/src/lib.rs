@@ -15,7 +15,7 @@ pub use rill_sampler::SamplingPrefs;
 use indicatif::{ProgressBar, ProgressStyle};
 use rill_chat::ChatTemplate;
 use rill_gguf::{GgufFile, MetaValue};
-use rill_model::{GgufSource, HfSource, Model, ModelError, WeightSource, WithMtpHead};
+use rill_model::{GgufSource, HfSource, LoadLayout, Model, ModelError, WeightSource, WithMtpHead};
 use rill_tokenizer::{Tokenizer, TokenizerError};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -52,6 +52,9 @@ pub struct LoadOptions {
     /// The MTP head from a separate MTP-only GGUF (llama.cpp's converter
     /// with `--mtp`), for a model file without one (`--mtp-model`).
     pub mtp_model: Option<ModelSource>,
+    /// The layouts the matrices are held in for the run's kernels (by
+    /// default, as the file stores them).
+    pub layout: LoadLayout,
 }
 
 /// When the weights' pages are read from disk.
@@ -118,7 +121,7 @@ pub fn load(source: &ModelSource, options: &LoadOptions) -> Result<Loaded, LoadE
     }
     let label = source.label();
     let file = open_gguf(source)?;
-    start_prefault(options.prefault, file.clone(), gguf_regions);
+    start_prefault(options.prefault, file.clone(), gguf_regions, options.layout);
     let tokenizer = Tokenizer::from_gguf(&file).map_err(|error| LoadError::Tokenizer {
         source_label: label.clone(),
         error,
@@ -149,7 +152,12 @@ fn bind(
         None => weights,
         Some(head_source) => {
             let head_file = open_gguf(head_source)?;
-            start_prefault(options.prefault, head_file.clone(), gguf_regions);
+            start_prefault(
+                options.prefault,
+                head_file.clone(),
+                gguf_regions,
+                options.layout,
+            );
             let head = Arc::new(GgufSource::new(head_file, head_source.label()));
             let joined = WithMtpHead::new(weights, head).map_err(|error| LoadError::Model {
                 source_label: head_source.label(),
@@ -158,10 +166,11 @@ fn bind(
             Arc::new(joined)
         }
     };
-    let model = Model::from_source(weights).map_err(|error| LoadError::Model {
-        source_label: label.to_string(),
-        error,
-    })?;
+    let model =
+        Model::from_source_with(weights, options.layout).map_err(|error| LoadError::Model {
+            source_label: label.to_string(),
+            error,
+        })?;
     let info = info.with_model(&model);
     Ok(Loaded {
         model,
@@ -185,7 +194,12 @@ fn load_folder(
     options: &LoadOptions,
 ) -> Result<Loaded, LoadError> {
     let src = Arc::new(folder::open_source(dir)?);
-    start_prefault(options.prefault, src.clone(), folder_regions);
+    start_prefault(
+        options.prefault,
+        src.clone(),
+        folder_regions,
+        options.layout,
+    );
     let tokenizer = folder::tokenizer(dir, &src)?;
     let t = folder::template(dir, &tokenizer)?;
     let template = t.template;
@@ -268,30 +282,34 @@ fn chat_template(
 fn start_prefault<S: Send + Sync + 'static>(
     when: Prefault,
     owner: Arc<S>,
-    regions: fn(&S) -> Vec<&[u8]>,
+    regions: fn(&S, LoadLayout) -> Vec<&[u8]>,
+    layout: LoadLayout,
 ) {
     match when {
         Prefault::Lazy => {}
-        Prefault::Now => prefault(&regions(&owner), true),
+        Prefault::Now => prefault(&regions(&owner, layout), true),
         Prefault::Background => {
             // Detached: it only reads, and owns an `Arc` of the mapping.
             let _ = std::thread::Builder::new()
                 .name("rill-prefault".into())
-                .spawn(move || prefault(&regions(&owner), false));
+                .spawn(move || prefault(&regions(&owner, layout), false));
         }
     }
 }
 
-/// The tensor bytes of a GGUF file.
-fn gguf_regions(file: &GgufFile) -> Vec<&[u8]> {
+/// The tensor bytes of a GGUF file, but those of the encodings `layout`
+/// rewrites: binding copies them and lets their pages go, and the
+/// prefault would map them in again.
+fn gguf_regions(file: &GgufFile, layout: LoadLayout) -> Vec<&[u8]> {
     file.tensors()
         .iter()
+        .filter(|t| t.dtype().is_ok_and(|d| layout.target(d).is_none()))
         .filter_map(|t| file.try_tensor_data(t).ok())
         .collect()
 }
 
-/// The mapped files of a folder.
-fn folder_regions(src: &HfSource) -> Vec<&[u8]> {
+/// The mapped files of a folder (no encoding of a checkpoint is rewritten).
+fn folder_regions(src: &HfSource, _layout: LoadLayout) -> Vec<&[u8]> {
     src.mapped().collect()
 }
 

@@ -23,6 +23,14 @@ pub enum ModelError {
     UnsupportedType { name: String, dtype: DType },
     #[error("inconsistent hyperparameters: {0}")]
     Inconsistent(String),
+    /// No memory for a matrix's copy in the layout its kernels read
+    /// ([`crate::LoadLayout`]).
+    #[error("out of memory: {bytes} bytes for tensor '{name}' in the {dtype} layout")]
+    OutOfMemory {
+        name: String,
+        dtype: DType,
+        bytes: usize,
+    },
     /// A matrix's separate scale tensor (GGUF NVFP4's `.scale`) that does
     /// not fit it.
     #[error("scale tensor '{name}': {why}")]

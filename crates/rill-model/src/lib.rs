@@ -34,3 +34,4 @@ pub use scratch::Runner;
 pub use source::{GgufSource, HfSource, TensorRef, WeightSource, WithMtpHead};
 pub use state::{RewindError, SequenceState, StateSize, MAX_REWIND_ROWS};
 pub use state_io::STATE_FORMAT_VERSION;
+pub use weights::LoadLayout;

@@ -13,7 +13,7 @@ use crate::layers::ple::PleWeights;
 use crate::layers::qsa::IndexerWeights;
 use crate::rope::{Rope, RopeOverride};
 use crate::source::{GgufSource, WeightSource};
-use crate::weights::{Binder, Matrix};
+use crate::weights::{Binder, LoadLayout, Matrix};
 use rill_gguf::GgufFile;
 use std::path::Path;
 use std::sync::Arc;
@@ -70,8 +70,10 @@ pub struct Model {
     /// qwen4exp: the final mix of the residual streams, in place of the
     /// final norm (`output_norm` is then empty).
     pub(crate) output_hyper: Option<HyperMix>,
-    // Keeps the bytes alive for every `Bytes` above. Declared last so it is
+    // Keep the bytes alive for every `Bytes` above: the matrices rewritten
+    // at load ([`LoadLayout`]) and the source. Declared last so they are
     // dropped after the views.
+    rewritten: Vec<Box<[u8]>>,
     source: Arc<dyn WeightSource>,
 }
 
@@ -87,10 +89,24 @@ impl Model {
         Model::from_source(Arc::new(GgufSource::new(file, "(in memory)")))
     }
 
-    /// Bind the hyperparameters and tensors of a weight source.
+    /// Bind the hyperparameters and tensors of a weight source, every
+    /// matrix as the source stores it.
     pub fn from_source(source: Arc<dyn WeightSource>) -> Result<Model, ModelError> {
+        Model::from_source_with(source, LoadLayout::default())
+    }
+
+    /// Bind the hyperparameters and tensors of a weight source, the
+    /// matrices in the layouts `layout` chooses for the run's kernels.
+    pub fn from_source_with(
+        source: Arc<dyn WeightSource>,
+        layout: LoadLayout,
+    ) -> Result<Model, ModelError> {
         let mut config = source.config()?;
-        let b = Binder { source: &*source };
+        let b = Binder {
+            source: &*source,
+            layout,
+            rewritten: Default::default(),
+        };
         let h = config.n_embd;
 
         let embd_shape = b
@@ -105,11 +121,15 @@ impl Model {
         }
         config.n_vocab = embd_shape[1] as usize;
         let v = config.n_vocab;
-        let token_embd = b.matrix("token_embd.weight", v, h)?;
         let output = if b.has("output.weight")? {
             Some(b.matrix("output.weight", v, h)?)
         } else {
             None
+        };
+        // A table of rows looked up, unless it is the LM head too.
+        let token_embd = match output {
+            Some(_) => b.table("token_embd.weight", v, h)?,
+            None => b.matrix("token_embd.weight", v, h)?,
         };
         let (output_norm, output_hyper) = match &config.qwen4exp {
             None => (b.vector("output_norm.weight", h)?, None),
@@ -153,6 +173,7 @@ impl Model {
             mtp,
             rope,
             output_hyper,
+            rewritten: b.rewritten.into_inner(),
             source,
         })
     }
@@ -175,6 +196,12 @@ impl Model {
         self.config.rope_scaling = after;
         self.rope = Rope::of(&self.config);
         Ok(())
+    }
+
+    /// Bytes of the matrices held in another layout than their file's
+    /// ([`LoadLayout`]): memory the model owns besides the mapped file.
+    pub fn rewritten_bytes(&self) -> usize {
+        self.rewritten.iter().map(|b| b.len()).sum()
     }
 
     /// Where the weights come from.
@@ -334,10 +361,11 @@ fn bind_layer(
 fn bind_mtp(b: &Binder, config: &ModelConfig) -> Result<MtpHead, ModelError> {
     let (il, h, v) = (config.n_layer, config.n_embd, config.n_vocab);
     let p = format!("blk.{il}.nextn");
-    let optional = |name: String| -> Result<Option<Matrix>, ModelError> {
-        match b.has(&name)? {
-            true => Ok(Some(b.matrix(&name, v, h)?)),
-            false => Ok(None),
+    let optional = |name: String, products: bool| -> Result<Option<Matrix>, ModelError> {
+        match (b.has(&name)?, products) {
+            (true, true) => Ok(Some(b.matrix(&name, v, h)?)),
+            (true, false) => Ok(Some(b.table(&name, v, h)?)),
+            (false, _) => Ok(None),
         }
     };
     Ok(MtpHead {
@@ -346,7 +374,7 @@ fn bind_mtp(b: &Binder, config: &ModelConfig) -> Result<MtpHead, ModelError> {
         hnorm: b.vector(&format!("{p}.hnorm.weight"), h)?,
         shared_head_norm: b.vector(&format!("{p}.shared_head_norm.weight"), h)?,
         layer: bind_layer(b, config, il, LayerKind::Attention)?,
-        embed: optional(format!("{p}.embed_tokens.weight"))?,
-        head: optional(format!("{p}.shared_head_head.weight"))?,
+        embed: optional(format!("{p}.embed_tokens.weight"), false)?,
+        head: optional(format!("{p}.shared_head_head.weight"), true)?,
     })
 }

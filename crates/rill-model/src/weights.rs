@@ -1,13 +1,47 @@
 //! Typed views of the weights, bound to their bytes in the file.
 //!
 //! Matrices stay in their file encoding (memory-mapped, zero copy) and are
-//! decoded inside the kernels. Only vectors (norm weights, biases, decay
-//! constants — a few KB per layer) are decoded to f32 at load time.
+//! decoded inside the kernels — unless the run's kernels read another
+//! layout of an encoding faster ([`LoadLayout`]): such a matrix is copied
+//! once, rewritten, and its file pages let go. Only vectors (norm weights,
+//! biases, decay constants — a few KB per layer) are decoded to f32 at
+//! load time.
+
+use std::cell::RefCell;
 
 use crate::error::ModelError;
 use crate::source::{Scales, TensorRef, WeightSource};
 use rill_dtype::DType;
-use rill_kernels::{quant, Isa, MatRef};
+use rill_kernels::{layout, quant, Isa, MatRef, Precision};
+
+/// Which encodings the bound matrices are held in, for the kernels of one
+/// run (`rill_kernels::layout`). The default keeps every matrix as its file
+/// stores it; [`LoadLayout::for_run`] rewrites those its kernels read
+/// faster in another layout (the same values: any kernel class still
+/// computes with the model, the others only slower).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LoadLayout {
+    run: Option<(Isa, Precision)>,
+}
+
+impl LoadLayout {
+    /// The layouts kernel class `kernels` reads fastest at `precision`.
+    pub fn for_run(kernels: Isa, precision: Precision) -> LoadLayout {
+        LoadLayout {
+            run: Some((kernels, precision)),
+        }
+    }
+
+    /// The encoding a matrix stored as `dtype` is rewritten into, if any.
+    pub fn target(&self, dtype: DType) -> Option<DType> {
+        let (isa, precision) = self.run?;
+        layout::load_layout(isa, precision, dtype)
+    }
+}
+
+/// Source bytes copied per step of a rewrite, each step's file pages let
+/// go before the next: the peak stays the file plus one step.
+const REWRITE_STEP: usize = 16 << 20;
 
 /// Bytes of one tensor inside a source the model keeps.
 ///
@@ -242,21 +276,6 @@ pub(crate) fn decode_vector(t: &TensorRef, n: usize) -> Result<Vec<f32>, ModelEr
     Ok(out)
 }
 
-/// Refuse a tensor of another shape, or one the kernels cannot read.
-impl Matrix {
-    /// Tensor `t` as a `rows × cols` matrix (ggml shape `[cols, rows]`).
-    fn of(t: &TensorRef, rows: usize, cols: usize) -> Result<Matrix, ModelError> {
-        let dtype = check(t, &[cols as u64, rows as u64])?;
-        Ok(Matrix {
-            dtype,
-            rows,
-            cols,
-            bytes: Bytes::of(t.data),
-            scales: StoredScales::of(t.scales),
-        })
-    }
-}
-
 fn check(t: &TensorRef, want: &[u64]) -> Result<DType, ModelError> {
     if t.shape != want {
         return Err(ModelError::BadShape {
@@ -281,9 +300,85 @@ fn check(t: &TensorRef, want: &[u64]) -> Result<DType, ModelError> {
 /// Looks tensors up by name, checks shapes and types, and binds them.
 pub(crate) struct Binder<'a> {
     pub source: &'a dyn WeightSource,
+    pub layout: LoadLayout,
+    /// The bytes of the matrices rewritten for `layout` (each at a fixed
+    /// address: the boxes move, their contents do not); the model keeps them.
+    pub rewritten: RefCell<Vec<Box<[u8]>>>,
 }
 
 impl Binder<'_> {
+    /// Tensor `t` (of ggml shape `shape`) as a `rows × cols` matrix, in the
+    /// layout `layout` wants for it when `products` (a matrix the kernels
+    /// multiply by, not a table whose rows are looked up).
+    fn bind(
+        &self,
+        t: &TensorRef,
+        shape: &[u64],
+        rows: usize,
+        cols: usize,
+        products: bool,
+    ) -> Result<Matrix, ModelError> {
+        let dtype = check(t, shape)?;
+        let target = self
+            .layout
+            .target(dtype)
+            .filter(|_| products && t.scales == Scales::None);
+        let (dtype, bytes) = match target {
+            Some(to) => (to, self.rewrite(t, to)?),
+            None => (dtype, Bytes::of(t.data)),
+        };
+        Ok(Matrix {
+            dtype,
+            rows,
+            cols,
+            bytes,
+            scales: StoredScales::of(t.scales),
+        })
+    }
+
+    /// A copy of `t`'s data rewritten as `to`, the file's pages let go a
+    /// step at a time as they are copied.
+    fn rewrite(&self, t: &TensorRef, to: DType) -> Result<Bytes, ModelError> {
+        let n = t.data.len();
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(n)
+            .map_err(|_| ModelError::OutOfMemory {
+                name: t.name.to_string(),
+                dtype: to,
+                bytes: n,
+            })?;
+        let step = REWRITE_STEP / t.dtype.block_bytes() * t.dtype.block_bytes();
+        for part in t.data.chunks(step.max(t.dtype.block_bytes())) {
+            let at = buf.len();
+            buf.extend_from_slice(part);
+            if !layout::rewrite(t.dtype, to, &mut buf[at..]) {
+                return Err(ModelError::Inconsistent(format!(
+                    "{}: {} bytes are not whole {} blocks",
+                    t.name,
+                    part.len(),
+                    t.dtype
+                )));
+            }
+            self.source.release(part);
+        }
+        let owned = buf.into_boxed_slice();
+        let bytes = Bytes::of(&owned);
+        self.rewritten.borrow_mut().push(owned);
+        Ok(bytes)
+    }
+
+    /// A `rows × cols` table whose rows are looked up (an embedding), kept
+    /// as the file stores it whatever the layout: a lookup reads a few rows.
+    pub fn table(&self, name: &str, rows: usize, cols: usize) -> Result<Matrix, ModelError> {
+        self.bind(
+            &self.get(name)?,
+            &[cols as u64, rows as u64],
+            rows,
+            cols,
+            false,
+        )
+    }
+
     pub fn has(&self, name: &str) -> Result<bool, ModelError> {
         Ok(self.source.tensor(name)?.is_some())
     }
@@ -309,7 +404,13 @@ impl Binder<'_> {
 
     /// A `rows × cols` matrix (ggml shape `[cols, rows]`).
     pub fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Matrix, ModelError> {
-        Matrix::of(&self.get(name)?, rows, cols)
+        self.bind(
+            &self.get(name)?,
+            &[cols as u64, rows as u64],
+            rows,
+            cols,
+            true,
+        )
     }
 
     /// `n_expert` stacked `rows × cols` matrices (ggml shape `[cols, rows, n_expert]`).
@@ -320,6 +421,29 @@ impl Binder<'_> {
         rows: usize,
         cols: usize,
     ) -> Result<Experts, ModelError> {
+        self.stacked(name, n_expert, rows, cols, true)
+    }
+
+    /// A lookup table stored in `parts` stacked parts of `rows × cols` (as
+    /// [`Self::experts`]), kept as the file stores it (see [`Self::table`]).
+    pub fn table_parts(
+        &self,
+        name: &str,
+        parts: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Experts, ModelError> {
+        self.stacked(name, parts, rows, cols, false)
+    }
+
+    fn stacked(
+        &self,
+        name: &str,
+        n_expert: usize,
+        rows: usize,
+        cols: usize,
+        products: bool,
+    ) -> Result<Experts, ModelError> {
         if let Some(parts) = self.source.expert_tensors(name)? {
             if parts.len() != n_expert {
                 return Err(ModelError::Inconsistent(format!(
@@ -327,22 +451,16 @@ impl Binder<'_> {
                     parts.len()
                 )));
             }
+            let shape = [cols as u64, rows as u64];
             let mats = parts
                 .iter()
-                .map(|t| Matrix::of(t, rows, cols))
+                .map(|t| self.bind(t, &shape, rows, cols, products))
                 .collect::<Result<Vec<_>, ModelError>>()?;
             return Ok(Experts::PerExpert(mats));
         }
-        let t = self.get(name)?;
-        let dtype = check(&t, &[cols as u64, rows as u64, n_expert as u64])?;
+        let shape = [cols as u64, rows as u64, n_expert as u64];
         Ok(Experts::Stacked {
-            all: Matrix {
-                dtype,
-                rows: rows * n_expert,
-                cols,
-                bytes: Bytes::of(t.data),
-                scales: StoredScales::of(t.scales),
-            },
+            all: self.bind(&self.get(name)?, &shape, rows * n_expert, cols, products)?,
             rows,
         })
     }

@@ -218,7 +218,11 @@ pub(super) fn test_blocks(
             }
             continue;
         }
-        let d_at = if dtype == DType::Q6K { 208 } else { 0 };
+        let d_at = if matches!(dtype, DType::Q6K | DType::Q6KPlanar) {
+            208
+        } else {
+            0
+        };
         blk[d_at..d_at + 2].copy_from_slice(&f16(s));
         if matches!(dtype, DType::Q4K | DType::Q5K | DType::Q4_1 | DType::Q5_1) {
             blk[2..4].copy_from_slice(&f16(s * 0.3));
@@ -260,6 +264,7 @@ pub(super) unsafe fn check_kernels(table: impl Fn(rill_dtype::DType) -> Option<&
         (DType::Q4K, 2304),
         (DType::Q5K, 512),
         (DType::Q6K, 2560),
+        (DType::Q6KPlanar, 2560),
         (DType::Q8_0, 352),
         (DType::Q8_0, 96),
         (DType::Q4_0, 352),

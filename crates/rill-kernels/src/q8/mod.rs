@@ -68,6 +68,7 @@ use crate::threads::SharedMut;
 use rill_dtype::DType;
 
 pub use reference::dot_ref;
+pub(crate) use reference::unpack_q6_k;
 
 /// How matrix products treat their activations.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -151,7 +152,7 @@ impl ActFormat {
     /// The format the integer kernels of `dtype` take, if it has them.
     pub fn for_weights(dtype: DType) -> Option<ActFormat> {
         match dtype {
-            DType::Q4K | DType::Q5K | DType::Q6K => Some(ActFormat::K256),
+            DType::Q4K | DType::Q5K | DType::Q6K | DType::Q6KPlanar => Some(ActFormat::K256),
             // x86 and aarch64 have kernels; elsewhere the exact SIMD product
             // beats the scalar integer reference
             DType::IQ4XS if KERNELS_FOR_LEVELS => Some(ActFormat::K256),

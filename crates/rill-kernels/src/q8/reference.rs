@@ -29,6 +29,10 @@ pub fn dot_ref(dtype: DType, row: &[u8], a: ActRow<'_>) -> f32 {
             DType::Q4K => term_q4_k(block, x, dx, &a.sums[16 * b..16 * b + 16]),
             DType::Q5K => term_q5_k(block, x, dx, &a.sums[16 * b..16 * b + 16]),
             DType::Q6K => term_q6_k(block, x, dx, &a.sums[16 * b..16 * b + 16]),
+            DType::Q6KPlanar => {
+                let q6k = crate::layout::to_q6k(block);
+                term_q6_k(&q6k, x, dx, &a.sums[16 * b..16 * b + 16])
+            }
             DType::IQ4XS => term_iq4_xs(block, x, dx),
             DType::IQ2XXS
             | DType::IQ2XS

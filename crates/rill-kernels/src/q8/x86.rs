@@ -193,7 +193,7 @@ pub(super) unsafe fn nvfp4_panels(
     }
 }
 
-static Z_VNNI: [Table; 18] = [
+static Z_VNNI: [Table; 19] = [
     with_decode(shapes!(q4k_zv), q4k_zv1),
     with_decode(shapes!(q5k_zv), q5k_zv1),
     with_decode(shapes!(q6k_zv), q6k_zv1),
@@ -212,8 +212,9 @@ static Z_VNNI: [Table; 18] = [
     shapes!(iq3s_y),
     shapes!(iq1s_y),
     shapes!(iq1m_y),
+    with_decode(shapes!(q6kp_y), q6kp_y1),
 ];
-static Z: [Table; 18] = [
+static Z: [Table; 19] = [
     with_decode(shapes!(q4k_z), q4k_z1),
     with_decode(shapes!(q5k_z), q5k_z1),
     with_decode(shapes!(q6k_z), q6k_z1),
@@ -232,8 +233,9 @@ static Z: [Table; 18] = [
     shapes!(iq3s_y),
     shapes!(iq1s_y),
     shapes!(iq1m_y),
+    with_decode(shapes!(q6kp_y), q6kp_y1),
 ];
-static Y: [Table; 18] = [
+static Y: [Table; 19] = [
     with_decode(shapes!(q4k_y), q4k_y1),
     with_decode(shapes!(q5k_y), q5k_y1),
     with_decode(shapes!(q6k_y), q6k_y1),
@@ -252,6 +254,7 @@ static Y: [Table; 18] = [
     shapes!(iq3s_y),
     shapes!(iq1s_y),
     shapes!(iq1m_y),
+    with_decode(shapes!(q6kp_y), q6kp_y1),
 ];
 
 /// The 4-row, 1-token shape of the AVX2 Q8_0 kernels (`NIB` as
@@ -289,7 +292,7 @@ fn table(avx512: bool, dtype: DType) -> Option<&'static Table> {
 }
 
 /// The encodings of each kernel table, in its order.
-const TABLE_DTYPES: [DType; 18] = [
+const TABLE_DTYPES: [DType; 19] = [
     DType::Q4K,
     DType::Q5K,
     DType::Q6K,
@@ -308,6 +311,7 @@ const TABLE_DTYPES: [DType; 18] = [
     DType::IQ3S,
     DType::IQ1S,
     DType::IQ1M,
+    DType::Q6KPlanar,
 ];
 
 entry! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c":
@@ -345,12 +349,14 @@ decode_entry! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c":
 decode_entry! {"avx2,fma,f16c":
     q4k_y1 = kmin_y1::<false>;
     q5k_y1 = kmin_y1::<true>;
-    q6k_y1 = q6k_body_y1::<>;
+    q6k_y1 = q6k_body_y1::<false>;
+    q6kp_y1 = q6k_body_y1::<true>;
 }
 entry! {"avx2,fma,f16c":
     q4k_y = kmin_y::<false>;
     q5k_y = kmin_y::<true>;
-    q6k_y = q6k_y_body::<>;
+    q6k_y = q6k_y_body::<false>;
+    q6kp_y = q6k_y_body::<true>;
     q80_y = q80_y_body::<0>;
     q40_y = q80_y_body::<1>;
     iq4nl_y = q80_y_body::<2>;

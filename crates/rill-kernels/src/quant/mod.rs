@@ -59,6 +59,7 @@ pub fn is_supported(dtype: DType) -> bool {
             | Q4K
             | Q5K
             | Q6K
+            | Q6KPlanar
             | IQ4NL
             | IQ4XS
             | IQ2XXS
@@ -141,6 +142,7 @@ fn dequantize_scalar(dtype: DType, src: &[u8], dst: &mut [f32]) {
         Q4K => dequantize_blocks(src, dst, k_quants::decode_q4_k),
         Q5K => dequantize_blocks(src, dst, k_quants::decode_q5_k),
         Q6K => dequantize_blocks(src, dst, k_quants::decode_q6_k),
+        Q6KPlanar => dequantize_blocks(src, dst, crate::layout::decode_q6k_planar),
         IQ4NL => dequantize_blocks(src, dst, iq4::decode_iq4_nl),
         IQ4XS => dequantize_blocks(src, dst, iq4::decode_iq4_xs),
         IQ2XXS => dequantize_blocks(src, dst, iq_grid::decode_iq2_xxs),
@@ -203,6 +205,7 @@ fn dot_scalar(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
         Q4K => dot_blocks(row, x, k_quants::decode_q4_k),
         Q5K => dot_blocks(row, x, k_quants::decode_q5_k),
         Q6K => dot_blocks(row, x, k_quants::decode_q6_k),
+        Q6KPlanar => dot_blocks(row, x, crate::layout::decode_q6k_planar),
         IQ4NL => dot_blocks(row, x, iq4::decode_iq4_nl),
         IQ4XS => dot_blocks(row, x, iq4::decode_iq4_xs),
         IQ2XXS => dot_blocks(row, x, iq_grid::decode_iq2_xxs),

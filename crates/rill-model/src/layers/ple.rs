@@ -146,14 +146,11 @@ impl PleWeights {
             .shape(name)?
             .ok_or_else(|| ModelError::MissingTensor(name.into()))?;
         let (table, rows) = match shape[..] {
-            [_, rows] => (
-                Table::One(b.matrix(name, rows as usize, cfg.row_dim)?),
-                rows,
-            ),
+            [_, rows] => (Table::One(b.table(name, rows as usize, cfg.row_dim)?), rows),
             [_, per, parts] => {
                 let n = parts as usize;
                 let table = Table::Shards {
-                    parts: b.experts(name, n, per as usize, cfg.row_dim)?,
+                    parts: b.table_parts(name, n, per as usize, cfg.row_dim)?,
                     rows_per_part: per as usize,
                 };
                 (table, per * parts)

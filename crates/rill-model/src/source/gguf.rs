@@ -53,6 +53,10 @@ impl WeightSource for GgufSource {
             scales: self.output_scales(name, &info.shape)?,
         }))
     }
+
+    fn release(&self, bytes: &[u8]) {
+        self.file.release(bytes);
+    }
 }
 
 impl GgufSource {

@@ -71,6 +71,12 @@ pub trait WeightSource: Send + Sync {
     /// A 1-D tensor of `n` values decoded to f32, with the source's
     /// transforms applied. The default decodes the stored values as they
     /// are; a source whose vectors need a transform overrides it.
+    /// The caller has copied `bytes` (a tensor's data, or part of it, handed
+    /// out by this source) and will not read them again: a mapped source
+    /// lets their pages go, so the model does not hold two copies. A hint;
+    /// the default keeps them.
+    fn release(&self, _bytes: &[u8]) {}
+
     fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>, ModelError> {
         let t = self
             .tensor(name)?

@@ -96,6 +96,12 @@ impl WeightSource for WithMtpHead {
         self.source_of(name).expert_tensors(name)
     }
 
+    fn release(&self, bytes: &[u8]) {
+        // Each source lets go of its own bytes only.
+        self.trunk.release(bytes);
+        self.head.release(bytes);
+    }
+
     fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>, ModelError> {
         self.source_of(name).vector(name, n)
     }

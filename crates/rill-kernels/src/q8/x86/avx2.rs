@@ -211,13 +211,20 @@ pub(super) unsafe fn kmin_y<const R: usize, const T: usize, const Q5: bool>(
 /// `qh[32h..]`). The high bits of quarters 0
 /// and 1 are looked up (`vpshufb` of `qh`'s low nibble) instead of shifted:
 /// on AMD Zen 1 one pipe does all vector shifts, two do shuffles.
+/// `PLANAR`: the block is [`rill_dtype::DType::Q6KPlanar`]'s (`q6k_planes_y`).
 #[inline(always)]
-pub(super) unsafe fn q6k_half_y(
+pub(super) unsafe fn q6k_half_y<const PLANAR: bool>(
     base: *const u8,
     h: usize,
     nib: __m256i,
     hib: __m256i,
 ) -> [__m256i; 4] {
+    if PLANAR {
+        let at = base.add(96 * h);
+        return q6k_planes_y(std::array::from_fn(|k| {
+            _mm256_loadu_si256(at.add(32 * k) as *const __m256i)
+        }));
+    }
     // Nibble n = bits 0..3 of a qh byte → quarter 0's bits (n & 3) and
     // quarter 1's (n >> 2), at bits 4..5.
     let lut0 = bc256(_mm_setr_epi8(
@@ -244,10 +251,29 @@ pub(super) unsafe fn q6k_half_y(
     ]
 }
 
-/// Q6_K on AVX2: 32-value vector `u` = half `u/4`, quarter `s = u%4`:
-/// nibble `s/2` of `ql[64h + 32(s%2)..]`, bits `2s..2s+1` of `qh[32h..]`.
+/// The four 32-code vectors of a planar Q6_K half (`crate::layout`) from
+/// its three planes `v`: quarters 0-2 are the planes' low 6 bits, quarter 3
+/// the three planes' top 2 bits put together. Byte by byte: each 16-bit
+/// shift acts on bits masked to one byte's top two, which stay in that byte.
 #[inline(always)]
-pub(super) unsafe fn q6k_y_body<const R: usize, const T: usize>(
+pub(super) unsafe fn q6k_planes_y(v: [__m256i; 3]) -> [__m256i; 4] {
+    let (low, top) = (_mm256_set1_epi8(0x3F), _mm256_set1_epi8(-64));
+    let t0 = _mm256_srli_epi16::<6>(_mm256_and_si256(v[0], top));
+    let t1 = _mm256_srli_epi16::<4>(_mm256_and_si256(v[1], top));
+    let t2 = _mm256_srli_epi16::<2>(_mm256_and_si256(v[2], top));
+    [
+        _mm256_and_si256(v[0], low),
+        _mm256_and_si256(v[1], low),
+        _mm256_and_si256(v[2], low),
+        _mm256_or_si256(_mm256_or_si256(t0, t1), t2),
+    ]
+}
+
+/// Q6_K on AVX2: 32-value vector `u` = half `u/4`, quarter `s = u%4`:
+/// nibble `s/2` of `ql[64h + 32(s%2)..]`, bits `2s..2s+1` of `qh[32h..]`
+/// (`PLANAR`: [`q6k_planes_y`]).
+#[inline(always)]
+pub(super) unsafe fn q6k_y_body<const R: usize, const T: usize, const PLANAR: bool>(
     w: *const u8,
     rb: usize,
     x: &Toks,
@@ -276,7 +302,7 @@ pub(super) unsafe fn q6k_y_body<const R: usize, const T: usize>(
             let mut quarters = [z; 4];
             for u in 0..8 {
                 if u % 4 == 0 {
-                    quarters = q6k_half_y(base, u / 4, nib, hib);
+                    quarters = q6k_half_y::<PLANAR>(base, u / 4, nib, hib);
                 }
                 let (wv, sv) = (quarters[u % 4], lane_bcast(ef[u / 4], u % 4));
                 for t in 0..T {

@@ -167,9 +167,14 @@ pub(super) unsafe fn kmin_y1<const Q5: bool>(
     finish(p)
 }
 
-/// Q6_K, 4 rows × 1 token.
+/// Q6_K (`PLANAR`: its planar layout), 4 rows × 1 token.
 #[inline(always)]
-pub(super) unsafe fn q6k_body_y1(w: *const u8, rb: usize, x: &Toks, nb: usize) -> [f32; 16] {
+pub(super) unsafe fn q6k_body_y1<const PLANAR: bool>(
+    w: *const u8,
+    rb: usize,
+    x: &Toks,
+    nb: usize,
+) -> [f32; 16] {
     let z = _mm256_setzero_si256();
     let (nib, hib) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
     let even_odd = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
@@ -209,7 +214,7 @@ pub(super) unsafe fn q6k_body_y1(w: *const u8, rb: usize, x: &Toks, nb: usize) -
                 let mut quarters = [z; 4];
                 for u in 0..8 {
                     if u % 4 == 0 {
-                        quarters = q6k_half_y(base, u / 4, nib, hib);
+                        quarters = q6k_half_y::<PLANAR>(base, u / 4, nib, hib);
                     }
                     let wv = quarters[u % 4];
                     let sv = lane_bcast(ef[u / 4], u % 4);

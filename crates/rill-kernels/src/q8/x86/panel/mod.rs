@@ -104,6 +104,7 @@ fn kind(dtype: DType) -> Option<usize> {
         DType::IQ1S => Some(16),
         DType::IQ1M => Some(17),
         DType::NVFP4 => Some(18),
+        DType::Q6KPlanar => Some(19),
         _ => None,
     }
 }
@@ -177,8 +178,8 @@ pub(super) struct Set {
     /// Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL, IQ4_XS, MXFP4, Q5_0, Q4_1, Q5_1
     /// (Q4_0 and Q5_0 on AVX-512 VNNI, IQ4_NL and MXFP4 as the Q8_0 blocks
     /// of their levels), then IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S,
-    /// IQ1_M, GGUF's NVFP4, where the class has them.
-    kinds: [Option<Kind>; 19],
+    /// IQ1_M, GGUF's NVFP4, Q6_K's planar layout, where the class has them.
+    kinds: [Option<Kind>; 20],
 }
 
 /// `[f(1), .., f(8)]`: a kernel for each token count.
@@ -481,6 +482,7 @@ mod tests {
             (DType::Q4K, 768),
             (DType::Q5K, 512),
             (DType::Q6K, 1280),
+            (DType::Q6KPlanar, 1280),
             (DType::Q8_0, 352),
             (DType::Q8_0, 64),
             (DType::Q4_0, 352),

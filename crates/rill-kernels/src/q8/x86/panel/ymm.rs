@@ -86,9 +86,30 @@ unsafe fn rows_t(at: impl Fn(usize) -> *const u8) -> [__m256i; 8] {
 /// transposed once and the nibbles and high bits taken after: one transpose
 /// serves both nibbles of a Q4_K / Q5_K byte run, and Q6_K's `qh` serves four
 /// vectors (before, every vector of quants was transposed on its own).
+/// `PLANAR` (with `KIND` 2): the blocks are Q6_K's planar layout, whose
+/// three planes per half give the four vectors (`avx2::q6k_planes_y`).
 #[inline(always)]
-unsafe fn pack_quants<const KIND: usize>(blk: impl Fn(usize) -> *const u8, pb: *mut u8) {
+unsafe fn pack_quants<const KIND: usize, const PLANAR: bool>(
+    blk: impl Fn(usize) -> *const u8,
+    pb: *mut u8,
+) {
     let nib = _mm256_set1_epi8(0x0F);
+    if KIND == 2 && PLANAR {
+        for h in 0..2 {
+            let planes: [[__m256i; 8]; 3] =
+                std::array::from_fn(|p| rows_t(|r| blk(r).add(96 * h + 32 * p)));
+            for k in 0..8 {
+                // Group k of the rows' three planes: the unpack is byte by
+                // byte, so it applies to transposed bytes as to the source.
+                let q =
+                    super::super::avx2::q6k_planes_y([planes[0][k], planes[1][k], planes[2][k]]);
+                for (s, v) in q.into_iter().enumerate() {
+                    _mm256_storeu_si256(pb.add(32 * (8 * (4 * h + s) + k)) as *mut __m256i, v);
+                }
+            }
+        }
+        return;
+    }
     if KIND == 2 {
         // Q6_K: half h = u/4, quarter s = u%4: nibble s/2 of
         // ql[64h + 32(s%2)..], bits 2s..2s+1 of qh[32h..] as 16·hi.
@@ -164,13 +185,18 @@ unsafe fn pair_ab(a: __m256i, b: __m256i) -> __m256i {
 /// Rewrite rows `w..` (8 of them, `rb` bytes apart, `nb` blocks each) as
 /// a panel at `dst` (`nb · layout.bytes` bytes).
 #[inline(always)]
-unsafe fn pack<const KIND: usize>(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+unsafe fn pack<const KIND: usize, const PLANAR: bool>(
+    w: *const u8,
+    rb: usize,
+    nb: usize,
+    dst: *mut u8,
+) {
     let l = layout_of(KIND);
     for b in 0..nb {
         let blk = |r: usize| w.add(r * rb + b * l.block);
         let pb = dst.add(b * l.bytes);
         let store = |at: usize, v: __m256i| _mm256_storeu_si256(pb.add(at) as *mut __m256i, v);
-        pack_quants::<KIND>(blk, pb);
+        pack_quants::<KIND, PLANAR>(blk, pb);
         let mut lo = [_mm256_setzero_si256(); 8];
         let mut hi = [_mm256_setzero_si256(); 8];
         if KIND == 2 {
@@ -423,7 +449,7 @@ macro_rules! panel_entries {
         }
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $packer(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
-            pack::<$kind>(w, rb, nb, dst)
+            pack::<$kind, false>(w, rb, nb, dst)
         }
     )*};
 }
@@ -432,6 +458,12 @@ panel_entries! {
     q4k_panel, q4k_pack = 0;
     q5k_panel, q5k_pack = 1;
     q6k_panel, q6k_pack = 2;
+}
+
+/// Q6_K's planar layout: its own packer, Q6_K's panel kernels.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6kp_pack(w: *const u8, rb: usize, nb: usize, dst: *mut u8) {
+    pack::<2, true>(w, rb, nb, dst)
 }
 
 /// IQ4_XS panel bytes per block: per 4-value group the 8 rows' signed
@@ -632,6 +664,12 @@ pub(in crate::q8::x86) static SET: Set = Set {
             bytes: super::nvfp4::BYTES,
             pack: super::nvfp4::pack,
             kernels: super::by_tokens!(nvfp4_panel),
+        }),
+        Some(Kind {
+            values: 256,
+            bytes: Q6K.bytes,
+            pack: q6kp_pack,
+            kernels: super::by_tokens!(q6k_panel),
         }),
     ],
 };

@@ -480,5 +480,7 @@ pub(in crate::q8::x86) static SET: Set = Set {
         None,
         // GGUF's NVFP4: the AVX2 panel.
         None,
+        // Q6_K's planar layout (made for the AVX2 class): the AVX2 panel.
+        None,
     ],
 };
