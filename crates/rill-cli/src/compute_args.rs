@@ -28,6 +28,10 @@ pub struct ComputeArgs {
     /// runs; a class it lacks is refused.
     #[arg(long, env = "RILL_KERNELS", value_parser = crate::load::parse_kernels)]
     pub kernels: Option<Isa>,
+    /// Keep every weight matrix in the file's layout: none is rewritten at
+    /// load for the kernels (as llama.cpp's `--no-repack`).
+    #[arg(long = "no-repack", env = "RILL_NO_REPACK")]
+    pub no_repack: bool,
     #[command(flatten)]
     pub kv: KvArgs,
 }
@@ -44,12 +48,15 @@ pub fn open(
     spec: Option<&SpecArgs>,
     kernels: Option<Isa>,
     precision: Option<Precision>,
+    repack: bool,
     kv: &KvArgs,
     prefault: Prefault,
 ) -> Result<Opened> {
     let (mut loaded, kernels, precision) = match spec {
-        Some(spec) => crate::load::open_to_decode(model, spec, kernels, precision, prefault)?,
-        None => crate::load::open(model, kernels, precision, prefault)?,
+        Some(spec) => {
+            crate::load::open_to_decode(model, spec, kernels, precision, repack, prefault)?
+        }
+        None => crate::load::open(model, kernels, precision, repack, prefault)?,
     };
     let kv = kv.resolve(precision, &mut loaded.model)?;
     Ok((loaded, kernels, precision, kv))
@@ -68,6 +75,7 @@ impl ComputeArgs {
             spec,
             self.kernels,
             self.precision,
+            !self.no_repack,
             &self.kv,
             prefault,
         )

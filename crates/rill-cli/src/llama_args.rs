@@ -6,7 +6,7 @@
 
 /// llama.cpp's multi-letter short flags and the long ones clap parses (it
 /// has one-letter short flags only).
-const SHORT_FLAGS: [(&str, &str); 8] = [
+const SHORT_FLAGS: [(&str, &str); 9] = [
     ("-ctk", "--cache-type-k"),
     ("-ctv", "--cache-type-v"),
     ("-np", "--parallel"),
@@ -15,6 +15,7 @@ const SHORT_FLAGS: [(&str, &str); 8] = [
     ("-ub", "--ubatch-size"),
     ("-tb", "--threads-batch"),
     ("-cb", "--cont-batching"),
+    ("-nr", "--no-repack"),
 ];
 
 /// `args` with llama.cpp's multi-letter short flags (`-np 4`, `-ctv=q8_0`)
@@ -131,6 +132,7 @@ mod tests {
             "-ngl",
             "99",
             "-fa",
+            "-nr",
             "-n",
             "5",
         ];
@@ -145,6 +147,7 @@ mod tests {
                 "--n-gpu-layers",
                 "99",
                 "--flash-attn",
+                "--no-repack",
                 "-n",
                 "5"
             ]

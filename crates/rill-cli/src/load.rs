@@ -23,14 +23,17 @@ pub fn source(model: &Option<PathBuf>) -> Result<ModelSource> {
 /// [`Isa::best`]; a class the user names was checked when the flag was
 /// parsed) with `precision` for its products (default:
 /// [`Precision::fastest`] on that class), both returned for the engine to
-/// run with. Says on stderr what runs, on which CPU.
+/// run with; with `repack`, the matrices those kernels read faster in
+/// another layout are rewritten into it (`LoadLayout`). Says on stderr
+/// what runs, on which CPU.
 pub fn open(
     model: &Option<PathBuf>,
     kernels: Option<Isa>,
     precision: Option<Precision>,
+    repack: bool,
     prefault: Prefault,
 ) -> Result<(Loaded, Isa, Precision)> {
-    open_with_head(model, None, kernels, precision, prefault)
+    open_with_head(model, None, kernels, precision, repack, prefault)
 }
 
 /// [`open`] for a command that decodes: with the MTP head from a separate
@@ -40,6 +43,7 @@ pub fn open_to_decode(
     spec: &crate::spec_args::SpecArgs,
     kernels: Option<Isa>,
     precision: Option<Precision>,
+    repack: bool,
     prefault: Prefault,
 ) -> Result<(Loaded, Isa, Precision)> {
     open_with_head(
@@ -47,6 +51,7 @@ pub fn open_to_decode(
         spec.mtp_model.as_deref(),
         kernels,
         precision,
+        repack,
         prefault,
     )
 }
@@ -56,6 +61,7 @@ fn open_with_head(
     mtp_model: Option<&std::path::Path>,
     kernels: Option<Isa>,
     precision: Option<Precision>,
+    repack: bool,
     prefault: Prefault,
 ) -> Result<(Loaded, Isa, Precision)> {
     let kernels = kernels.unwrap_or_else(Isa::best);
@@ -63,7 +69,10 @@ fn open_with_head(
     let options = LoadOptions {
         prefault,
         mtp_model: mtp_model.map(|p| ModelSource::File(p.to_path_buf())),
-        layout: LoadLayout::for_run(kernels, precision),
+        layout: match repack {
+            true => LoadLayout::for_run(kernels, precision),
+            false => LoadLayout::default(),
+        },
     };
     let loaded = rill_load::load(&source(model)?, &options)?;
     let integer = rill_kernels::q8::has_integer_kernels(kernels);

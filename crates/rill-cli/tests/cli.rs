@@ -573,3 +573,44 @@ fn speculative_greedy_agrees_with_llama_cpp_draft_mtp() {
         "the engines agree on too few prompts to compare"
     );
 }
+
+/// Q6_K matrices are held in the AVX2 integer kernels' layout by default
+/// (the load line says how much), `--no-repack` keeps the file's (as
+/// llama.cpp's), and the tokens are the same either way.
+#[test]
+fn no_repack_keeps_the_files_layout_and_the_same_tokens() {
+    use rill_kernels::Isa;
+    let m = fixture("qwen35moe_wide.q6_k.gguf");
+    let avx2 = Isa::Avx2.is_available();
+    let run = |no_repack: bool| {
+        let mut args = vec![
+            "run",
+            "-m",
+            &m,
+            "-p",
+            "Hello",
+            "-n",
+            "6",
+            "--temp",
+            "0",
+            "--precision",
+            "q8",
+        ];
+        if avx2 {
+            args.extend_from_slice(&["--kernels", "avx2"]);
+        }
+        if no_repack {
+            args.push("--no-repack");
+        }
+        let out = rill(&args);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "rill {args:?}: {err}");
+        (out.stdout, err.contains("in the kernels' layout"))
+    };
+    let (laid_out, said) = run(false);
+    let (file_layout, said_without) = run(true);
+    assert!(!laid_out.is_empty());
+    assert_eq!(laid_out, file_layout, "the same tokens");
+    assert_eq!(said, avx2, "the load line names the rewrite");
+    assert!(!said_without);
+}

@@ -54,21 +54,29 @@ pub fn rewrite(from: DType, to: DType, bytes: &mut [u8]) -> bool {
         return false;
     }
     for block in bytes.chunks_exact_mut(Q6K_BYTES) {
-        let q = crate::q8::unpack_q6_k(block);
-        block[..192].copy_from_slice(&planes(&q));
+        let planes = planes(block[..192].try_into().expect("192 bytes"));
+        block[..192].copy_from_slice(&planes);
     }
     true
 }
 
-/// The three planes of each half (the module doc) of a block's 256
-/// unsigned 6-bit codes.
-fn planes(q: &[u8; QK_K]) -> [u8; 192] {
+/// The three planes of each half (the module doc) of a Q6_K block's codes
+/// (`ql` then `qh`). Lane by lane over 32 columns (it vectorizes): a
+/// model's Q6_K matrices are rewritten at load, gigabytes of them.
+fn planes(b: &[u8; 192]) -> [u8; 192] {
     let mut p = [0u8; 192];
     for h in 0..2 {
-        for k in 0..3 {
-            for l in 0..32 {
-                let top = (q[128 * h + 96 + l] >> (2 * k)) & 3;
-                p[96 * h + 32 * k + l] = q[128 * h + 32 * k + l] | top << 6;
+        for l in 0..32 {
+            let (lo0, lo1, hi) = (b[64 * h + l], b[64 * h + 32 + l], b[128 + 32 * h + l]);
+            // Quarter s: nibble s/2 of ql[64h + 32(s%2) + l], bits 2s.. of qh.
+            let q = [
+                lo0 & 0x0F | (hi & 3) << 4,
+                lo1 & 0x0F | (hi >> 2 & 3) << 4,
+                lo0 >> 4 | (hi >> 4 & 3) << 4,
+                lo1 >> 4 | (hi >> 6) << 4,
+            ];
+            for k in 0..3 {
+                p[96 * h + 32 * k + l] = q[k] | (q[3] >> (2 * k) & 3) << 6;
             }
         }
     }

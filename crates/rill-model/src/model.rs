@@ -73,7 +73,7 @@ pub struct Model {
     // Keep the bytes alive for every `Bytes` above: the matrices rewritten
     // at load ([`LoadLayout`]) and the source. Declared last so they are
     // dropped after the views.
-    rewritten: Vec<Box<[u8]>>,
+    rewritten: Vec<memmap2::MmapMut>,
     source: Arc<dyn WeightSource>,
 }
 

@@ -65,6 +65,7 @@ pub fn run(a: Args) -> Result<()> {
         &a.model,
         a.kernels,
         Some(a.precision),
+        true,
         rill_load::Prefault::Lazy,
     )?;
     let kv = a.kv.resolve(precision, &mut loaded.model)?;

@@ -89,6 +89,10 @@ pub struct Args {
     /// runs; a class it lacks is refused.
     #[arg(long, env = "RILL_KERNELS", value_parser = crate::load::parse_kernels)]
     kernels: Option<rill_kernels::Isa>,
+    /// Keep every weight matrix in the file's layout: none is rewritten at
+    /// load for the kernels (llama-server's `--no-repack`).
+    #[arg(long = "no-repack", env = "RILL_NO_REPACK")]
+    no_repack: bool,
     #[command(flatten)]
     kv: crate::kv_args::KvArgs,
     /// Name of the model in the API (default: the file name without
@@ -196,6 +200,7 @@ pub fn run(a: Args) -> Result<()> {
         Some(&a.spec),
         a.kernels,
         a.precision,
+        !a.no_repack,
         &a.kv,
         Prefault::Background,
     )?;

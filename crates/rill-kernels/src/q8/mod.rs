@@ -68,6 +68,7 @@ use crate::threads::SharedMut;
 use rill_dtype::DType;
 
 pub use reference::dot_ref;
+#[cfg(test)]
 pub(crate) use reference::unpack_q6_k;
 
 /// How matrix products treat their activations.
