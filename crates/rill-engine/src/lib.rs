@@ -18,6 +18,7 @@
 
 mod budget;
 mod disk_cache;
+mod indent;
 pub mod metrics;
 mod output;
 pub mod prefix_cache;

@@ -67,6 +67,11 @@ pub struct Request {
     /// `t_max_predict_ms`, for code completion: a whole line, in bounded
     /// time).
     pub generation_time_limit: Option<std::time::Duration>,
+    /// Stop (as at the length limit) where a generated line after the first
+    /// starts its content with less indentation than this many spaces or
+    /// tabs, the text cut there (llama-server's `n_indent`, for code
+    /// completion; 0: no limit).
+    pub min_indent: usize,
     /// Prompt positions worth a prompt-cache snapshot besides the end, e.g.
     /// where a chat's history ends and the generation prompt begins (the next
     /// turn re-renders the history the same way, but not the generation
@@ -111,6 +116,7 @@ impl Request {
             stop_token_ids: Vec::new(),
             include_stop_str: false,
             generation_time_limit: None,
+            min_indent: 0,
             cache_points: Vec::new(),
             constraint: None,
             draft_max: None,

@@ -7,6 +7,7 @@
 //! sent to the client as an [`Event`]. It finishes with exactly one
 //! [`Event::Done`] (or [`Event::Error`]).
 
+use crate::indent::IndentLimit;
 use crate::metrics::Metrics;
 use crate::output::TextOutput;
 use crate::request::{Done, Event, Failure, FinishReason, Request, TokenInfo};
@@ -63,6 +64,8 @@ pub(crate) struct Sequence {
     generated: usize,
     sampler: Sampler,
     out: TextOutput,
+    /// `min_indent`'s watch over the text, when the request sets one.
+    indent: Option<IndentLimit>,
     admitted_at: Instant,
     first_token_at: Option<Instant>,
     /// When the last token was committed (the inter-token latency's start).
@@ -160,6 +163,7 @@ impl Sequence {
             thinking,
             history: sub.req.prompt.clone(),
             out: TextOutput::new(&sub.req.stop, sub.req.include_stop_str),
+            indent: IndentLimit::new(sub.req.min_indent),
             sub,
             state,
             fed: cached,
@@ -597,10 +601,16 @@ impl Sequence {
         };
         // Stop strings are looked for once `min_tokens` are out.
         let check_stops = self.generated >= self.sub.req.min_tokens;
-        let fed = match self.out.push(cx.tok, id, check_stops) {
+        let mut fed = match self.out.push(cx.tok, id, check_stops) {
             Ok(f) => f,
             Err(e) => return Some(End::Failed(Failure::Internal(e.to_string()))),
         };
+        // A line indented less than the limit: the text ends where its
+        // content starts (what the stop strings still hold back comes after).
+        let outdented = (self.indent.as_mut())
+            .and_then(|limit| limit.feed(&fed.emit))
+            .map(|at| fed.emit.truncate(at))
+            .is_some();
         // Past the time limit, a line's end ends the generation.
         let timed_out = fed.emit.contains('\n')
             && (self.sub.req.generation_time_limit)
@@ -610,6 +620,9 @@ impl Sequence {
             text: fed.emit,
             tokens: vec![info],
         });
+        if outdented {
+            return Some(End::Done(self.done(FinishReason::Length)));
+        }
         if fed.stopped {
             self.stop_word = fed.word;
             return Some(End::Done(self.done(FinishReason::Stop)));

@@ -50,6 +50,10 @@ struct NativeRequest {
     /// Past this many milliseconds of generation, stop at the next token
     /// that brings a newline (0 or less: no limit).
     t_max_predict_ms: Option<i64>,
+    /// A generated line after the first indented by fewer spaces or tabs
+    /// ends the text where its content starts (code completion: the
+    /// completion left the block; 0 or less: no limit).
+    n_indent: Option<i64>,
     /// Every streamed object carries the running `timings`.
     timings_per_token: Option<bool>,
     /// Only these fields of the final object, by path (`a/b` for field `b`
@@ -117,6 +121,7 @@ pub async fn completion(
     request.generation_time_limit = (req.t_max_predict_ms)
         .filter(|&ms| ms > 0)
         .map(|ms| std::time::Duration::from_millis(ms as u64));
+    request.min_indent = req.n_indent.map_or(0, |n| n.max(0) as usize);
     check_token_ids(&request, state.tok.vocab_size())?;
     request.constraint =
         (req.constraint.grammar()?).map(|grammar| rill_engine::ConstraintRequest {

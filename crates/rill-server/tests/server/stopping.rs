@@ -1,5 +1,6 @@
 //! vLLM's stopping controls on the OpenAI endpoints: `min_tokens`,
-//! `stop_token_ids`, `include_stop_str_in_output`.
+//! `stop_token_ids`, `include_stop_str_in_output`; llama-server's
+//! `n_indent`.
 
 use crate::common::*;
 use serde_json::{json, Value};
@@ -108,5 +109,36 @@ async fn min_tokens_holds_off_the_end_of_turn() {
         .await;
     let longer = v["usage"]["completion_tokens"].as_u64().unwrap();
     assert!(longer >= n + 5, "{longer} < {n} + 5: {v}");
+    s.stop().await;
+}
+
+/// llama-server's `n_indent` (llama.vim sends it with `/infill`): a line
+/// after the first indented by fewer spaces than it ends the text where its
+/// content starts, as the length limit does; the first line is not judged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn n_indent_ends_the_text_at_a_line_indented_less() {
+    let s = start(Opts::default()).await;
+    let body = |n_indent: i64, stream: bool| {
+        json!({"prompt": "def f():", "n_predict": 48, "temperature": 0, "stream": stream,
+               "grammar": "root ::= \"x = 1\\n    y = 2\\n  z = 3\\n\"",
+               "n_indent": n_indent})
+    };
+    let whole = "x = 1\n    y = 2\n  z = 3\n";
+    for (n_indent, text, stop_type) in [
+        (4, "x = 1\n    y = 2\n  ", "limit"),
+        (2, whole, "eos"),
+        (0, whole, "eos"),
+    ] {
+        let (st, v) = s.post("/completion", &body(n_indent, false)).await;
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["content"], text, "n_indent {n_indent}");
+        assert_eq!(v["stop_type"], stop_type, "n_indent {n_indent}: {v}");
+        let lines = s.stream("/completion", &body(n_indent, true)).await;
+        let streamed: String = (lines.iter())
+            .map(|d| serde_json::from_str::<Value>(d).unwrap())
+            .filter_map(|c| c["content"].as_str().map(str::to_string))
+            .collect();
+        assert_eq!(streamed, text, "n_indent {n_indent}, streamed");
+    }
     s.stop().await;
 }
