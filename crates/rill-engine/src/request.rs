@@ -50,6 +50,9 @@ pub struct Request {
     /// `cache_prompt`; false: the prompt runs whole, as a benchmark of
     /// prompt processing wants).
     pub cache_prompt: bool,
+    /// Send [`Event::Progress`] as the prompt runs (llama-server's
+    /// `return_progress`).
+    pub report_progress: bool,
     /// Keep going past end-of-generation tokens.
     pub ignore_eos: bool,
     /// Generate at least this many tokens: until then the end-of-generation
@@ -111,6 +114,7 @@ impl Request {
             post_sampling_probs: false,
             prompt_logprobs: None,
             cache_prompt: true,
+            report_progress: false,
             ignore_eos: false,
             min_tokens: 0,
             stop_token_ids: Vec::new(),
@@ -203,6 +207,15 @@ pub enum Event {
     /// `prompt_logprobs`), once the prompt has run, before any text.
     Prompt {
         tokens: Vec<TokenInfo>,
+    },
+    /// How far the prompt has run (requests with `report_progress`): when
+    /// the sequence starts, then after each of its chunks. `processed`
+    /// counts the `cached` tokens; `elapsed` runs from admission.
+    Progress {
+        total: usize,
+        cached: usize,
+        processed: usize,
+        elapsed: std::time::Duration,
     },
     Done(Done),
     Error(Failure),

@@ -519,6 +519,7 @@ impl Worker {
             let spec = self.speculation_for(&sub.req, &state);
             self.metrics.requests_running.fetch_add(1, Relaxed);
             let mut seq = Sequence::new(sub, state, cached, sampler);
+            seq.report_progress();
             seq.reserved = need;
             self.reserved += need;
             self.metrics

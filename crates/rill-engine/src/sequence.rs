@@ -405,7 +405,20 @@ impl Sequence {
     /// done yet (no token to take this step).
     pub fn prefilled_to(&mut self, end: usize) -> bool {
         self.fed = end;
+        self.report_progress();
         self.in_prefill()
+    }
+
+    /// [`Event::Progress`] up to the tokens fed, when the request asks.
+    pub fn report_progress(&self) {
+        if self.sub.req.report_progress {
+            let _ = self.sub.events.send(Event::Progress {
+                total: self.sub.req.prompt.len(),
+                cached: self.cached,
+                processed: self.fed,
+                elapsed: self.admitted_at.elapsed(),
+            });
+        }
     }
 
     /// Prompt tokens in the state, the prompt's prefix a snapshot would hold.

@@ -230,6 +230,7 @@ fn stop_strings_and_logprobs() {
             Event::Done(_) => break,
             Event::Error(e) => panic!("{e}"),
             Event::Prompt { .. } => panic!("prompt log-probabilities nobody asked for"),
+            Event::Progress { .. } => panic!("prompt progress nobody asked for"),
         }
     }
     assert_eq!(n, 8);
@@ -246,6 +247,7 @@ fn stop_strings_and_logprobs() {
                 Event::Done(d) => break d,
                 Event::Error(e) => panic!("{e}"),
                 Event::Prompt { .. } => panic!("prompt log-probabilities nobody asked for"),
+                Event::Progress { .. } => panic!("prompt progress nobody asked for"),
             }
         };
         assert_eq!(done.finish, FinishReason::Stop);
@@ -472,4 +474,51 @@ fn prompt_logprobs_score_every_prompt_token() {
         assert_eq!(ids, plain, "round {round}");
         assert_eq!(done.cached_tokens, 0, "round {round}");
     }
+}
+
+/// llama-server's `return_progress`: the prompt's progress when the
+/// sequence starts (its cached prefix) and after each prefill chunk, up to
+/// the whole prompt, before any text; the text is the plain request's.
+#[test]
+fn progress_reports_each_prefill_chunk_before_the_text() {
+    let e = engine(EngineConfig {
+        prefill_chunk: 16,
+        ..Default::default()
+    });
+    let p = prompt(4, 45);
+    collect(e.submit(greedy(p[..20].to_vec(), 1)).unwrap());
+    let (plain, _) = collect(e.submit(greedy(p.clone(), 3)).unwrap());
+    let mut r = greedy(p.clone(), 3);
+    r.report_progress = true;
+    let mut h = e.submit(r).unwrap();
+    let (mut seen, mut ids, mut from) = (Vec::new(), Vec::new(), None);
+    loop {
+        match h.events.blocking_recv().unwrap() {
+            Event::Progress {
+                total,
+                cached,
+                processed,
+                ..
+            } => {
+                assert!(ids.is_empty(), "progress after the text");
+                assert_eq!(total, 45);
+                assert_eq!(*from.get_or_insert(cached), cached);
+                seen.push(processed);
+            }
+            Event::Text { tokens, .. } => ids.extend(tokens.iter().map(|t| t.id)),
+            Event::Done(_) => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    // From the cached prefix, a chunk of at most 16 at a time, to the end.
+    let cached = from.expect("progress");
+    assert!(cached > 0, "resumed from the cache");
+    assert_eq!(seen[0], cached);
+    assert_eq!(seen.last(), Some(&45));
+    assert!(
+        seen.windows(2).all(|w| w[0] < w[1] && w[1] - w[0] <= 16),
+        "{seen:?}"
+    );
+    assert!(seen.len() >= 2);
+    assert_eq!(ids, plain);
 }

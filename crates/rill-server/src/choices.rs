@@ -162,7 +162,11 @@ pub fn response<B: ChunkBuilder>(
         stream::unfold(Some(c), move |c| async move {
             let mut c = c?;
             let e = c.recv().await;
-            let next = matches!(e, Some(Event::Text { .. } | Event::Prompt { .. })).then_some(c);
+            let next = matches!(
+                e,
+                Some(Event::Text { .. } | Event::Prompt { .. } | Event::Progress { .. })
+            )
+            .then_some(c);
             Some(((i, e), next))
         })
         .boxed()
@@ -192,6 +196,25 @@ pub fn response<B: ChunkBuilder>(
                 }
                 Some((i, Some(Event::Prompt { tokens }))) => {
                     let out = p.builders[i].prompt(tokens);
+                    p.queue.extend(out);
+                    None
+                }
+                Some((
+                    i,
+                    Some(Event::Progress {
+                        total,
+                        cached,
+                        processed,
+                        elapsed,
+                    }),
+                )) => {
+                    let progress = crate::sse::Progress {
+                        total,
+                        cached,
+                        processed,
+                        elapsed,
+                    };
+                    let out = p.builders[i].progress(progress);
                     p.queue.extend(out);
                     None
                 }

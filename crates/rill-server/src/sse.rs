@@ -18,6 +18,27 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// An [`Event::Progress`]: how far a prompt has run.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    pub total: usize,
+    pub cached: usize,
+    pub processed: usize,
+    pub elapsed: Duration,
+}
+
+impl Progress {
+    /// llama-server's `prompt_progress` object.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "total": self.total,
+            "cache": self.cached,
+            "processed": self.processed,
+            "time_ms": self.elapsed.as_millis() as u64,
+        })
+    }
+}
+
 /// Turns engine events into SSE `data:` payloads (JSON text).
 pub trait ChunkBuilder: Send + 'static {
     /// Payloads sent before the first event (e.g. the role chunk).
@@ -27,6 +48,11 @@ pub trait ChunkBuilder: Send + 'static {
     /// The prompt's tokens with their log-probabilities (requests that ask
     /// for them), before any text.
     fn prompt(&mut self, _tokens: Vec<TokenInfo>) -> Vec<String> {
+        Vec::new()
+    }
+    /// How far the prompt has run (requests with llama-server's
+    /// `return_progress`); formats without such objects send nothing.
+    fn progress(&mut self, _progress: Progress) -> Vec<String> {
         Vec::new()
     }
     fn text(&mut self, text: String, tokens: Vec<TokenInfo>) -> Vec<String>;
@@ -94,6 +120,20 @@ pub fn payloads<B: ChunkBuilder>(
                 }
                 Some(Event::Prompt { tokens }) => {
                     p.queue.extend(p.builder.prompt(tokens));
+                }
+                Some(Event::Progress {
+                    total,
+                    cached,
+                    processed,
+                    elapsed,
+                }) => {
+                    let progress = Progress {
+                        total,
+                        cached,
+                        processed,
+                        elapsed,
+                    };
+                    p.queue.extend(p.builder.progress(progress));
                 }
                 Some(Event::Done(done)) => {
                     p.guard.state.observe_done(&done);

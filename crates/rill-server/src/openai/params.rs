@@ -174,6 +174,7 @@ pub fn build_request(
         include_stop_str: f.include_stop_str_in_output.unwrap_or(false),
         generation_time_limit: None,
         min_indent: 0,
+        report_progress: false,
         cache_points: Vec::new(),
         constraint: None,
         draft_max: match f.speculative_n_max {

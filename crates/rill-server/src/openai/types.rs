@@ -144,6 +144,9 @@ pub struct ChatCompletionRequest {
     pub reasoning_format: Option<String>,
     /// llama-server's: every streamed chunk carries the running `timings`.
     pub timings_per_token: Option<bool>,
+    /// llama-server's: while the prompt runs, a chunk with its
+    /// `prompt_progress` after each prefill chunk (streams only).
+    pub return_progress: Option<bool>,
     /// `response_format` and the other structured-output fields.
     #[serde(flatten)]
     pub constraint: crate::structured::ConstraintFields,

@@ -10,7 +10,7 @@ use crate::openai::params::{build_request, check_token_ids};
 use crate::openai::responses::{StreamClock, Timings};
 use crate::openai::types::{Prompt, SamplingFields};
 use crate::routes::completions::prompt_list;
-use crate::sse::{self, ChunkBuilder};
+use crate::sse::{self, ChunkBuilder, Progress};
 use crate::state::AppState;
 use crate::structured::ConstraintFields;
 use axum::body::Bytes;
@@ -54,6 +54,9 @@ struct NativeRequest {
     /// ends the text where its content starts (code completion: the
     /// completion left the block; 0 or less: no limit).
     n_indent: Option<i64>,
+    /// While the prompt runs, a partial object with its `prompt_progress`
+    /// after each prefill chunk (streams only).
+    return_progress: Option<bool>,
     /// Every streamed object carries the running `timings`.
     timings_per_token: Option<bool>,
     /// Only these fields of the final object, by path (`a/b` for field `b`
@@ -122,6 +125,7 @@ pub async fn completion(
         .filter(|&ms| ms > 0)
         .map(|ms| std::time::Duration::from_millis(ms as u64));
     request.min_indent = req.n_indent.map_or(0, |n| n.max(0) as usize);
+    request.report_progress = req.stream == Some(true) && req.return_progress == Some(true);
     check_token_ids(&request, state.tok.vocab_size())?;
     request.constraint =
         (req.constraint.grammar()?).map(|grammar| rill_engine::ConstraintRequest {
@@ -190,7 +194,7 @@ pub async fn completion(
                         }
                     }
                 }
-                Some(Event::Prompt { .. }) => {}
+                Some(Event::Prompt { .. } | Event::Progress { .. }) => {}
                 Some(Event::Done(d)) => {
                     state.observe_done(&d);
                     break d;
@@ -399,6 +403,22 @@ struct NativeStream {
 }
 
 impl ChunkBuilder for NativeStream {
+    /// llama-server's shape: a partial object without text, with the
+    /// prompt's `prompt_progress`.
+    fn progress(&mut self, progress: Progress) -> Vec<String> {
+        let v = json!({
+            "index": self.index,
+            "content": "",
+            "tokens": [],
+            "stop": false,
+            "id_slot": -1,
+            "tokens_predicted": self.predicted,
+            "tokens_evaluated": self.prompt.len(),
+            "prompt_progress": progress.json(),
+        });
+        vec![v.to_string()]
+    }
+
     fn text(&mut self, text: String, tokens: Vec<TokenInfo>) -> Vec<String> {
         if !self.view.generate {
             return Vec::new();

@@ -619,3 +619,55 @@ async fn timings_per_token_run_with_the_stream() {
     assert_eq!(with, 1, "the last chunk only");
     s.stop().await;
 }
+
+/// llama-server's `return_progress` (its web UI shows it): while the prompt
+/// runs, streamed objects without text carry `prompt_progress` (at the
+/// start, then after each prefill chunk, up to the whole prompt), before
+/// the text; on the chat endpoint beside a role delta. Not in replies that
+/// do not stream, nor unless asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn return_progress_streams_the_prompts_progress_before_the_text() {
+    let s = start(Opts::default()).await;
+    let body = json!({"prompt": "Once upon a time there was", "n_predict": 4, "temperature": 0,
+                      "stream": true, "return_progress": true, "cache_prompt": false});
+    let objects: Vec<Value> = (s.stream("/completion", &body).await.iter())
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let progress: Vec<&Value> = objects
+        .iter()
+        .filter_map(|o| o.get("prompt_progress"))
+        .collect();
+    let total = objects[0]["tokens_evaluated"].as_u64().unwrap();
+    assert!(progress.len() >= 2, "{objects:?}");
+    assert_eq!(progress[0]["processed"], 0);
+    assert_eq!(progress.last().unwrap()["processed"], total);
+    assert!(progress
+        .iter()
+        .all(|p| p["total"] == total && p["cache"] == 0));
+    let first_text = objects.iter().position(|o| o["content"] != "").unwrap();
+    assert!(objects[first_text..]
+        .iter()
+        .all(|o| o.get("prompt_progress").is_none()));
+    let plain = merged(body.clone(), json!({"return_progress": false}));
+    let lines = s.stream("/completion", &plain).await;
+    assert!(lines.iter().all(|l| !l.contains("prompt_progress")));
+    let (_, whole) = s
+        .post("/completion", &merged(body, json!({"stream": false})))
+        .await;
+    assert!(whole.get("prompt_progress").is_none(), "{whole}");
+
+    let chat = json!({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 3,
+                      "stream": true, "return_progress": true});
+    let chunks = chunks(&s.stream("/v1/chat/completions", &chat).await);
+    let with: Vec<&Value> = chunks
+        .iter()
+        .filter(|c| c.get("prompt_progress").is_some())
+        .collect();
+    assert!(!with.is_empty(), "{chunks:?}");
+    assert!(with
+        .iter()
+        .all(|c| c["choices"][0]["delta"]["role"] == "assistant"));
+    let last = with.last().unwrap()["prompt_progress"].clone();
+    assert_eq!(last["processed"], last["total"]);
+    s.stop().await;
+}

@@ -285,6 +285,7 @@ pub(crate) async fn prepare(
     }
     request.prompt = ids;
     request.cache_points = history_end.into_iter().collect();
+    request.report_progress = req.streaming.enabled() && req.return_progress == Some(true);
     Ok(Prepared {
         request,
         prompt_text,
@@ -517,6 +518,7 @@ async fn collect(
                 break d;
             }
             Some(Event::Prompt { tokens }) => prompt = Some(tokens),
+            Some(Event::Progress { .. }) => {}
             Some(Event::Error(f)) => return Err(ApiError::failed(f)),
             None => return Err(ApiError::internal("the engine stopped")),
         }

@@ -8,7 +8,7 @@ use crate::openai::responses::{
     ChatChunk, ChunkChoice, Delta, StreamClock, Timings, ToolCallDelta, Usage,
 };
 use crate::routes::finish_reason;
-use crate::sse::ChunkBuilder;
+use crate::sse::{ChunkBuilder, Progress};
 use crate::tool_choice::ReplyOutput;
 use rill_chat::reply::{argument_piece, close_arguments, Part, ToolCall};
 use rill_engine::{Done, TokenInfo};
@@ -137,6 +137,19 @@ impl ChunkBuilder for ChatStream {
             ..Delta::default()
         };
         vec![self.chunk(delta, None)]
+    }
+
+    /// llama-server's shape: a chunk with the role delta, the progress
+    /// beside its choices.
+    fn progress(&mut self, progress: Progress) -> Vec<String> {
+        let delta = Delta {
+            role: Some("assistant"),
+            ..Delta::default()
+        };
+        let chunk = self.chunk_value(delta, None);
+        let mut v = serde_json::to_value(&chunk).unwrap_or_default();
+        v["prompt_progress"] = progress.json();
+        vec![v.to_string()]
     }
 
     fn text(&mut self, text: String, tokens: Vec<TokenInfo>) -> Vec<String> {
