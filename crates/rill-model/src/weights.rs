@@ -40,7 +40,7 @@ impl LoadLayout {
 }
 
 /// Source bytes copied per step of a rewrite, each step's file pages let
-/// go before the next: the peak stays the file plus one step.
+/// go once it is done: the peak stays the file plus a step per core.
 const REWRITE_STEP: usize = 16 << 20;
 
 /// Bytes of one tensor inside a source the model keeps.
