@@ -142,3 +142,23 @@ async fn n_indent_ends_the_text_at_a_line_indented_less() {
     }
     s.stop().await;
 }
+
+/// `min_tokens` past where the grammar allows only the end: the grammar's
+/// end ends the text (as vLLM ends a request whose grammar has
+/// terminated), before `min_tokens` — not a hang on a row with nothing
+/// left to draw, not an error; the server goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grammars_end_ends_the_text_before_min_tokens() {
+    let s = start(Opts::default()).await;
+    let b = json!({"prompt": "x", "max_tokens": 8, "temperature": 0, "min_tokens": 4,
+                   "guided_grammar": "root ::= \"ok\""});
+    let (st, v) = s.post("/v1/completions", &b).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["choices"][0]["text"], "ok", "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    let (st, _) = s
+        .post("/v1/completions", &json!({"prompt": "x", "max_tokens": 2}))
+        .await;
+    assert_eq!(st, 200);
+    s.stop().await;
+}
