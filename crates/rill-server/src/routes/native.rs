@@ -168,6 +168,7 @@ pub async fn completion(
                 index,
                 clock: (req.timings_per_token == Some(true))
                     .then(|| StreamClock::new(prompts[index / n].len())),
+                new_line: false,
             })
             .collect();
         if submitted.len() > 1 {
@@ -400,6 +401,9 @@ struct NativeStream {
     index: usize,
     /// `timings_per_token`: the running timings on every object.
     clock: Option<StreamClock>,
+    /// The text sent so far had a newline (the final object's
+    /// `has_new_line`, whose own `content` is empty).
+    new_line: bool,
 }
 
 impl ChunkBuilder for NativeStream {
@@ -423,6 +427,7 @@ impl ChunkBuilder for NativeStream {
         if !self.view.generate {
             return Vec::new();
         }
+        self.new_line |= text.contains('\n');
         self.predicted += tokens.len();
         let mut v = json!({
             "index": self.index,
@@ -447,7 +452,8 @@ impl ChunkBuilder for NativeStream {
     }
 
     fn done(&mut self, done: Done) -> Vec<String> {
-        let o = (self.view).last(self.index, &self.prompt, &done, String::new(), &[]);
+        let mut o = (self.view).last(self.index, &self.prompt, &done, String::new(), &[]);
+        o.insert("has_new_line".into(), self.new_line.into());
         vec![self.view.pick(Value::Object(o)).to_string()]
     }
 

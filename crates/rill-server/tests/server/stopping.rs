@@ -134,11 +134,16 @@ async fn n_indent_ends_the_text_at_a_line_indented_less() {
         assert_eq!(v["content"], text, "n_indent {n_indent}");
         assert_eq!(v["stop_type"], stop_type, "n_indent {n_indent}: {v}");
         let lines = s.stream("/completion", &body(n_indent, true)).await;
-        let streamed: String = (lines.iter())
-            .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        let objects: Vec<Value> = (lines.iter())
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        let streamed: String = (objects.iter())
             .filter_map(|c| c["content"].as_str().map(str::to_string))
             .collect();
         assert_eq!(streamed, text, "n_indent {n_indent}, streamed");
+        // The final object says the text had a newline, as the whole reply's.
+        assert_eq!(objects.last().unwrap()["has_new_line"], true);
+        assert_eq!(v["has_new_line"], true);
     }
     s.stop().await;
 }
