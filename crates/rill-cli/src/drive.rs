@@ -45,7 +45,7 @@ pub fn stream(
                 }
             }
             // (Never asked for here.)
-            Some(Event::Prompt { .. } | Event::Progress { .. }) => {}
+            Some(Event::Prompt { .. } | Event::Progress(_)) => {}
             Some(Event::Done(done)) => break Ok(done),
             Some(Event::Error(e)) => break Err(anyhow::anyhow!("generation failed: {e}")),
             None => break Err(anyhow::anyhow!("the engine stopped")),

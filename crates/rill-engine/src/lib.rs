@@ -31,8 +31,8 @@ mod thinking;
 
 pub use metrics::Metrics;
 pub use request::{
-    ConstraintRequest, Done, Event, Failure, FinishReason, Request, SubmitError, TokenInfo,
-    PROMPT_LOGITS_BYTES,
+    ConstraintRequest, Done, Event, Failure, FinishReason, PromptProgress, Request, SubmitError,
+    TokenInfo, PROMPT_LOGITS_BYTES,
 };
 pub use rill_grammar::GrammarSpec;
 pub use scheduler::{Engine, EngineConfig, Handle};

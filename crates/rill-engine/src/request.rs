@@ -209,16 +209,23 @@ pub enum Event {
         tokens: Vec<TokenInfo>,
     },
     /// How far the prompt has run (requests with `report_progress`): when
-    /// the sequence starts, then after each of its chunks. `processed`
-    /// counts the `cached` tokens; `elapsed` runs from admission.
-    Progress {
-        total: usize,
-        cached: usize,
-        processed: usize,
-        elapsed: std::time::Duration,
-    },
+    /// the sequence starts, then after each of its chunks.
+    Progress(PromptProgress),
     Done(Done),
     Error(Failure),
+}
+
+/// How far a prompt has run ([`Event::Progress`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PromptProgress {
+    /// Tokens of the prompt.
+    pub total: usize,
+    /// Of those, resumed from the prompt cache.
+    pub cached: usize,
+    /// Of those, in the sequence's state now (the cached ones included).
+    pub processed: usize,
+    /// Since the sequence was admitted.
+    pub elapsed: std::time::Duration,
 }
 
 /// Why an accepted request failed while it ran.

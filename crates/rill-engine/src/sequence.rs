@@ -10,7 +10,7 @@
 use crate::indent::IndentLimit;
 use crate::metrics::Metrics;
 use crate::output::TextOutput;
-use crate::request::{Done, Event, Failure, FinishReason, Request, TokenInfo};
+use crate::request::{Done, Event, Failure, FinishReason, PromptProgress, Request, TokenInfo};
 use crate::speculation::{Speculation, MAX_DRAFT};
 use crate::thinking::Thinking;
 use rill_grammar::Constraint;
@@ -412,12 +412,12 @@ impl Sequence {
     /// [`Event::Progress`] up to the tokens fed, when the request asks.
     pub fn report_progress(&self) {
         if self.sub.req.report_progress {
-            let _ = self.sub.events.send(Event::Progress {
+            let _ = self.sub.events.send(Event::Progress(PromptProgress {
                 total: self.sub.req.prompt.len(),
                 cached: self.cached,
                 processed: self.fed,
                 elapsed: self.admitted_at.elapsed(),
-            });
+            }));
         }
     }
 

@@ -230,7 +230,7 @@ fn stop_strings_and_logprobs() {
             Event::Done(_) => break,
             Event::Error(e) => panic!("{e}"),
             Event::Prompt { .. } => panic!("prompt log-probabilities nobody asked for"),
-            Event::Progress { .. } => panic!("prompt progress nobody asked for"),
+            Event::Progress(_) => panic!("prompt progress nobody asked for"),
         }
     }
     assert_eq!(n, 8);
@@ -247,7 +247,7 @@ fn stop_strings_and_logprobs() {
                 Event::Done(d) => break d,
                 Event::Error(e) => panic!("{e}"),
                 Event::Prompt { .. } => panic!("prompt log-probabilities nobody asked for"),
-                Event::Progress { .. } => panic!("prompt progress nobody asked for"),
+                Event::Progress(_) => panic!("prompt progress nobody asked for"),
             }
         };
         assert_eq!(done.finish, FinishReason::Stop);
@@ -494,12 +494,12 @@ fn progress_reports_each_prefill_chunk_before_the_text() {
     let (mut seen, mut ids, mut from) = (Vec::new(), Vec::new(), None);
     loop {
         match h.events.blocking_recv().unwrap() {
-            Event::Progress {
+            Event::Progress(rill_engine::PromptProgress {
                 total,
                 cached,
                 processed,
                 ..
-            } => {
+            }) => {
                 assert!(ids.is_empty(), "progress after the text");
                 assert_eq!(total, 45);
                 assert_eq!(*from.get_or_insert(cached), cached);

@@ -164,7 +164,7 @@ pub fn response<B: ChunkBuilder>(
             let e = c.recv().await;
             let next = matches!(
                 e,
-                Some(Event::Text { .. } | Event::Prompt { .. } | Event::Progress { .. })
+                Some(Event::Text { .. } | Event::Prompt { .. } | Event::Progress(_))
             )
             .then_some(c);
             Some(((i, e), next))
@@ -199,21 +199,7 @@ pub fn response<B: ChunkBuilder>(
                     p.queue.extend(out);
                     None
                 }
-                Some((
-                    i,
-                    Some(Event::Progress {
-                        total,
-                        cached,
-                        processed,
-                        elapsed,
-                    }),
-                )) => {
-                    let progress = crate::sse::Progress {
-                        total,
-                        cached,
-                        processed,
-                        elapsed,
-                    };
+                Some((i, Some(Event::Progress(progress)))) => {
                     let out = p.builders[i].progress(progress);
                     p.queue.extend(out);
                     None

@@ -11,32 +11,21 @@ use crate::ApiError;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream, StreamExt};
-use rill_engine::{Done, Event, Handle, TokenInfo};
+use rill_engine::{Done, Event, Handle, PromptProgress, TokenInfo};
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// An [`Event::Progress`]: how far a prompt has run.
-#[derive(Clone, Copy, Debug)]
-pub struct Progress {
-    pub total: usize,
-    pub cached: usize,
-    pub processed: usize,
-    pub elapsed: Duration,
-}
-
-impl Progress {
-    /// llama-server's `prompt_progress` object.
-    pub fn json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "total": self.total,
-            "cache": self.cached,
-            "processed": self.processed,
-            "time_ms": self.elapsed.as_millis() as u64,
-        })
-    }
+/// llama-server's `prompt_progress` object.
+pub fn progress_json(p: &PromptProgress) -> serde_json::Value {
+    serde_json::json!({
+        "total": p.total,
+        "cache": p.cached,
+        "processed": p.processed,
+        "time_ms": p.elapsed.as_millis() as u64,
+    })
 }
 
 /// Turns engine events into SSE `data:` payloads (JSON text).
@@ -52,7 +41,7 @@ pub trait ChunkBuilder: Send + 'static {
     }
     /// How far the prompt has run (requests with llama-server's
     /// `return_progress`); formats without such objects send nothing.
-    fn progress(&mut self, _progress: Progress) -> Vec<String> {
+    fn progress(&mut self, _progress: PromptProgress) -> Vec<String> {
         Vec::new()
     }
     fn text(&mut self, text: String, tokens: Vec<TokenInfo>) -> Vec<String>;
@@ -121,18 +110,7 @@ pub fn payloads<B: ChunkBuilder>(
                 Some(Event::Prompt { tokens }) => {
                     p.queue.extend(p.builder.prompt(tokens));
                 }
-                Some(Event::Progress {
-                    total,
-                    cached,
-                    processed,
-                    elapsed,
-                }) => {
-                    let progress = Progress {
-                        total,
-                        cached,
-                        processed,
-                        elapsed,
-                    };
+                Some(Event::Progress(progress)) => {
                     p.queue.extend(p.builder.progress(progress));
                 }
                 Some(Event::Done(done)) => {

@@ -132,7 +132,7 @@ fn run_all(engine: &Engine, reqs: Vec<Request>) -> Result<Vec<Done>> {
     for h in &mut handles {
         loop {
             match h.recv_blocking() {
-                Some(Event::Text { .. } | Event::Prompt { .. } | Event::Progress { .. }) => {}
+                Some(Event::Text { .. } | Event::Prompt { .. } | Event::Progress(_)) => {}
                 Some(Event::Done(d)) => break done.push(d),
                 Some(Event::Error(e)) => anyhow::bail!("generation failed: {e}"),
                 None => anyhow::bail!("the engine stopped"),

@@ -48,7 +48,7 @@ pub fn collect(mut h: Handle) -> (Vec<u32>, Done) {
             Event::Done(d) => return (ids, d),
             Event::Error(e) => panic!("request failed: {e}"),
             Event::Prompt { .. } => panic!("prompt log-probabilities nobody asked for"),
-            Event::Progress { .. } => panic!("prompt progress nobody asked for"),
+            Event::Progress(_) => panic!("prompt progress nobody asked for"),
         }
     }
 }

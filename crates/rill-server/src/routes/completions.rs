@@ -196,7 +196,7 @@ async fn collect(
     let mut offset = text.chars().count();
     let done = loop {
         match choice.recv().await {
-            Some(Event::Progress { .. }) => {}
+            Some(Event::Progress(_)) => {}
             Some(Event::Prompt { tokens }) => {
                 if let (Some(_), Some(k)) = (view.echo, logprobs) {
                     (lp, text) = CompletionLogprobs::prompt(&state.tok, &tokens, k);

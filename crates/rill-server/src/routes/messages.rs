@@ -77,7 +77,7 @@ pub async fn messages(
                 break d;
             }
             // (Never asked for here.)
-            Some(Event::Prompt { .. } | Event::Progress { .. }) => {}
+            Some(Event::Prompt { .. } | Event::Progress(_)) => {}
             Some(Event::Error(f)) => return Err(crate::ApiError::failed(f).into()),
             None => return Err(crate::ApiError::internal("the engine stopped").into()),
         }

@@ -10,7 +10,7 @@ use crate::openai::params::{build_request, check_token_ids};
 use crate::openai::responses::{StreamClock, Timings};
 use crate::openai::types::{Prompt, SamplingFields};
 use crate::routes::completions::prompt_list;
-use crate::sse::{self, ChunkBuilder, Progress};
+use crate::sse::{self, ChunkBuilder};
 use crate::state::AppState;
 use crate::structured::ConstraintFields;
 use axum::body::Bytes;
@@ -18,7 +18,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use rill_engine::{Done, Event, FinishReason, Request, TokenInfo};
+use rill_engine::{Done, Event, FinishReason, PromptProgress, Request, TokenInfo};
 use rill_sampler::SamplingPrefs;
 use rill_tokenizer::Tokenizer;
 use serde::Deserialize;
@@ -195,7 +195,7 @@ pub async fn completion(
                         }
                     }
                 }
-                Some(Event::Prompt { .. } | Event::Progress { .. }) => {}
+                Some(Event::Prompt { .. } | Event::Progress(_)) => {}
                 Some(Event::Done(d)) => {
                     state.observe_done(&d);
                     break d;
@@ -409,7 +409,7 @@ struct NativeStream {
 impl ChunkBuilder for NativeStream {
     /// llama-server's shape: a partial object without text, with the
     /// prompt's `prompt_progress`.
-    fn progress(&mut self, progress: Progress) -> Vec<String> {
+    fn progress(&mut self, progress: PromptProgress) -> Vec<String> {
         let v = json!({
             "index": self.index,
             "content": "",
@@ -418,7 +418,7 @@ impl ChunkBuilder for NativeStream {
             "id_slot": -1,
             "tokens_predicted": self.predicted,
             "tokens_evaluated": self.prompt.len(),
-            "prompt_progress": progress.json(),
+            "prompt_progress": crate::sse::progress_json(&progress),
         });
         vec![v.to_string()]
     }

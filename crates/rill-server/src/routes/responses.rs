@@ -270,7 +270,7 @@ pub async fn responses(
                 break d;
             }
             // (Never asked for here.)
-            Some(Event::Prompt { .. } | Event::Progress { .. }) => {}
+            Some(Event::Prompt { .. } | Event::Progress(_)) => {}
             Some(Event::Error(f)) => return Err(ApiError::failed(f)),
             None => return Err(ApiError::internal("the engine stopped")),
         }

@@ -518,7 +518,7 @@ async fn collect(
                 break d;
             }
             Some(Event::Prompt { tokens }) => prompt = Some(tokens),
-            Some(Event::Progress { .. }) => {}
+            Some(Event::Progress(_)) => {}
             Some(Event::Error(f)) => return Err(ApiError::failed(f)),
             None => return Err(ApiError::internal("the engine stopped")),
         }

@@ -8,10 +8,10 @@ use crate::openai::responses::{
     ChatChunk, ChunkChoice, Delta, StreamClock, Timings, ToolCallDelta, Usage,
 };
 use crate::routes::finish_reason;
-use crate::sse::{ChunkBuilder, Progress};
+use crate::sse::ChunkBuilder;
 use crate::tool_choice::ReplyOutput;
 use rill_chat::reply::{argument_piece, close_arguments, Part, ToolCall};
-use rill_engine::{Done, TokenInfo};
+use rill_engine::{Done, PromptProgress, TokenInfo};
 use std::sync::Arc;
 
 /// The chunks of a streamed reply.
@@ -141,14 +141,14 @@ impl ChunkBuilder for ChatStream {
 
     /// llama-server's shape: a chunk with the role delta, the progress
     /// beside its choices.
-    fn progress(&mut self, progress: Progress) -> Vec<String> {
+    fn progress(&mut self, progress: PromptProgress) -> Vec<String> {
         let delta = Delta {
             role: Some("assistant"),
             ..Delta::default()
         };
         let chunk = self.chunk_value(delta, None);
         let mut v = serde_json::to_value(&chunk).unwrap_or_default();
-        v["prompt_progress"] = progress.json();
+        v["prompt_progress"] = crate::sse::progress_json(&progress);
         vec![v.to_string()]
     }
 
