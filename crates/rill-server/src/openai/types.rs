@@ -179,6 +179,9 @@ pub struct CompletionRequest {
     /// vLLM's `return_token_ids`: the prompt's and the completion's token
     /// ids in the response (`prompt_token_ids`, `token_ids`).
     pub return_token_ids: Option<bool>,
+    /// llama-server's: while the prompt runs, a chunk without text carrying
+    /// its `prompt_progress` after each prefill chunk (streams only).
+    pub return_progress: Option<bool>,
     pub echo: Option<bool>,
     pub suffix: Option<String>,
 }

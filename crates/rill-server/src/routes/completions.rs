@@ -14,8 +14,9 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use rill_engine::{Done, Event, TokenInfo};
+use rill_engine::{Done, Event, PromptProgress, TokenInfo};
 use rill_tokenizer::Tokenizer;
+use serde_json::Value;
 use std::sync::Arc;
 
 pub async fn completions(
@@ -87,6 +88,7 @@ pub async fn completions(
             after: None,
         });
     let return_ids = req.return_token_ids == Some(true);
+    request.report_progress = req.streaming.enabled() && req.return_progress == Some(true);
     let requests = prompts
         .iter()
         .map(|p| {
@@ -402,6 +404,15 @@ impl ChunkBuilder for CompletionStream {
         let (lp, text) = CompletionLogprobs::prompt(&self.tok, &tokens, k);
         self.offset = text.chars().count();
         vec![self.chunk(text, Some(lp), None, None)]
+    }
+
+    /// llama-server's shape: a chunk without text, the progress beside its
+    /// choices.
+    fn progress(&mut self, progress: PromptProgress) -> Vec<String> {
+        let chunk = self.chunk(String::new(), None, None, None);
+        let mut v: Value = serde_json::from_str(&chunk).unwrap_or_default();
+        v["prompt_progress"] = crate::sse::progress_json(&progress);
+        vec![v.to_string()]
     }
 
     fn text(&mut self, text: String, tokens: Vec<TokenInfo>) -> Vec<String> {

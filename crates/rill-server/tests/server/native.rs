@@ -623,8 +623,9 @@ async fn timings_per_token_run_with_the_stream() {
 /// llama-server's `return_progress` (its web UI shows it): while the prompt
 /// runs, streamed objects without text carry `prompt_progress` (at the
 /// start, then after each prefill chunk, up to the whole prompt), before
-/// the text; on the chat endpoint beside a role delta. Not in replies that
-/// do not stream, nor unless asked.
+/// the text; on the chat endpoint beside a role delta, on OpenAI
+/// completions with an empty text. Not in replies that do not stream, nor
+/// unless asked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn return_progress_streams_the_prompts_progress_before_the_text() {
     let s = start(Opts::default()).await;
@@ -658,15 +659,27 @@ async fn return_progress_streams_the_prompts_progress_before_the_text() {
 
     let chat = json!({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 3,
                       "stream": true, "return_progress": true});
-    let chunks = chunks(&s.stream("/v1/chat/completions", &chat).await);
+    let chat_chunks = chunks(&s.stream("/v1/chat/completions", &chat).await);
+    let with: Vec<&Value> = chat_chunks
+        .iter()
+        .filter(|c| c.get("prompt_progress").is_some())
+        .collect();
+    assert!(!with.is_empty(), "{chat_chunks:?}");
+    assert!(with
+        .iter()
+        .all(|c| c["choices"][0]["delta"]["role"] == "assistant"));
+    let last = with.last().unwrap()["prompt_progress"].clone();
+    assert_eq!(last["processed"], last["total"]);
+
+    let cmpl = json!({"prompt": "Once upon a time", "max_tokens": 3, "stream": true,
+                      "return_progress": true});
+    let chunks = chunks(&s.stream("/v1/completions", &cmpl).await);
     let with: Vec<&Value> = chunks
         .iter()
         .filter(|c| c.get("prompt_progress").is_some())
         .collect();
     assert!(!with.is_empty(), "{chunks:?}");
-    assert!(with
-        .iter()
-        .all(|c| c["choices"][0]["delta"]["role"] == "assistant"));
+    assert!(with.iter().all(|c| c["choices"][0]["text"] == ""));
     let last = with.last().unwrap()["prompt_progress"].clone();
     assert_eq!(last["processed"], last["total"]);
     s.stop().await;
