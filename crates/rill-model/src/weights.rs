@@ -388,13 +388,20 @@ impl Binder<'_> {
     /// A `rows × cols` table whose rows are looked up (an embedding), kept
     /// as the file stores it whatever the layout: a lookup reads a few rows.
     pub fn table(&self, name: &str, rows: usize, cols: usize) -> Result<Matrix, ModelError> {
-        self.bind(
-            &self.get(name)?,
-            &[cols as u64, rows as u64],
-            rows,
-            cols,
-            false,
-        )
+        self.named(name, rows, cols, false)
+    }
+
+    /// Tensor `name` as a `rows × cols` matrix (ggml shape `[cols, rows]`),
+    /// as [`Self::bind`] holds it.
+    fn named(
+        &self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+        products: bool,
+    ) -> Result<Matrix, ModelError> {
+        let shape = [cols as u64, rows as u64];
+        self.bind(&self.get(name)?, &shape, rows, cols, products)
     }
 
     pub fn has(&self, name: &str) -> Result<bool, ModelError> {
@@ -422,13 +429,7 @@ impl Binder<'_> {
 
     /// A `rows × cols` matrix (ggml shape `[cols, rows]`).
     pub fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Matrix, ModelError> {
-        self.bind(
-            &self.get(name)?,
-            &[cols as u64, rows as u64],
-            rows,
-            cols,
-            true,
-        )
+        self.named(name, rows, cols, true)
     }
 
     /// `n_expert` stacked `rows × cols` matrices (ggml shape `[cols, rows, n_expert]`).

@@ -16,7 +16,6 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use rill_engine::{Done, Event, PromptProgress, TokenInfo};
 use rill_tokenizer::Tokenizer;
-use serde_json::Value;
 use std::sync::Arc;
 
 pub async fn completions(
@@ -356,7 +355,18 @@ impl CompletionStream {
         finish: Option<&'static str>,
         usage: Option<Usage>,
     ) -> String {
-        let c = Completion {
+        let c = self.chunk_value(text, logprobs, finish, usage);
+        serde_json::to_string(&c).unwrap_or_default()
+    }
+
+    fn chunk_value(
+        &self,
+        text: String,
+        logprobs: Option<CompletionLogprobs>,
+        finish: Option<&'static str>,
+        usage: Option<Usage>,
+    ) -> Completion {
+        Completion {
             id: self.id.clone(),
             object: "text_completion",
             created: self.created,
@@ -377,8 +387,7 @@ impl CompletionStream {
             usage,
             timings: None,
             prompt_logprobs: None,
-        };
-        serde_json::to_string(&c).unwrap_or_default()
+        }
     }
 }
 
@@ -409,8 +418,8 @@ impl ChunkBuilder for CompletionStream {
     /// llama-server's shape: a chunk without text, the progress beside its
     /// choices.
     fn progress(&mut self, progress: PromptProgress) -> Vec<String> {
-        let chunk = self.chunk(String::new(), None, None, None);
-        let mut v: Value = serde_json::from_str(&chunk).unwrap_or_default();
+        let chunk = self.chunk_value(String::new(), None, None, None);
+        let mut v = serde_json::to_value(&chunk).unwrap_or_default();
         v["prompt_progress"] = crate::sse::progress_json(&progress);
         vec![v.to_string()]
     }

@@ -406,20 +406,28 @@ struct NativeStream {
     new_line: bool,
 }
 
-impl ChunkBuilder for NativeStream {
-    /// llama-server's shape: a partial object without text, with the
-    /// prompt's `prompt_progress`.
-    fn progress(&mut self, progress: PromptProgress) -> Vec<String> {
-        let v = json!({
+impl NativeStream {
+    /// A partial object (llama-server's shape) with `content` and the ids
+    /// of the tokens that made it.
+    fn partial(&self, content: String, ids: Vec<u32>) -> Value {
+        json!({
             "index": self.index,
-            "content": "",
-            "tokens": [],
+            "content": content,
+            "tokens": ids,
             "stop": false,
             "id_slot": -1,
             "tokens_predicted": self.predicted,
             "tokens_evaluated": self.prompt.len(),
-            "prompt_progress": crate::sse::progress_json(&progress),
-        });
+        })
+    }
+}
+
+impl ChunkBuilder for NativeStream {
+    /// llama-server's shape: a partial object without text, with the
+    /// prompt's `prompt_progress`.
+    fn progress(&mut self, progress: PromptProgress) -> Vec<String> {
+        let mut v = self.partial(String::new(), Vec::new());
+        v["prompt_progress"] = crate::sse::progress_json(&progress);
         vec![v.to_string()]
     }
 
@@ -429,15 +437,7 @@ impl ChunkBuilder for NativeStream {
         }
         self.new_line |= text.contains('\n');
         self.predicted += tokens.len();
-        let mut v = json!({
-            "index": self.index,
-            "content": text,
-            "tokens": tokens.iter().map(|t| t.id).collect::<Vec<_>>(),
-            "stop": false,
-            "id_slot": -1,
-            "tokens_predicted": self.predicted,
-            "tokens_evaluated": self.prompt.len(),
-        });
+        let mut v = self.partial(text, tokens.iter().map(|t| t.id).collect());
         if let Some(clock) = &mut self.clock {
             clock.tokens(tokens.len());
             v["timings"] = json!(clock.timings());

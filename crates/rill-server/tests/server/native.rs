@@ -659,28 +659,25 @@ async fn return_progress_streams_the_prompts_progress_before_the_text() {
 
     let chat = json!({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 3,
                       "stream": true, "return_progress": true});
-    let chat_chunks = chunks(&s.stream("/v1/chat/completions", &chat).await);
-    let with: Vec<&Value> = chat_chunks
-        .iter()
-        .filter(|c| c.get("prompt_progress").is_some())
-        .collect();
-    assert!(!with.is_empty(), "{chat_chunks:?}");
-    assert!(with
-        .iter()
-        .all(|c| c["choices"][0]["delta"]["role"] == "assistant"));
-    let last = with.last().unwrap()["prompt_progress"].clone();
-    assert_eq!(last["processed"], last["total"]);
-
+    for c in progress_chunks(&s, "/v1/chat/completions", &chat).await {
+        assert_eq!(c["choices"][0]["delta"]["role"], "assistant");
+    }
     let cmpl = json!({"prompt": "Once upon a time", "max_tokens": 3, "stream": true,
                       "return_progress": true});
-    let chunks = chunks(&s.stream("/v1/completions", &cmpl).await);
-    let with: Vec<&Value> = chunks
-        .iter()
+    for c in progress_chunks(&s, "/v1/completions", &cmpl).await {
+        assert_eq!(c["choices"][0]["text"], "");
+    }
+    s.stop().await;
+}
+
+/// The chunks of an OpenAI stream that carry `prompt_progress`: at least
+/// one, the last at the whole prompt.
+async fn progress_chunks(s: &TestServer, path: &str, body: &Value) -> Vec<Value> {
+    let with: Vec<Value> = (chunks(&s.stream(path, body).await).into_iter())
         .filter(|c| c.get("prompt_progress").is_some())
         .collect();
-    assert!(!with.is_empty(), "{chunks:?}");
-    assert!(with.iter().all(|c| c["choices"][0]["text"] == ""));
-    let last = with.last().unwrap()["prompt_progress"].clone();
-    assert_eq!(last["processed"], last["total"]);
-    s.stop().await;
+    assert!(!with.is_empty(), "{path}: no progress");
+    let last = &with.last().unwrap()["prompt_progress"];
+    assert_eq!(last["processed"], last["total"], "{path}");
+    with
 }
