@@ -61,11 +61,19 @@ pub enum DType {
     /// and the three 2-bit parts of code `96 + l` in the bytes' top bits —
     /// so taking a code out is one mask (see `rill_kernels::layout`).
     Q6KPlanar,
+    /// Q4_K with every 8 consecutive rows interleaved block by block, made
+    /// at load for the AVX2 integer kernels (no file has it): a matrix's
+    /// bytes and a row's length are Q4_K's, but block `b` of rows `8g..8g +
+    /// 8` lies at `(8g · row_bytes) + 1152·b` as one 1152-byte block of the
+    /// 8 rows — so one vector load holds 4 quant bytes of each of the 8
+    /// rows (see `rill_kernels::layout`). A row's bytes are not contiguous:
+    /// [`DType::interleaved_rows`].
+    Q4KX8,
 }
 
 /// Encodings rill makes at load for its kernels (no file has them); not in
 /// [`ALL`].
-pub const LOAD_ONLY: [DType; 1] = [DType::Q6KPlanar];
+pub const LOAD_ONLY: [DType; 2] = [DType::Q6KPlanar, DType::Q4KX8];
 
 /// Encodings only Hugging Face checkpoints use (GGUF has no type id for
 /// them); not in [`ALL`].
@@ -116,9 +124,18 @@ impl DType {
             F32 | F16 | BF16 | F64 | I8 | I16 | I32 | I64 | F8E4M3 => 1,
             E2M1 => 2,
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4NL | MXFP4 => 32,
-            Q2K | Q3K | Q4K | Q5K | Q6K | Q6KPlanar | Q8K | IQ2XXS | IQ2XS | IQ3XXS | IQ1S
-            | IQ3S | IQ2S | IQ4XS | IQ1M | TQ1_0 | TQ2_0 => 256,
+            Q2K | Q3K | Q4K | Q4KX8 | Q5K | Q6K | Q6KPlanar | Q8K | IQ2XXS | IQ2XS | IQ3XXS
+            | IQ1S | IQ3S | IQ2S | IQ4XS | IQ1M | TQ1_0 | TQ2_0 => 256,
             NVFP4 => 64,
+        }
+    }
+
+    /// Rows a matrix of this encoding stores together (1: row by row): its
+    /// row count is a multiple of it, and a slice of its rows starts at one.
+    pub fn interleaved_rows(self) -> usize {
+        match self {
+            DType::Q4KX8 => 8,
+            _ => 1,
         }
     }
 
@@ -138,7 +155,7 @@ impl DType {
             Q8_1 => 36,
             Q2K => 84,
             Q3K => 110,
-            Q4K => 144,
+            Q4K | Q4KX8 => 144,
             Q5K => 176,
             Q6K | Q6KPlanar => 210,
             Q8K => 292,
@@ -208,6 +225,7 @@ impl DType {
             F8E4M3 => "F8_E4M3",
             E2M1 => "E2M1",
             Q6KPlanar => "Q6_K (planar)",
+            Q4KX8 => "Q4_K (8 rows interleaved)",
         }
     }
 }

@@ -10,7 +10,8 @@
 //! the kernel class `MATMUL_BENCH_KERNELS` names (default: the best).
 //! Prints GFLOP/s (`2·rows·cols·n / time`), the median of several short runs
 //! (the machine may be shared, so medians are steadier than means;
-//! `MATMUL_BENCH_BEST=1` prints the fastest run instead). The
+//! `MATMUL_BENCH_BEST=1` prints the fastest run instead; `MATMUL_BENCH_LAYOUT=1`
+//! holds each matrix in the layout the loader makes for the class). The
 //! `cpu` line is the 1-thread figure per second of on-CPU time, which time
 //! given to other jobs on a shared machine does not dilute.
 
@@ -132,8 +133,19 @@ fn main() {
         print!(" {:>9}", format!("n={n}"));
     }
     println!();
-    for dtype in types {
-        let mut data = matrix(dtype, rows, cols);
+    // `MATMUL_BENCH_LAYOUT=1`: each matrix in the layout a model loaded
+    // for this class and precision holds it in (`rill_kernels::layout`).
+    let layout = std::env::var_os("MATMUL_BENCH_LAYOUT").is_some();
+    for file_dtype in types {
+        let mut data = matrix(file_dtype, rows, cols);
+        let dtype = match rill_kernels::layout::load_layout(isa, precision, file_dtype, rows) {
+            Some(to) if layout => {
+                let rb = cols / file_dtype.block_len() * file_dtype.block_bytes();
+                assert!(rill_kernels::layout::rewrite(file_dtype, to, rb, &mut data));
+                to
+            }
+            _ => file_dtype,
+        };
         if dtype == DType::NVFP4 {
             // The fixture's NaN-pattern scales (0x7F, 0xFF) send a row to the
             // reference; files from checkpoints have none.
@@ -150,7 +162,7 @@ fn main() {
         let w = MatRef::new(dtype, rows, cols, &data);
         for &nt in &thread_counts {
             let threads = Threads::new(nt);
-            print!("{:<6} {:>3}", dtype.name(), nt);
+            print!("{:<6} {:>3}", file_dtype.name(), nt);
             let mut on_cpu = Vec::new();
             for &n in &ns {
                 let x: Vec<f32> = (0..n * cols)
@@ -168,7 +180,7 @@ fn main() {
             println!();
             // One thread runs on the caller: its on-CPU time is the whole cost.
             if nt == 1 && on_cpu.iter().all(Option::is_some) {
-                print!("{:<6} {:>3}", dtype.name(), "cpu");
+                print!("{:<6} {:>3}", file_dtype.name(), "cpu");
                 for g in on_cpu.into_iter().flatten() {
                     print!(" {:>9.1}", g);
                 }

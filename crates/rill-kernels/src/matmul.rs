@@ -175,15 +175,27 @@ impl<'a> MatRef<'a> {
     }
 
     /// Rows `start..end` as a matrix of their own (e.g. one expert of a stacked tensor).
+    ///
+    /// An encoding that interleaves rows ([`DType::interleaved_rows`]) is
+    /// sliced at a group (`start` a multiple of its rows, as the loader
+    /// makes sure every slice the model takes is) and keeps the whole group
+    /// that holds its last row.
     pub fn slice_rows(&self, start: usize, end: usize) -> MatRef<'a> {
         let rb = self.row_bytes();
+        let g = self.dtype.interleaved_rows();
+        assert!(
+            start.is_multiple_of(g),
+            "{} rows sliced inside a group",
+            self.dtype
+        );
+        let stop = (end.next_multiple_of(g) * rb).min(self.data.len());
         MatRef {
             scales: self.scales.slice_rows(start, end, self.cols),
             ..MatRef::new(
                 self.dtype,
                 end - start,
                 self.cols,
-                &self.data[start * rb..end * rb],
+                &self.data[start * rb..stop.max(end * rb)],
             )
         }
     }
@@ -192,6 +204,19 @@ impl<'a> MatRef<'a> {
     /// its separate scales multiplied in.
     pub fn dequantize_row(&self, isa: Isa, r: usize, out: &mut [f32]) {
         if crate::scaled::dequantize_row_with(isa, self, r, out) {
+            return;
+        }
+        if self.dtype == DType::Q4KX8 {
+            // Block by block through the Q4_K blocks the row was made from
+            // (an embedding lookup of a tied LM head reads a row so).
+            let rb = self.row_bytes();
+            let group = &self.data[r / 8 * 8 * rb..];
+            for (b, dst) in out[..self.cols].chunks_exact_mut(256).enumerate() {
+                let g = &group[b * crate::layout::Q4K_X8_BYTES..][..crate::layout::Q4K_X8_BYTES];
+                let block = crate::layout::q4k_x8_block(g, r % 8);
+                quant::dequantize_with(isa, DType::Q4K, &block, dst);
+            }
+            crate::scaled::apply(self.scales, r, out);
             return;
         }
         quant::dequantize_with(isa, self.dtype, self.row(r), out);
@@ -336,56 +361,69 @@ pub fn matmul_many_on(isa: Isa, precision: Precision, threads: &Threads, jobs: &
     let jobs = &*jobs;
     // Enough rows per task that scheduling overhead stays small.
     let min_rows = (16384 / max_cols).max(1);
-    threads.for_ranges_on(total, min_rows, |slot, g0, g1| {
-        // SAFETY: part `slot` of the buffer (sized for `count()` parts
-        // above) is used by one task at a time.
-        let mut scratch = gemm::Scratch::new(unsafe {
-            std::slice::from_raw_parts_mut(parts.at(slot * part), part)
-        });
-        // The first job overlapping this task's rows.
-        let mut k = starts.partition_point(|&s| s <= g0) - 1;
-        let mut g = g0;
-        while g < g1 {
-            while starts[k + 1] <= g {
-                k += 1;
-            }
-            let j = &jobs[k];
-            let r_end = (g1 - starts[k]).min(j.w.rows);
-            let (w, row_scales) = Scales::outputs_of(j.w);
-            let r_start = g - starts[k];
-            // SAFETY: `outs[k]` is job k's output (`n · rows` values, checked
-            // above) and rows `g - starts[k]..r_end` of it are this task's only;
-            // job k's quantized activations are in its weights' format.
-            if let Some(acts) = quantized.of(jobs, k) {
-                // SAFETY: as `scratch`: entry `slot` is this task's alone.
-                let own = unsafe { &mut *rows.at(slot) };
-                unsafe { q8::rows(isa, w, acts, r_start, r_end, outs[k], own) };
-            } else {
-                unsafe {
-                    gemm::rows(
-                        isa,
-                        w,
-                        x.of(jobs, k),
-                        j.n,
-                        r_start,
-                        r_end,
-                        outs[k],
-                        &mut scratch,
-                    )
-                };
-            }
-            if let Some(scales) = row_scales {
-                for r in r_start..r_end {
-                    let f = scales.row_factor(r).unwrap_or(1.0);
-                    for t in 0..j.n {
-                        // SAFETY: as the products' writes above.
-                        unsafe { *outs[k].at(t * w.rows + r) *= f };
+    // Tasks take whole groups of the rows an interleaved layout keeps
+    // together (each job's rows are whole groups, so the tasks' bounds fall
+    // between groups).
+    let unit = jobs
+        .iter()
+        .map(|j| j.w.dtype.interleaved_rows())
+        .max()
+        .unwrap_or(1);
+    threads.for_ranges_on(
+        total.div_ceil(unit),
+        min_rows.div_ceil(unit),
+        |slot, u0, u1| {
+            let (g0, g1) = (u0 * unit, (u1 * unit).min(total));
+            // SAFETY: part `slot` of the buffer (sized for `count()` parts
+            // above) is used by one task at a time.
+            let mut scratch = gemm::Scratch::new(unsafe {
+                std::slice::from_raw_parts_mut(parts.at(slot * part), part)
+            });
+            // The first job overlapping this task's rows.
+            let mut k = starts.partition_point(|&s| s <= g0) - 1;
+            let mut g = g0;
+            while g < g1 {
+                while starts[k + 1] <= g {
+                    k += 1;
+                }
+                let j = &jobs[k];
+                let r_end = (g1 - starts[k]).min(j.w.rows);
+                let (w, row_scales) = Scales::outputs_of(j.w);
+                let r_start = g - starts[k];
+                // SAFETY: `outs[k]` is job k's output (`n · rows` values, checked
+                // above) and rows `g - starts[k]..r_end` of it are this task's only;
+                // job k's quantized activations are in its weights' format.
+                if let Some(acts) = quantized.of(jobs, k) {
+                    // SAFETY: as `scratch`: entry `slot` is this task's alone.
+                    let own = unsafe { &mut *rows.at(slot) };
+                    unsafe { q8::rows(isa, w, acts, r_start, r_end, outs[k], own) };
+                } else {
+                    unsafe {
+                        gemm::rows(
+                            isa,
+                            w,
+                            x.of(jobs, k),
+                            j.n,
+                            r_start,
+                            r_end,
+                            outs[k],
+                            &mut scratch,
+                        )
+                    };
+                }
+                if let Some(scales) = row_scales {
+                    for r in r_start..r_end {
+                        let f = scales.row_factor(r).unwrap_or(1.0);
+                        for t in 0..j.n {
+                            // SAFETY: as the products' writes above.
+                            unsafe { *outs[k].at(t * w.rows + r) *= f };
+                        }
                     }
                 }
+                g = starts[k] + r_end;
             }
-            g = starts[k] + r_end;
-        }
-    });
+        },
+    );
 }
 
 /// What [`matmul_many_on`] needs besides its inputs. The [`Threads`] pool

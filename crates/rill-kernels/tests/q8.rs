@@ -321,7 +321,12 @@ fn the_planar_q6k_layout_gives_the_bits_of_the_file_blocks() {
     for cols in [512, 2560] {
         let file = matrix(DType::Q6K, rows, cols, &mut rng);
         let mut planar = file.clone();
-        assert!(rewrite(DType::Q6K, DType::Q6KPlanar, &mut planar));
+        assert!(rewrite(
+            DType::Q6K,
+            DType::Q6KPlanar,
+            cols / 256 * 210,
+            &mut planar
+        ));
         let (w, wp) = (
             MatRef::new(DType::Q6K, rows, cols, &file),
             MatRef::new(DType::Q6KPlanar, rows, cols, &planar),
@@ -351,6 +356,71 @@ fn the_planar_q6k_layout_gives_the_bits_of_the_file_blocks() {
                             "{isa:?} {precision:?} {cols} columns, {n} tokens, {threads} threads"
                         );
                     }
+                }
+            }
+        }
+    }
+}
+
+/// Q4_K rewritten with every 8 rows interleaved (`DType::Q4KX8`, what the
+/// loader does for the AVX2 integer kernels) gives the file's bits on every
+/// class and precision, for 1 to 9 tokens on 1 and 3 threads; so do a slice
+/// of its rows that ends inside a group, and products whose tasks cut its
+/// groups (a job of 3 rows before it shifts every task bound).
+#[test]
+fn the_interleaved_q4k_layout_gives_the_bits_of_the_file_rows() {
+    use rill_kernels::layout::rewrite;
+    let mut rng = Rng(0x48);
+    let rows = 40;
+    for cols in [256, 2048] {
+        let file = matrix(DType::Q4K, rows, cols, &mut rng);
+        let mut x8 = file.clone();
+        let rb = cols / 256 * 144;
+        assert!(rewrite(DType::Q4K, DType::Q4KX8, rb, &mut x8));
+        assert_ne!(x8, file);
+        let (w, wx) = (
+            MatRef::new(DType::Q4K, rows, cols, &file),
+            MatRef::new(DType::Q4KX8, rows, cols, &x8),
+        );
+        let small = matrix(DType::Q8_0, 3, cols, &mut rng);
+        let small = MatRef::new(DType::Q8_0, 3, cols, &small);
+        for n in [1, 2, 3, 6, 7, 9] {
+            let x = activations(n, cols, &mut rng);
+            for precision in [Precision::Q8, Precision::Exact] {
+                // `m` after a 3-row job (its outputs only), on `threads`.
+                let product = |isa, threads, m: MatRef, shifted: bool| {
+                    let mut out = vec![f32::NAN; n * m.rows];
+                    let mut other = vec![f32::NAN; n * 3];
+                    let job = |w, out| MatJob {
+                        w,
+                        x: &x,
+                        n,
+                        out,
+                        pick: None,
+                    };
+                    let mut jobs = vec![job(m, &mut out)];
+                    if shifted {
+                        jobs.insert(0, job(small, &mut other));
+                    }
+                    matmul_many_on(isa, precision, &Threads::new(threads), &mut jobs);
+                    drop(jobs);
+                    out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                };
+                for isa in Isa::available() {
+                    let at = format!("{isa:?} {precision:?} {cols} columns, {n} tokens");
+                    let want = product(isa, 1, w, false);
+                    for threads in [1, 3] {
+                        for shifted in [false, true] {
+                            let got = product(isa, threads, wx, shifted);
+                            assert_eq!(got, want, "{at}, {threads} threads, shifted {shifted}");
+                        }
+                    }
+                    let cut = product(isa, 3, wx.slice_rows(8, 37), false);
+                    assert_eq!(
+                        cut,
+                        product(isa, 1, w.slice_rows(8, 37), false),
+                        "{at}, rows 8..37"
+                    );
                 }
             }
         }

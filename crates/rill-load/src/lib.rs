@@ -299,11 +299,13 @@ fn start_prefault<S: Send + Sync + 'static>(
 
 /// The tensor bytes of a GGUF file, but those of the encodings `layout`
 /// rewrites: binding copies them and lets their pages go, and the
-/// prefault would map them in again.
+/// prefault would map them in again. (Interleaved layouts are taken as
+/// made, for whole groups of 8 rows: a lookup table of such an encoding,
+/// left as it is, is read a few rows a token and needs no prefault.)
 fn gguf_regions(file: &GgufFile, layout: LoadLayout) -> Vec<&[u8]> {
     file.tensors()
         .iter()
-        .filter(|t| t.dtype().is_ok_and(|d| layout.target(d).is_none()))
+        .filter(|t| t.dtype().is_ok_and(|d| layout.target(d, 8).is_none()))
         .filter_map(|t| file.try_tensor_data(t).ok())
         .collect()
 }

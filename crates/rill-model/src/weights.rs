@@ -32,10 +32,12 @@ impl LoadLayout {
         }
     }
 
-    /// The encoding a matrix stored as `dtype` is rewritten into, if any.
-    pub fn target(&self, dtype: DType) -> Option<DType> {
+    /// The encoding a matrix stored as `dtype` is rewritten into, if any;
+    /// `granule`: the rows every slice the model takes of it starts at a
+    /// multiple of (`rill_kernels::layout::load_layout`).
+    pub fn target(&self, dtype: DType, granule: usize) -> Option<DType> {
         let (isa, precision) = self.run?;
-        layout::load_layout(isa, precision, dtype)
+        layout::load_layout(isa, precision, dtype, granule)
     }
 }
 
@@ -309,22 +311,22 @@ pub(crate) struct Binder<'a> {
 impl Binder<'_> {
     /// Tensor `t` (of ggml shape `shape`) as a `rows × cols` matrix, in the
     /// layout `layout` wants for it when `products` (a matrix the kernels
-    /// multiply by, not a table whose rows are looked up).
+    /// multiply by, not a table whose rows are looked up) is `Some(granule)`:
+    /// the rows every slice the model takes of it starts at a multiple of.
     fn bind(
         &self,
         t: &TensorRef,
         shape: &[u64],
         rows: usize,
         cols: usize,
-        products: bool,
+        products: Option<usize>,
     ) -> Result<Matrix, ModelError> {
         let dtype = check(t, shape)?;
-        let target = self
-            .layout
-            .target(dtype)
-            .filter(|_| products && t.scales == Scales::None);
+        let target = products
+            .filter(|_| t.scales == Scales::None)
+            .and_then(|granule| self.layout.target(dtype, granule));
         let (dtype, bytes) = match target {
-            Some(to) => (to, self.rewrite(t, to)?),
+            Some(to) => (to, self.rewrite(t, to, cols)?),
             None => (dtype, Bytes::of(t.data)),
         };
         Ok(Matrix {
@@ -340,9 +342,10 @@ impl Binder<'_> {
     /// step at a time as they are copied. The copy lies in anonymous
     /// memory on 2 MiB pages where the kernel gives them, as the file's
     /// mapping asks (with 4 KiB pages, TLB misses cost a decode 20-30%).
-    fn rewrite(&self, t: &TensorRef, to: DType) -> Result<Bytes, ModelError> {
+    fn rewrite(&self, t: &TensorRef, to: DType, cols: usize) -> Result<Bytes, ModelError> {
         let n = t.data.len();
-        let bb = t.dtype.block_bytes();
+        let rb = cols / t.dtype.block_len() * t.dtype.block_bytes();
+        let bb = layout::unit_bytes(to, rb);
         let mut map =
             memmap2::MmapMut::map_anon(n.max(1)).map_err(|_| ModelError::OutOfMemory {
                 name: t.name.to_string(),
@@ -366,7 +369,7 @@ impl Binder<'_> {
                     let take = || next.lock().map_or(None, |mut it| it.next());
                     while let Some((src, dst)) = take() {
                         dst.copy_from_slice(src);
-                        if !layout::rewrite(t.dtype, to, dst) {
+                        if !layout::rewrite(t.dtype, to, rb, dst) {
                             whole.store(false, std::sync::atomic::Ordering::Relaxed);
                         }
                         source.release(src);
@@ -388,7 +391,7 @@ impl Binder<'_> {
     /// A `rows × cols` table whose rows are looked up (an embedding), kept
     /// as the file stores it whatever the layout: a lookup reads a few rows.
     pub fn table(&self, name: &str, rows: usize, cols: usize) -> Result<Matrix, ModelError> {
-        self.named(name, rows, cols, false)
+        self.named(name, rows, cols, None)
     }
 
     /// Tensor `name` as a `rows × cols` matrix (ggml shape `[cols, rows]`),
@@ -398,7 +401,7 @@ impl Binder<'_> {
         name: &str,
         rows: usize,
         cols: usize,
-        products: bool,
+        products: Option<usize>,
     ) -> Result<Matrix, ModelError> {
         let shape = [cols as u64, rows as u64];
         self.bind(&self.get(name)?, &shape, rows, cols, products)
@@ -429,7 +432,19 @@ impl Binder<'_> {
 
     /// A `rows × cols` matrix (ggml shape `[cols, rows]`).
     pub fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Matrix, ModelError> {
-        self.named(name, rows, cols, true)
+        self.named(name, rows, cols, Some(rows))
+    }
+
+    /// A `rows × cols` matrix used as parts of `part_rows` rows each (a
+    /// fused projection the model slices).
+    pub fn matrix_parts(
+        &self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+        part_rows: usize,
+    ) -> Result<Matrix, ModelError> {
+        self.named(name, rows, cols, Some(part_rows))
     }
 
     /// `n_expert` stacked `rows × cols` matrices (ggml shape `[cols, rows, n_expert]`).
@@ -440,7 +455,20 @@ impl Binder<'_> {
         rows: usize,
         cols: usize,
     ) -> Result<Experts, ModelError> {
-        self.stacked(name, n_expert, rows, cols, true)
+        self.stacked(name, n_expert, rows, cols, Some(rows))
+    }
+
+    /// [`Self::experts`] whose matrices are used as parts of `part_rows`
+    /// rows each (a fused gate/up tensor: its halves).
+    pub fn expert_parts(
+        &self,
+        name: &str,
+        n_expert: usize,
+        rows: usize,
+        cols: usize,
+        part_rows: usize,
+    ) -> Result<Experts, ModelError> {
+        self.stacked(name, n_expert, rows, cols, Some(part_rows))
     }
 
     /// A lookup table stored in `parts` stacked parts of `rows × cols` (as
@@ -452,7 +480,7 @@ impl Binder<'_> {
         rows: usize,
         cols: usize,
     ) -> Result<Experts, ModelError> {
-        self.stacked(name, parts, rows, cols, false)
+        self.stacked(name, parts, rows, cols, None)
     }
 
     fn stacked(
@@ -461,7 +489,7 @@ impl Binder<'_> {
         n_expert: usize,
         rows: usize,
         cols: usize,
-        products: bool,
+        products: Option<usize>,
     ) -> Result<Experts, ModelError> {
         if let Some(parts) = self.source.expert_tensors(name)? {
             if parts.len() != n_expert {

@@ -146,6 +146,23 @@ pub(super) unsafe fn rows(
     true
 }
 
+/// Rows `r0..r1` (multiples of 8) of a Q4_K matrix in its 8-row
+/// interleaved layout × every token of `acts` into `out` (as `q8::rows`).
+///
+/// # Safety
+/// As `q8::rows`; the CPU runs AVX2.
+pub(super) unsafe fn q4k_x8_rows(
+    w: MatRef<'_>,
+    acts: Q8Rows<'_>,
+    r0: usize,
+    r1: usize,
+    out: SharedMut<f32>,
+    panel_buf: &mut Vec<u8>,
+) {
+    // SAFETY: as this function.
+    unsafe { panel::q4k_x8_rows(w, acts, r0, r1, out, panel_buf) }
+}
+
 /// Rows `r0..r1` of an NVFP4 matrix (GGUF's blocks, or a checkpoint's
 /// codes with their scales apart) × several tokens on the AVX2 row panels
 /// (every x86 class runs them); returns the first row left (past the last

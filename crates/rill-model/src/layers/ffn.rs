@@ -138,7 +138,7 @@ impl MoeWeights {
         let down = b.experts(&down_name, e, h, n_ff)?;
         let fused = format!("{p}.ffn_gate_up_exps.weight");
         let gate_up = if b.has(&fused)? {
-            GateUp::Fused(b.experts(&fused, e, 2 * n_ff, h)?)
+            GateUp::Fused(b.expert_parts(&fused, e, 2 * n_ff, h, n_ff)?)
         } else {
             GateUp::Split {
                 gate: b.experts(&format!("{p}.ffn_gate_exps.weight"), e, n_ff, h)?,

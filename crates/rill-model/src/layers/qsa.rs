@@ -72,7 +72,7 @@ impl IndexerWeights {
         let fused = format!("{p}.indexer.qk_proj.weight");
         let proj = match b.has(&fused)? {
             true => IndexProj::Fused {
-                qk: b.matrix(&fused, (ix.n_head + 1) * d, h)?,
+                qk: b.matrix_parts(&fused, (ix.n_head + 1) * d, h, ix.n_head * d)?,
                 q_rows: ix.n_head * d,
             },
             false => IndexProj::Apart {

@@ -37,6 +37,7 @@ use rill_dtype::DType;
 mod b32;
 mod codebook;
 mod nvfp4;
+mod x8;
 mod ymm;
 mod zmm;
 
@@ -228,7 +229,10 @@ pub(super) unsafe fn rows(
     let rows = set.rows;
     let src = Source {
         // SAFETY (of the calls): rows r..r + rows are whole rows of `w`.
-        pack: &|r, dst| unsafe { (k.pack)(data.add(r * rb), rb, nb, dst) },
+        place: &|r, dst| unsafe {
+            (k.pack)(data.add(r * rb), rb, nb, dst);
+            dst
+        },
         next: &|r| (data.wrapping_add(r * rb), rows * rb),
         out_scale: None,
     };
@@ -273,8 +277,9 @@ pub(super) unsafe fn nvfp4_checkpoint_rows(
     let (c, s) = (codes.as_ptr(), scales.as_ptr());
     let src = Source {
         // SAFETY (of the calls): rows r..r + 8 are whole rows of the matrix.
-        pack: &|r, dst| unsafe {
-            nvfp4::pack_checkpoint(c.add(r * rb), rb, s.add(r * sb), sb, nb, dst)
+        place: &|r, dst| unsafe {
+            nvfp4::pack_checkpoint(c.add(r * rb), rb, s.add(r * sb), sb, nb, dst);
+            dst
         },
         next: &|r| (c.wrapping_add(r * rb), 8 * rb),
         // the reference's `tree · (global / 2)`
@@ -309,18 +314,53 @@ unsafe fn nvfp4_checkpoint_kernel<const T: usize>(
     nvfp4::panel_checkpoint::<T>(panel, nb, x, out)
 }
 
+/// Rows `r0..r1` (multiples of 8) of a [`DType::Q4KX8`] matrix × every
+/// token of `acts` into `out` (as `q8::rows`), 8 rows at a time where the
+/// matrix holds them, for any number of tokens.
+///
+/// # Safety
+/// As `q8::rows`; the CPU runs AVX2.
+pub(super) unsafe fn q4k_x8_rows(
+    w: MatRef<'_>,
+    acts: Q8Rows<'_>,
+    r0: usize,
+    r1: usize,
+    out: SharedMut<f32>,
+    buf: &mut Vec<u8>,
+) {
+    debug_assert!(r0.is_multiple_of(8) && r1.is_multiple_of(8));
+    let (rb, nb) = (w.row_bytes(), w.cols / 256);
+    let data = w.data.as_ptr();
+    let src = Source {
+        // Rows r..r + 8 are a whole group of the layout (r a multiple of 8).
+        place: &|r, _| data.wrapping_add(r * rb),
+        // The kernel prefetches as it streams.
+        next: &|r| (data.wrapping_add(r * rb), 0),
+        out_scale: None,
+    };
+    let kernels = by_tokens!(q4k_x8_kernel);
+    // SAFETY: as this function.
+    unsafe { drive(&AVX2, nb, 0, &kernels, &src, w.rows, acts, r0, r1, out, buf) };
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4k_x8_kernel<const T: usize>(w: *const u8, nb: usize, x: &Toks8, out: &mut Res) {
+    x8::body::<T>(w, nb, x, out)
+}
+
 /// Where a panel's rows come from.
 struct Source<'a> {
-    /// Rewrite the panel of rows `r..r + rows` at the pointer.
-    pack: &'a dyn Fn(usize, *mut u8),
+    /// The panel of rows `r..r + rows`: rewritten into the buffer at the
+    /// pointer (and that returned), or where the matrix holds it.
+    place: &'a dyn Fn(usize, *mut u8) -> *const u8,
     /// The bytes of rows `r..` that the next panel reads (to prefetch).
     next: &'a dyn Fn(usize) -> (*const u8, usize),
     /// A factor every output is multiplied by after the kernel.
     out_scale: Option<f32>,
 }
 
-/// The panel loop: `rows` rows of `set` at a time, packed by `src` into
-/// `buf` (`bytes` a panel), then every token group of `acts` through
+/// The panel loop: `rows` rows of `set` at a time, placed by `src` (packed
+/// into `buf`, `bytes` a panel), then every token group of `acts` through
 /// `kernels`; returns the first row past the last whole panel.
 ///
 /// # Safety
@@ -367,7 +407,7 @@ unsafe fn drive(
         }
         let mut r = r0;
         while r + rows <= r1 {
-            (src.pack)(r, panel);
+            let at = (src.place)(r, panel);
             // The next panel's rows come from DRAM while this one is used:
             // packing waited on them (~85% of its time) without this.
             let (next, len) = (src.next)(r + rows);
@@ -377,7 +417,7 @@ unsafe fn drive(
             for group in &groups[..ng] {
                 // SAFETY: groups 0..ng were written above.
                 let &(t0, nt, ref toks) = unsafe { group.assume_init_ref() };
-                (kernels[nt - 1])(panel, nb, toks, &mut res);
+                (kernels[nt - 1])(at, nb, toks, &mut res);
                 for t in 0..nt {
                     if let Some(f) = src.out_scale {
                         res[t][..rows].iter_mut().for_each(|v| *v *= f);

@@ -1,14 +1,4 @@
-//! Weight layouts rewritten at load for a kernel class.
-//!
-//! A file's encoding is what its writer chose; some kernels read another
-//! arrangement of the same bits faster. [`load_layout`] says which encoding
-//! a matrix is best held in for a run (kernel class and precision), and
-//! [`rewrite`] turns a file's blocks into it in place (the loader copies a
-//! matrix once, rewrites it and lets the file's pages go, so the model never
-//! holds two copies). The values are unchanged: every kernel decodes a
-//! rewritten block to the same numbers as the original.
-//!
-//! # Q6_K → [`DType::Q6KPlanar`]
+//! Q6_K → [`rill_dtype::DType::Q6KPlanar`].
 //!
 //! Q6_K keeps each code's low 4 bits in `ql` (two codes a byte) and its top
 //! 2 bits in `qh` (four a byte). Taking a 32-code vector out costs an AVX2
@@ -30,27 +20,14 @@
 //! 65,536 × 2048 out of cache, 2 threads: 41 → 47 GFLOP/s.
 
 use crate::quant::{k_quants, QK_K};
-use crate::{Isa, Precision};
-use rill_dtype::DType;
 
 /// Bytes of a Q6_K block.
 const Q6K_BYTES: usize = 210;
 
-/// The encoding a matrix stored as `dtype` is best held in for a run on
-/// kernel class `isa` at `precision`, when it differs from `dtype`.
-///
-/// Only the integer kernels of the AVX2 classes read a rewritten layout
-/// faster; the exact kernels, and every other class, read the file's.
-pub fn load_layout(isa: Isa, precision: Precision, dtype: DType) -> Option<DType> {
-    let integer_avx2 = matches!(isa, Isa::Avx2 | Isa::AvxVnni) && precision == Precision::Q8;
-    (integer_avx2 && dtype == DType::Q6K).then_some(DType::Q6KPlanar)
-}
-
-/// Rewrite whole blocks of `from` into `to` in place; `false` (nothing
-/// written) when `to` is not a layout of `from` or `bytes` is not whole
-/// blocks.
-pub fn rewrite(from: DType, to: DType, bytes: &mut [u8]) -> bool {
-    if (from, to) != (DType::Q6K, DType::Q6KPlanar) || !bytes.len().is_multiple_of(Q6K_BYTES) {
+/// Rewrite whole Q6_K blocks into the planar layout in place; `false`
+/// (nothing written) when `bytes` is not whole blocks.
+pub(super) fn rewrite(bytes: &mut [u8]) -> bool {
+    if !bytes.len().is_multiple_of(Q6K_BYTES) {
         return false;
     }
     for block in bytes.chunks_exact_mut(Q6K_BYTES) {
@@ -127,6 +104,7 @@ pub fn decode_q6k_planar(b: &[u8; Q6K_BYTES], out: &mut [f32; QK_K]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rill_dtype::DType;
 
     fn random_blocks(n: usize, seed: u64) -> Vec<u8> {
         let mut rnd = crate::test_util::xorshift(seed);
@@ -137,7 +115,12 @@ mod tests {
     fn a_rewritten_block_goes_back_to_the_same_bytes() {
         let file = random_blocks(64, 0x51A7);
         let mut planar = file.clone();
-        assert!(rewrite(DType::Q6K, DType::Q6KPlanar, &mut planar));
+        assert!(super::super::rewrite(
+            DType::Q6K,
+            DType::Q6KPlanar,
+            2 * Q6K_BYTES,
+            &mut planar
+        ));
         assert_ne!(planar, file, "the codes moved");
         for (p, f) in planar
             .chunks_exact(Q6K_BYTES)
@@ -153,20 +136,18 @@ mod tests {
     fn only_q6k_is_rewritten_and_only_whole_blocks() {
         let mut b = random_blocks(2, 7);
         let before = b.clone();
-        assert!(!rewrite(DType::Q4K, DType::Q6KPlanar, &mut b));
-        assert!(!rewrite(DType::Q6K, DType::Q6KPlanar, &mut b[..300]));
+        assert!(!super::super::rewrite(
+            DType::Q4K,
+            DType::Q6KPlanar,
+            Q6K_BYTES,
+            &mut b
+        ));
+        assert!(!super::super::rewrite(
+            DType::Q6K,
+            DType::Q6KPlanar,
+            Q6K_BYTES,
+            &mut b[..300]
+        ));
         assert_eq!(b, before);
-    }
-
-    #[test]
-    fn the_planar_layout_is_chosen_for_avx2_integer_kernels_only() {
-        use Precision::{Exact, Q8};
-        assert_eq!(
-            load_layout(Isa::Avx2, Q8, DType::Q6K),
-            Some(DType::Q6KPlanar)
-        );
-        assert_eq!(load_layout(Isa::Avx2, Exact, DType::Q6K), None);
-        assert_eq!(load_layout(Isa::Avx2, Q8, DType::Q4K), None);
-        assert_eq!(load_layout(Isa::Scalar, Q8, DType::Q6K), None);
     }
 }
