@@ -69,11 +69,15 @@ pub enum DType {
     /// rows (see `rill_kernels::layout`). A row's bytes are not contiguous:
     /// [`DType::interleaved_rows`].
     Q4KX8,
+    /// Q6_K with every 8 consecutive rows interleaved block by block as
+    /// [`DType::Q4KX8`] (1680-byte blocks of 8 rows), each row's codes in
+    /// [`DType::Q6KPlanar`]'s planes; made at load, no file has it.
+    Q6KX8,
 }
 
 /// Encodings rill makes at load for its kernels (no file has them); not in
 /// [`ALL`].
-pub const LOAD_ONLY: [DType; 2] = [DType::Q6KPlanar, DType::Q4KX8];
+pub const LOAD_ONLY: [DType; 3] = [DType::Q6KPlanar, DType::Q4KX8, DType::Q6KX8];
 
 /// Encodings only Hugging Face checkpoints use (GGUF has no type id for
 /// them); not in [`ALL`].
@@ -124,8 +128,8 @@ impl DType {
             F32 | F16 | BF16 | F64 | I8 | I16 | I32 | I64 | F8E4M3 => 1,
             E2M1 => 2,
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4NL | MXFP4 => 32,
-            Q2K | Q3K | Q4K | Q4KX8 | Q5K | Q6K | Q6KPlanar | Q8K | IQ2XXS | IQ2XS | IQ3XXS
-            | IQ1S | IQ3S | IQ2S | IQ4XS | IQ1M | TQ1_0 | TQ2_0 => 256,
+            Q2K | Q3K | Q4K | Q4KX8 | Q5K | Q6K | Q6KPlanar | Q6KX8 | Q8K | IQ2XXS | IQ2XS
+            | IQ3XXS | IQ1S | IQ3S | IQ2S | IQ4XS | IQ1M | TQ1_0 | TQ2_0 => 256,
             NVFP4 => 64,
         }
     }
@@ -134,7 +138,7 @@ impl DType {
     /// row count is a multiple of it, and a slice of its rows starts at one.
     pub fn interleaved_rows(self) -> usize {
         match self {
-            DType::Q4KX8 => 8,
+            DType::Q4KX8 | DType::Q6KX8 => 8,
             _ => 1,
         }
     }
@@ -157,7 +161,7 @@ impl DType {
             Q3K => 110,
             Q4K | Q4KX8 => 144,
             Q5K => 176,
-            Q6K | Q6KPlanar => 210,
+            Q6K | Q6KPlanar | Q6KX8 => 210,
             Q8K => 292,
             IQ2XXS => 66,
             IQ2XS => 74,
@@ -226,6 +230,7 @@ impl DType {
             E2M1 => "E2M1",
             Q6KPlanar => "Q6_K (planar)",
             Q4KX8 => "Q4_K (8 rows interleaved)",
+            Q6KX8 => "Q6_K (8 rows interleaved)",
         }
     }
 }

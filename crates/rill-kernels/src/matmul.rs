@@ -206,15 +206,13 @@ impl<'a> MatRef<'a> {
         if crate::scaled::dequantize_row_with(isa, self, r, out) {
             return;
         }
-        if self.dtype == DType::Q4KX8 {
-            // Block by block through the Q4_K blocks the row was made from
-            // (an embedding lookup of a tied LM head reads a row so).
-            let rb = self.row_bytes();
-            let group = &self.data[r / 8 * 8 * rb..];
-            for (b, dst) in out[..self.cols].chunks_exact_mut(256).enumerate() {
-                let g = &group[b * crate::layout::Q4K_X8_BYTES..][..crate::layout::Q4K_X8_BYTES];
-                let block = crate::layout::q4k_x8_block(g, r % 8);
-                quant::dequantize_with(isa, DType::Q4K, &block, dst);
+        if let Some(source) = crate::layout::interleaved_source(self.dtype) {
+            // Block by block through the blocks the row was made from (an
+            // embedding lookup of a tied LM head reads a row so).
+            let (rb, bb, bl) = (self.row_bytes(), source.block_bytes(), source.block_len());
+            for (b, dst) in out[..self.cols].chunks_exact_mut(bl).enumerate() {
+                let block = crate::layout::source_block(self.dtype, self.data, rb, r, b);
+                quant::dequantize_with(isa, source, &block[..bb], dst);
             }
             crate::scaled::apply(self.scales, r, out);
             return;

@@ -362,25 +362,27 @@ fn the_planar_q6k_layout_gives_the_bits_of_the_file_blocks() {
     }
 }
 
-/// Q4_K rewritten with every 8 rows interleaved (`DType::Q4KX8`, what the
-/// loader does for the AVX2 integer kernels) gives the file's bits on every
+/// Q4_K and Q6_K rewritten with every 8 rows interleaved (`DType::Q4KX8`,
+/// `DType::Q6KX8`: what the loader does for the AVX2 integer kernels) give
+/// the file's bits on every
 /// class and precision, for 1 to 9 tokens on 1 and 3 threads; so do a slice
 /// of its rows that ends inside a group, and products whose tasks cut its
 /// groups (a job of 3 rows before it shifts every task bound).
 #[test]
-fn the_interleaved_q4k_layout_gives_the_bits_of_the_file_rows() {
+fn the_interleaved_layouts_give_the_bits_of_the_file_rows() {
     use rill_kernels::layout::rewrite;
     let mut rng = Rng(0x48);
     let rows = 40;
-    for cols in [256, 2048] {
-        let file = matrix(DType::Q4K, rows, cols, &mut rng);
+    let cases = [(DType::Q4K, DType::Q4KX8), (DType::Q6K, DType::Q6KX8)];
+    for ((from, to), cols) in cases.into_iter().flat_map(|c| [(c, 256), (c, 2048)]) {
+        let file = matrix(from, rows, cols, &mut rng);
         let mut x8 = file.clone();
-        let rb = cols / 256 * 144;
-        assert!(rewrite(DType::Q4K, DType::Q4KX8, rb, &mut x8));
+        let rb = cols / 256 * from.block_bytes();
+        assert!(rewrite(from, to, rb, &mut x8));
         assert_ne!(x8, file);
         let (w, wx) = (
-            MatRef::new(DType::Q4K, rows, cols, &file),
-            MatRef::new(DType::Q4KX8, rows, cols, &x8),
+            MatRef::new(from, rows, cols, &file),
+            MatRef::new(to, rows, cols, &x8),
         );
         let small = matrix(DType::Q8_0, 3, cols, &mut rng);
         let small = MatRef::new(DType::Q8_0, 3, cols, &small);
@@ -407,7 +409,7 @@ fn the_interleaved_q4k_layout_gives_the_bits_of_the_file_rows() {
                     out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
                 };
                 for isa in Isa::available() {
-                    let at = format!("{isa:?} {precision:?} {cols} columns, {n} tokens");
+                    let at = format!("{to} {isa:?} {precision:?} {cols} columns, {n} tokens");
                     let want = product(isa, 1, w, false);
                     for threads in [1, 3] {
                         for shifted in [false, true] {

@@ -14,12 +14,13 @@
 //! * Q4_K → [`DType::Q4KX8`] (`q4k_x8`): every 8 rows interleaved block by
 //!   block, so that the integer kernels keep 8 rows in the lanes of a
 //!   vector with no rewrite per product.
+//! * Q6_K → [`DType::Q6KX8`] (`q6k_x8`): the same for Q6_K, each row's codes
+//!   planar; a matrix sliced inside its groups of 8 rows stays planar.
 
 mod q4k_x8;
 mod q6k_planar;
+mod q6k_x8;
 
-pub use q4k_x8::row_blocks as q4k_x8_row;
-pub(crate) use q4k_x8::{block_of as q4k_x8_block, GROUP_BYTES as Q4K_X8_BYTES};
 pub use q6k_planar::decode_q6k_planar;
 pub(crate) use q6k_planar::to_q6k;
 
@@ -39,11 +40,11 @@ pub fn load_layout(isa: Isa, precision: Precision, dtype: DType, granule: usize)
     if !integer_avx2 {
         return None;
     }
+    let whole_groups = granule > 0 && granule.is_multiple_of(8);
     match dtype {
+        DType::Q6K if whole_groups => Some(DType::Q6KX8),
         DType::Q6K => Some(DType::Q6KPlanar),
-        DType::Q4K if granule > 0 && granule.is_multiple_of(DType::Q4KX8.interleaved_rows()) => {
-            Some(DType::Q4KX8)
-        }
+        DType::Q4K if whole_groups => Some(DType::Q4KX8),
         _ => None,
     }
 }
@@ -57,6 +58,53 @@ pub fn unit_bytes(to: DType, row_bytes: usize) -> usize {
     }
 }
 
+/// The file encoding an interleaved layout ([`DType::interleaved_rows`])
+/// was made from.
+pub fn interleaved_source(dtype: DType) -> Option<DType> {
+    match dtype {
+        DType::Q4KX8 => Some(DType::Q4K),
+        DType::Q6KX8 => Some(DType::Q6K),
+        _ => None,
+    }
+}
+
+/// Row `r`'s block `b` of an interleaved matrix (`data` from its first
+/// row, rows of `row_bytes`), as the block of the source encoding it was
+/// made from (in the first bytes of the array).
+pub(crate) fn source_block(
+    dtype: DType,
+    data: &[u8],
+    row_bytes: usize,
+    r: usize,
+    b: usize,
+) -> [u8; 210] {
+    let group = &data[r / 8 * 8 * row_bytes..];
+    let mut out = [0u8; 210];
+    match dtype {
+        DType::Q4KX8 => {
+            let g = &group[b * q4k_x8::GROUP_BYTES..][..q4k_x8::GROUP_BYTES];
+            out[..144].copy_from_slice(&q4k_x8::block_of(g, r % 8));
+        }
+        DType::Q6KX8 => {
+            let g = &group[b * q6k_x8::GROUP_BYTES..][..q6k_x8::GROUP_BYTES];
+            out = q6k_x8::block_of(g, r % 8);
+        }
+        _ => unreachable!("{dtype} is not an interleaved layout"),
+    }
+    out
+}
+
+/// Row `r` of an interleaved matrix (`data` from its first row, rows of
+/// `row_bytes`) as the row of the source encoding it was made from, into
+/// `out` (`row_bytes`).
+pub fn source_row(dtype: DType, data: &[u8], row_bytes: usize, r: usize, out: &mut [u8]) {
+    match dtype {
+        DType::Q4KX8 => q4k_x8::row_blocks(data, row_bytes, r, out),
+        DType::Q6KX8 => q6k_x8::row_blocks(data, row_bytes, r, out),
+        _ => unreachable!("{dtype} is not an interleaved layout"),
+    }
+}
+
 /// Rewrite `bytes` (whole rows of `row_bytes`; whole [`unit_bytes`]) from
 /// `from` into `to` in place; `false` (nothing written) when `to` is not a
 /// layout of `from` or the bytes are not whole units.
@@ -64,6 +112,7 @@ pub fn rewrite(from: DType, to: DType, row_bytes: usize, bytes: &mut [u8]) -> bo
     match (from, to) {
         (DType::Q6K, DType::Q6KPlanar) => q6k_planar::rewrite(bytes),
         (DType::Q4K, DType::Q4KX8) => q4k_x8::rewrite(row_bytes, bytes),
+        (DType::Q6K, DType::Q6KX8) => q6k_x8::rewrite(row_bytes, bytes),
         _ => false,
     }
 }
@@ -78,6 +127,10 @@ mod tests {
         assert_eq!(
             load_layout(Isa::Avx2, Q8, DType::Q6K, 1),
             Some(DType::Q6KPlanar)
+        );
+        assert_eq!(
+            load_layout(Isa::Avx2, Q8, DType::Q6K, 16),
+            Some(DType::Q6KX8)
         );
         assert_eq!(
             load_layout(Isa::AvxVnni, Q8, DType::Q4K, 512),

@@ -40,7 +40,7 @@ pub(super) fn rewrite(bytes: &mut [u8]) -> bool {
 /// The three planes of each half (the module doc) of a Q6_K block's codes
 /// (`ql` then `qh`). Lane by lane over 32 columns (it vectorizes): a
 /// model's Q6_K matrices are rewritten at load, gigabytes of them.
-fn planes(b: &[u8; 192]) -> [u8; 192] {
+pub(super) fn planes(b: &[u8; 192]) -> [u8; 192] {
     let mut p = [0u8; 192];
     for h in 0..2 {
         for l in 0..32 {

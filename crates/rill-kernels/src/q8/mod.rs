@@ -153,9 +153,12 @@ impl ActFormat {
     /// The format the integer kernels of `dtype` take, if it has them.
     pub fn for_weights(dtype: DType) -> Option<ActFormat> {
         match dtype {
-            DType::Q4K | DType::Q4KX8 | DType::Q5K | DType::Q6K | DType::Q6KPlanar => {
-                Some(ActFormat::K256)
-            }
+            DType::Q4K
+            | DType::Q4KX8
+            | DType::Q5K
+            | DType::Q6K
+            | DType::Q6KPlanar
+            | DType::Q6KX8 => Some(ActFormat::K256),
             // x86 and aarch64 have kernels; elsewhere the exact SIMD product
             // beats the scalar integer reference
             DType::IQ4XS if KERNELS_FOR_LEVELS => Some(ActFormat::K256),
@@ -546,16 +549,19 @@ impl Default for RowScratch {
     }
 }
 
-/// Rows `r0..r1` of a [`DType::Q4KX8`] matrix (as [`rows`]): the whole
-/// groups of 8 rows on the AVX2 kernel of the layout, rows of a group cut by
-/// the range (no product of a loaded model cuts one) or a class without AVX2
-/// through the Q4_K rows they were made from, on the reference.
+/// Rows `r0..r1` of a matrix in an interleaved layout made from `source`
+/// (as [`rows`]): the whole groups of 8 rows on the AVX2 kernel of the
+/// layout, rows of a group cut by the range (no product of a loaded model
+/// cuts one) or a class without AVX2 through the rows of `source` they
+/// were made from, on the reference.
 ///
 /// # Safety
 /// As [`rows`].
-unsafe fn q4k_x8_rows(
+#[allow(clippy::too_many_arguments)]
+unsafe fn interleaved_rows(
     isa: Isa,
     w: MatRef<'_>,
+    source: DType,
     acts: Q8Rows<'_>,
     r0: usize,
     r1: usize,
@@ -568,7 +574,7 @@ unsafe fn q4k_x8_rows(
     if isa != Isa::Scalar && a0 < a1 {
         // SAFETY: this function's contract; the CPU runs AVX2 (every x86
         // class does); rows a0..a1 are whole groups inside r0..r1.
-        unsafe { x86::q4k_x8_rows(w, acts, a0, a1, out, &mut scratch.panel) };
+        unsafe { x86::interleaved_rows(w, acts, a0, a1, out, &mut scratch.panel) };
         whole = a0..a1;
     }
     let _ = (isa, a0, a1);
@@ -576,9 +582,9 @@ unsafe fn q4k_x8_rows(
     let mut row = Vec::new();
     for r in (r0..r1).filter(|r| !whole.contains(r)) {
         row.resize(rb, 0);
-        crate::layout::q4k_x8_row(w.data, rb, r, &mut row);
+        crate::layout::source_row(w.dtype, w.data, rb, r, &mut row);
         for t in 0..acts.n() {
-            *out.at(t * w.rows + r) = dot_ref(DType::Q4K, &row, acts.row(t));
+            *out.at(t * w.rows + r) = dot_ref(source, &row, acts.row(t));
         }
     }
 }
@@ -607,9 +613,9 @@ pub(crate) unsafe fn rows(
         unsafe { nvfp4_rows(isa, w, acts, r0, r1, out, scratch) };
         return;
     }
-    if w.dtype == DType::Q4KX8 {
+    if let Some(source) = crate::layout::interleaved_source(w.dtype) {
         // SAFETY: this function's contract.
-        unsafe { q4k_x8_rows(isa, w, acts, r0, r1, out, scratch) };
+        unsafe { interleaved_rows(isa, w, source, acts, r0, r1, out, scratch) };
         return;
     }
     // Prefill batches on AMX-INT8 tiles (the AMX class).

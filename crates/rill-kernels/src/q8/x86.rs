@@ -146,12 +146,12 @@ pub(super) unsafe fn rows(
     true
 }
 
-/// Rows `r0..r1` (multiples of 8) of a Q4_K matrix in its 8-row
-/// interleaved layout × every token of `acts` into `out` (as `q8::rows`).
+/// Rows `r0..r1` (multiples of 8) of a matrix in an 8-row interleaved
+/// layout × every token of `acts` into `out` (as `q8::rows`).
 ///
 /// # Safety
 /// As `q8::rows`; the CPU runs AVX2.
-pub(super) unsafe fn q4k_x8_rows(
+pub(super) unsafe fn interleaved_rows(
     w: MatRef<'_>,
     acts: Q8Rows<'_>,
     r0: usize,
@@ -160,7 +160,7 @@ pub(super) unsafe fn q4k_x8_rows(
     panel_buf: &mut Vec<u8>,
 ) {
     // SAFETY: as this function.
-    unsafe { panel::q4k_x8_rows(w, acts, r0, r1, out, panel_buf) }
+    unsafe { panel::interleaved_rows(w, acts, r0, r1, out, panel_buf) }
 }
 
 /// Rows `r0..r1` of an NVFP4 matrix (GGUF's blocks, or a checkpoint's

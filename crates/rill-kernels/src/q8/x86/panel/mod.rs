@@ -314,13 +314,14 @@ unsafe fn nvfp4_checkpoint_kernel<const T: usize>(
     nvfp4::panel_checkpoint::<T>(panel, nb, x, out)
 }
 
-/// Rows `r0..r1` (multiples of 8) of a [`DType::Q4KX8`] matrix × every
-/// token of `acts` into `out` (as `q8::rows`), 8 rows at a time where the
-/// matrix holds them, for any number of tokens.
+/// Rows `r0..r1` (multiples of 8) of a matrix in an 8-row interleaved
+/// layout ([`DType::Q4KX8`], [`DType::Q6KX8`]) × every token of `acts` into
+/// `out` (as `q8::rows`), 8 rows at a time where the matrix holds them, for
+/// any number of tokens.
 ///
 /// # Safety
 /// As `q8::rows`; the CPU runs AVX2.
-pub(super) unsafe fn q4k_x8_rows(
+pub(super) unsafe fn interleaved_rows(
     w: MatRef<'_>,
     acts: Q8Rows<'_>,
     r0: usize,
@@ -334,18 +335,26 @@ pub(super) unsafe fn q4k_x8_rows(
     let src = Source {
         // Rows r..r + 8 are a whole group of the layout (r a multiple of 8).
         place: &|r, _| data.wrapping_add(r * rb),
-        // The kernel prefetches as it streams.
+        // The kernels prefetch as they stream.
         next: &|r| (data.wrapping_add(r * rb), 0),
         out_scale: None,
     };
-    let kernels = by_tokens!(q4k_x8_kernel);
+    let kernels = match w.dtype {
+        DType::Q4KX8 => by_tokens!(q4k_x8_kernel),
+        _ => by_tokens!(q6k_x8_kernel),
+    };
     // SAFETY: as this function.
     unsafe { drive(&AVX2, nb, 0, &kernels, &src, w.rows, acts, r0, r1, out, buf) };
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4k_x8_kernel<const T: usize>(w: *const u8, nb: usize, x: &Toks8, out: &mut Res) {
-    x8::body::<T>(w, nb, x, out)
+    x8::q4k::<T>(w, nb, x, out)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6k_x8_kernel<const T: usize>(w: *const u8, nb: usize, x: &Toks8, out: &mut Res) {
+    x8::q6k::<T>(w, nb, x, out)
 }
 
 /// Where a panel's rows come from.

@@ -1,0 +1,122 @@
+//! Q6_K → [`rill_dtype::DType::Q6KX8`]: 8 rows interleaved block by block,
+//! each row's codes in the planar form of `q6k_planar`.
+//!
+//! As `q4k_x8` for Q4_K: the AVX2 integer kernels keep 8 rows in the
+//! lanes of a vector (one `vpmaddubsw` per 4-value group of the 8 rows, a
+//! `vpmaddwd` per two of them), reading the matrix where it lies. Block `b`
+//! of rows `8g..8g + 8` is 1680 bytes at `8g · row_bytes + 1680 b`:
+//!
+//! ```text
+//!     0..16    d of rows 0..7 (f16)
+//!    16..144   scales: 4 vectors; vector q holds sub-block 4q + j of row
+//!              4L + i (i8) at byte 16L + 4j + i
+//!   144..1680  codes: 48 vectors; vector 24h + 8p + k holds, at bytes
+//!              4r..4r + 4, bytes 4k..4k + 4 of plane p of half h of row r's
+//!              planar block
+//! ```
+//!
+//! so that the planar unpack works on a vector of 8 rows as on one row's,
+//! and one in-lane `vpshufb` puts a sub-block's 8 scales where a `vpmaddwd`
+//! wants them. Same bytes as Q6_K, every bit kept.
+
+use super::q6k_planar::{planes, to_q6k};
+
+/// Rows of a group.
+const ROWS: usize = 8;
+/// Bytes of a Q6_K block.
+const BLOCK: usize = 210;
+/// Bytes of one block of a group of 8 rows.
+pub(crate) const GROUP_BYTES: usize = ROWS * BLOCK;
+
+/// Position in a scale vector of sub-block `j` (mod 4) of row `r`.
+const fn s_at(j: usize, r: usize) -> usize {
+    16 * (r / 4) + 4 * (j % 4) + r % 4
+}
+
+/// Where word `v` (4 bytes) of row `r`'s 192 planar bytes lies in a block.
+const fn code_at(v: usize, r: usize) -> usize {
+    144 + 32 * v + 4 * r
+}
+
+/// Interleave `bytes` (whole groups of 8 rows of `row_bytes`) in place;
+/// `false` (nothing written) when they are not whole groups of whole blocks.
+pub(super) fn rewrite(row_bytes: usize, bytes: &mut [u8]) -> bool {
+    let group = ROWS * row_bytes;
+    if row_bytes == 0 || !row_bytes.is_multiple_of(BLOCK) || !bytes.len().is_multiple_of(group) {
+        return false;
+    }
+    let mut rows = vec![0u8; group];
+    for g in bytes.chunks_exact_mut(group) {
+        rows.copy_from_slice(g);
+        for (b, out) in g.chunks_exact_mut(GROUP_BYTES).enumerate() {
+            let out: &mut [u8; GROUP_BYTES] = out.try_into().expect("a group's block");
+            for r in 0..ROWS {
+                let blk: &[u8; BLOCK] = rows[r * row_bytes + b * BLOCK..][..BLOCK]
+                    .try_into()
+                    .expect("a Q6_K block");
+                out[2 * r..2 * r + 2].copy_from_slice(&blk[208..210]);
+                for j in 0..16 {
+                    out[16 + 32 * (j / 4) + s_at(j, r)] = blk[192 + j];
+                }
+                let p = planes(blk[..192].try_into().expect("192 bytes"));
+                for (v, word) in p.chunks_exact(4).enumerate() {
+                    out[code_at(v, r)..][..4].copy_from_slice(word);
+                }
+            }
+        }
+    }
+    true
+}
+
+/// Row `r`'s Q6_K block (of 8) from one interleaved block `g` (1680 bytes).
+pub(crate) fn block_of(g: &[u8], r: usize) -> [u8; BLOCK] {
+    let mut planar = [0u8; BLOCK];
+    for v in 0..48 {
+        planar[4 * v..4 * v + 4].copy_from_slice(&g[code_at(v, r)..][..4]);
+    }
+    for j in 0..16 {
+        planar[192 + j] = g[16 + 32 * (j / 4) + s_at(j, r)];
+    }
+    planar[208..210].copy_from_slice(&g[2 * r..2 * r + 2]);
+    to_q6k(&planar)
+}
+
+/// Row `r` of an interleaved matrix (`data` from its first row, rows of
+/// `row_bytes`) as the Q6_K row it was made from, into `out` (`row_bytes`).
+pub fn row_blocks(data: &[u8], row_bytes: usize, r: usize, out: &mut [u8]) {
+    let group = &data[r / ROWS * ROWS * row_bytes..][..ROWS * row_bytes];
+    for (b, dst) in out[..row_bytes].chunks_exact_mut(BLOCK).enumerate() {
+        dst.copy_from_slice(&block_of(
+            &group[b * GROUP_BYTES..][..GROUP_BYTES],
+            r % ROWS,
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_row_comes_back_bit_for_bit() {
+        let mut rnd = crate::test_util::xorshift(0x6B_0F_88);
+        let (rows, rb) = (16, 3 * BLOCK);
+        let file: Vec<u8> = (0..rows * rb).map(|_| rnd() as u8).collect();
+        let mut x8 = file.clone();
+        assert!(rewrite(rb, &mut x8));
+        assert_ne!(x8, file, "the rows moved");
+        let mut row = vec![0u8; rb];
+        for r in 0..rows {
+            row_blocks(&x8, rb, r, &mut row);
+            assert_eq!(row, file[r * rb..(r + 1) * rb], "row {r}");
+        }
+    }
+
+    #[test]
+    fn only_whole_groups_of_whole_blocks_are_rewritten() {
+        let mut b = vec![7u8; 8 * BLOCK];
+        assert!(!rewrite(BLOCK, &mut b[..7 * BLOCK]));
+        assert!(!rewrite(100, &mut b[..800]));
+        assert!(b.iter().all(|&v| v == 7));
+    }
+}
