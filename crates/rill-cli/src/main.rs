@@ -58,6 +58,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    keep_step_buffers();
     let cli = Cli::parse_from(llama_args::expand_short_flags(std::env::args()));
     let result = match cli.command {
         Command::Logits(a) => commands::logits::run(a),
@@ -79,6 +80,24 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Keep the large transient buffers of a forward step (a prefill's
+/// activations, the experts' inputs and outputs: megabytes each) in malloc's
+/// heap for the next step. With glibc's defaults, blocks above its (dynamic)
+/// mmap threshold are mapped and unmapped around every step and their pages
+/// faulted and zeroed again: the first prompts of a process ran up to ~10%
+/// slower than later ones (Zen 1, 8-layer Q4_K_M, pp512 71.7 then 80-81
+/// t/s). Blocks over 32 MiB (KV caches, weights copied at load) are still
+/// mapped apart and given back when freed.
+fn keep_step_buffers() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `mallopt` only sets allocator parameters, before any other
+    // thread of this process runs.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
     }
 }
 
