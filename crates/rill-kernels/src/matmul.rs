@@ -359,6 +359,56 @@ pub fn matmul_many_on(isa: Isa, precision: Precision, threads: &Threads, jobs: &
     let jobs = &*jobs;
     // Enough rows per task that scheduling overhead stays small.
     let min_rows = (16384 / max_cols).max(1);
+    let task = |slot: usize, g0: usize, g1: usize| {
+        // SAFETY: part `slot` of the buffer (sized for `count()` parts
+        // above) is used by one task at a time.
+        let mut scratch = gemm::Scratch::new(unsafe {
+            std::slice::from_raw_parts_mut(parts.at(slot * part), part)
+        });
+        // The first job overlapping this task's rows.
+        let mut k = starts.partition_point(|&s| s <= g0) - 1;
+        let mut g = g0;
+        while g < g1 {
+            while starts[k + 1] <= g {
+                k += 1;
+            }
+            let j = &jobs[k];
+            let r_end = (g1 - starts[k]).min(j.w.rows);
+            let (w, row_scales) = Scales::outputs_of(j.w);
+            let r_start = g - starts[k];
+            // SAFETY: `outs[k]` is job k's output (`n · rows` values, checked
+            // above) and rows `g - starts[k]..r_end` of it are this task's only;
+            // job k's quantized activations are in its weights' format.
+            if let Some(acts) = quantized.of(jobs, k) {
+                // SAFETY: as `scratch`: entry `slot` is this task's alone.
+                let own = unsafe { &mut *rows.at(slot) };
+                unsafe { q8::rows(isa, w, acts, r_start, r_end, outs[k], own) };
+            } else {
+                unsafe {
+                    gemm::rows(
+                        isa,
+                        w,
+                        x.of(jobs, k),
+                        j.n,
+                        r_start,
+                        r_end,
+                        outs[k],
+                        &mut scratch,
+                    )
+                };
+            }
+            if let Some(scales) = row_scales {
+                for r in r_start..r_end {
+                    let f = scales.row_factor(r).unwrap_or(1.0);
+                    for t in 0..j.n {
+                        // SAFETY: as the products' writes above.
+                        unsafe { *outs[k].at(t * w.rows + r) *= f };
+                    }
+                }
+            }
+            g = starts[k] + r_end;
+        }
+    };
     // Tasks take whole groups of the rows an interleaved layout keeps
     // together (each job's rows are whole groups, so the tasks' bounds fall
     // between groups).
@@ -370,57 +420,7 @@ pub fn matmul_many_on(isa: Isa, precision: Precision, threads: &Threads, jobs: &
     threads.for_ranges_on(
         total.div_ceil(unit),
         min_rows.div_ceil(unit),
-        |slot, u0, u1| {
-            let (g0, g1) = (u0 * unit, (u1 * unit).min(total));
-            // SAFETY: part `slot` of the buffer (sized for `count()` parts
-            // above) is used by one task at a time.
-            let mut scratch = gemm::Scratch::new(unsafe {
-                std::slice::from_raw_parts_mut(parts.at(slot * part), part)
-            });
-            // The first job overlapping this task's rows.
-            let mut k = starts.partition_point(|&s| s <= g0) - 1;
-            let mut g = g0;
-            while g < g1 {
-                while starts[k + 1] <= g {
-                    k += 1;
-                }
-                let j = &jobs[k];
-                let r_end = (g1 - starts[k]).min(j.w.rows);
-                let (w, row_scales) = Scales::outputs_of(j.w);
-                let r_start = g - starts[k];
-                // SAFETY: `outs[k]` is job k's output (`n · rows` values, checked
-                // above) and rows `g - starts[k]..r_end` of it are this task's only;
-                // job k's quantized activations are in its weights' format.
-                if let Some(acts) = quantized.of(jobs, k) {
-                    // SAFETY: as `scratch`: entry `slot` is this task's alone.
-                    let own = unsafe { &mut *rows.at(slot) };
-                    unsafe { q8::rows(isa, w, acts, r_start, r_end, outs[k], own) };
-                } else {
-                    unsafe {
-                        gemm::rows(
-                            isa,
-                            w,
-                            x.of(jobs, k),
-                            j.n,
-                            r_start,
-                            r_end,
-                            outs[k],
-                            &mut scratch,
-                        )
-                    };
-                }
-                if let Some(scales) = row_scales {
-                    for r in r_start..r_end {
-                        let f = scales.row_factor(r).unwrap_or(1.0);
-                        for t in 0..j.n {
-                            // SAFETY: as the products' writes above.
-                            unsafe { *outs[k].at(t * w.rows + r) *= f };
-                        }
-                    }
-                }
-                g = starts[k] + r_end;
-            }
-        },
+        |slot, u0, u1| task(slot, u0 * unit, (u1 * unit).min(total)),
     );
 }
 

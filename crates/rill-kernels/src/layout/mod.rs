@@ -98,10 +98,9 @@ pub(crate) fn source_block(
 /// `row_bytes`) as the row of the source encoding it was made from, into
 /// `out` (`row_bytes`).
 pub fn source_row(dtype: DType, data: &[u8], row_bytes: usize, r: usize, out: &mut [u8]) {
-    match dtype {
-        DType::Q4KX8 => q4k_x8::row_blocks(data, row_bytes, r, out),
-        DType::Q6KX8 => q6k_x8::row_blocks(data, row_bytes, r, out),
-        _ => unreachable!("{dtype} is not an interleaved layout"),
+    let bb = interleaved_source(dtype).map_or(0, DType::block_bytes);
+    for (b, dst) in out[..row_bytes].chunks_exact_mut(bb.max(1)).enumerate() {
+        dst.copy_from_slice(&source_block(dtype, data, row_bytes, r, b)[..bb]);
     }
 }
 
@@ -144,5 +143,39 @@ mod tests {
         // Slices that would cut a group of 8 rows keep Q4_K.
         assert_eq!(load_layout(Isa::Avx2, Q8, DType::Q4K, 12), None);
         assert_eq!(load_layout(Isa::Avx2, Q8, DType::Q4K, 0), None);
+    }
+
+    /// Every row of an interleaved layout comes back as the file's bytes,
+    /// random blocks and blocks of bound values (Q4_K's 6-bit scales and
+    /// mins all 63, or 0).
+    #[test]
+    fn every_row_of_an_interleaved_layout_comes_back_bit_for_bit() {
+        let mut rnd = crate::test_util::xorshift(0x48_0F_88);
+        for (from, to) in [(DType::Q4K, DType::Q4KX8), (DType::Q6K, DType::Q6KX8)] {
+            let rb = 3 * from.block_bytes();
+            let random: Vec<u8> = (0..16 * rb).map(|_| rnd() as u8).collect();
+            for file in [random, vec![0xFF; 8 * rb], vec![0; 8 * rb]] {
+                let mut x8 = file.clone();
+                assert!(rewrite(from, to, rb, &mut x8));
+                let mut row = vec![0u8; rb];
+                for r in 0..file.len() / rb {
+                    source_row(to, &x8, rb, r, &mut row);
+                    assert_eq!(row, file[r * rb..(r + 1) * rb], "{to} row {r}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn only_whole_groups_of_whole_blocks_are_interleaved() {
+        for (from, to) in [(DType::Q4K, DType::Q4KX8), (DType::Q6K, DType::Q6KX8)] {
+            let bb = from.block_bytes();
+            let mut b = vec![7u8; 8 * bb];
+            assert!(!rewrite(from, to, bb, &mut b[..7 * bb]));
+            assert!(!rewrite(from, to, 100, &mut b[..800]));
+            assert!(!rewrite(from, to, 0, &mut b));
+            assert!(!rewrite(DType::Q5K, to, bb, &mut b));
+            assert!(b.iter().all(|&v| v == 7), "{to}");
+        }
     }
 }

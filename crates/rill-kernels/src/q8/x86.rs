@@ -104,6 +104,7 @@ use iq4::{iq4xs_y, iq4xs_z};
 use nvfp4::decode32_checkpoint as nvfp4_decode32_checkpoint;
 use nvfp4::decode32_gguf as nvfp4_decode32;
 pub(super) use nvfp4::{offset_acts as nvfp4_offset_acts, row as nvfp4_row};
+pub(super) use panel::interleaved_rows;
 pub(super) use panel::MIN_PANEL_BUF as PANEL_BUF_MIN;
 
 /// Whether the CPU has AVX-512 VNNI (detected once).
@@ -144,23 +145,6 @@ pub(super) unsafe fn rows(
     }
     groups::run(k, w, acts, r0, r1, out, w.rows, 0);
     true
-}
-
-/// Rows `r0..r1` (multiples of 8) of a matrix in an 8-row interleaved
-/// layout × every token of `acts` into `out` (as `q8::rows`).
-///
-/// # Safety
-/// As `q8::rows`; the CPU runs AVX2.
-pub(super) unsafe fn interleaved_rows(
-    w: MatRef<'_>,
-    acts: Q8Rows<'_>,
-    r0: usize,
-    r1: usize,
-    out: SharedMut<f32>,
-    panel_buf: &mut Vec<u8>,
-) {
-    // SAFETY: as this function.
-    unsafe { panel::interleaved_rows(w, acts, r0, r1, out, panel_buf) }
 }
 
 /// Rows `r0..r1` of an NVFP4 matrix (GGUF's blocks, or a checkpoint's

@@ -321,7 +321,7 @@ unsafe fn nvfp4_checkpoint_kernel<const T: usize>(
 ///
 /// # Safety
 /// As `q8::rows`; the CPU runs AVX2.
-pub(super) unsafe fn interleaved_rows(
+pub(in crate::q8) unsafe fn interleaved_rows(
     w: MatRef<'_>,
     acts: Q8Rows<'_>,
     r0: usize,
