@@ -104,6 +104,33 @@ pub fn source_row(dtype: DType, data: &[u8], row_bytes: usize, r: usize, out: &m
     }
 }
 
+/// Rewrite `bytes` (whole groups of 8 rows of `row_bytes`, whole blocks of
+/// `block` bytes) in place, each block of a group by `interleave` (the 8
+/// rows' blocks, then the group's block to write); `false` (nothing
+/// written) when they are not whole groups of whole blocks.
+fn interleave_groups(
+    row_bytes: usize,
+    block: usize,
+    bytes: &mut [u8],
+    interleave: fn([&[u8]; 8], &mut [u8]),
+) -> bool {
+    let group = 8 * row_bytes;
+    if row_bytes == 0 || !row_bytes.is_multiple_of(block) || !bytes.len().is_multiple_of(group) {
+        return false;
+    }
+    let mut rows = vec![0u8; group];
+    for g in bytes.chunks_exact_mut(group) {
+        rows.copy_from_slice(g);
+        for (b, out) in g.chunks_exact_mut(8 * block).enumerate() {
+            interleave(
+                std::array::from_fn(|r| &rows[r * row_bytes + b * block..][..block]),
+                out,
+            );
+        }
+    }
+    true
+}
+
 /// Rewrite `bytes` (whole rows of `row_bytes`; whole [`unit_bytes`]) from
 /// `from` into `to` in place; `false` (nothing written) when `to` is not a
 /// layout of `from` or the bytes are not whole units.

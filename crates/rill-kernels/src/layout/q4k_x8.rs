@@ -42,29 +42,16 @@ const fn u_at(j: usize, r: usize) -> usize {
 /// Interleave `bytes` (whole groups of 8 rows of `row_bytes`) in place;
 /// `false` (nothing written) when they are not whole groups of whole blocks.
 pub(super) fn rewrite(row_bytes: usize, bytes: &mut [u8]) -> bool {
-    let group = ROWS * row_bytes;
-    if row_bytes == 0 || !row_bytes.is_multiple_of(BLOCK) || !bytes.len().is_multiple_of(group) {
-        return false;
-    }
-    let mut rows = vec![0u8; group];
-    for g in bytes.chunks_exact_mut(group) {
-        rows.copy_from_slice(g);
-        for (b, out) in g.chunks_exact_mut(GROUP_BYTES).enumerate() {
-            let blocks: [&[u8]; ROWS] =
-                std::array::from_fn(|r| &rows[r * row_bytes + b * BLOCK..][..BLOCK]);
-            interleave(&blocks, out);
-        }
-    }
-    true
+    super::interleave_groups(row_bytes, BLOCK, bytes, interleave)
 }
 
 /// One block of 8 rows (`blocks[r]`: row r's Q4_K block) as the layout's.
 /// (Gigabytes of them at load: the quants move as 32-bit words.)
-fn interleave(blocks: &[&[u8]; ROWS], out: &mut [u8]) {
+fn interleave(blocks: [&[u8]; ROWS], out: &mut [u8]) {
     let out: &mut [u8; GROUP_BYTES] = out.try_into().expect("a group's block");
     let mut u = [[0u8; 32]; 4];
-    for (r, blk) in blocks.iter().enumerate() {
-        let blk: &[u8; BLOCK] = (*blk).try_into().expect("a Q4_K block");
+    for (r, blk) in blocks.into_iter().enumerate() {
+        let blk: &[u8; BLOCK] = blk.try_into().expect("a Q4_K block");
         out[2 * r..2 * r + 2].copy_from_slice(&blk[0..2]);
         out[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&blk[2..4]);
         let scales: &[u8; 12] = blk[4..16].try_into().expect("12 bytes");

@@ -41,31 +41,23 @@ const fn code_at(v: usize, r: usize) -> usize {
 /// Interleave `bytes` (whole groups of 8 rows of `row_bytes`) in place;
 /// `false` (nothing written) when they are not whole groups of whole blocks.
 pub(super) fn rewrite(row_bytes: usize, bytes: &mut [u8]) -> bool {
-    let group = ROWS * row_bytes;
-    if row_bytes == 0 || !row_bytes.is_multiple_of(BLOCK) || !bytes.len().is_multiple_of(group) {
-        return false;
-    }
-    let mut rows = vec![0u8; group];
-    for g in bytes.chunks_exact_mut(group) {
-        rows.copy_from_slice(g);
-        for (b, out) in g.chunks_exact_mut(GROUP_BYTES).enumerate() {
-            let out: &mut [u8; GROUP_BYTES] = out.try_into().expect("a group's block");
-            for r in 0..ROWS {
-                let blk: &[u8; BLOCK] = rows[r * row_bytes + b * BLOCK..][..BLOCK]
-                    .try_into()
-                    .expect("a Q6_K block");
-                out[2 * r..2 * r + 2].copy_from_slice(&blk[208..210]);
-                for j in 0..16 {
-                    out[16 + 32 * (j / 4) + s_at(j, r)] = blk[192 + j];
-                }
-                let p = planes(blk[..192].try_into().expect("192 bytes"));
-                for (v, word) in p.chunks_exact(4).enumerate() {
-                    out[code_at(v, r)..][..4].copy_from_slice(word);
-                }
-            }
+    super::interleave_groups(row_bytes, BLOCK, bytes, interleave)
+}
+
+/// One block of 8 rows (`blocks[r]`: row r's Q6_K block) as the layout's.
+fn interleave(blocks: [&[u8]; ROWS], out: &mut [u8]) {
+    let out: &mut [u8; GROUP_BYTES] = out.try_into().expect("a group's block");
+    for (r, blk) in blocks.into_iter().enumerate() {
+        let blk: &[u8; BLOCK] = blk.try_into().expect("a Q6_K block");
+        out[2 * r..2 * r + 2].copy_from_slice(&blk[208..210]);
+        for j in 0..16 {
+            out[16 + 32 * (j / 4) + s_at(j, r)] = blk[192 + j];
+        }
+        let p = planes(blk[..192].try_into().expect("192 bytes"));
+        for (v, word) in p.chunks_exact(4).enumerate() {
+            out[code_at(v, r)..][..4].copy_from_slice(word);
         }
     }
-    true
 }
 
 /// Row `r`'s Q6_K block (of 8) from one interleaved block `g` (1680 bytes).
