@@ -24,54 +24,43 @@ const Q6K_BYTES: usize = 1680;
 const AHEAD: usize = 6144;
 
 /// `vpshufb` controls: lane `i` of each 128-bit half takes bytes `a + i`
-/// and `b + i` of its half as an i16 pair.
-const fn pairs(a: i8, b: i8) -> [i8; 32] {
-    let mut c = [0i8; 32];
-    let mut p = 0;
-    while p < 32 {
-        let i = (p % 16) / 4;
-        c[p] = match p % 4 {
-            0 => a + i as i8,
-            2 => b + i as i8,
-            _ => -128,
-        };
-        p += 1;
-    }
-    c
-}
-
-/// Sub-block `j` (mod 4) of each row as `(sc, sc)`.
-static SCALE: [[i8; 32]; 4] = [pairs(0, 0), pairs(4, 4), pairs(8, 8), pairs(12, 12)];
-/// Sub-blocks `2q, 2q + 1` (mod 4) of each row as `(min, min')`.
-static MINS: [[i8; 32]; 2] = [pairs(0, 4), pairs(8, 12)];
-
-/// `vpshufb` controls putting bytes `a + i` and `b + i` of each 128-bit
-/// half into the high bytes of lane `i`'s two i16 (an arithmetic shift by 8
-/// then sign-extends them).
-const fn high_pairs(a: i8, b: i8) -> [i8; 32] {
+/// and `b + i` of its half into its two i16, as their low bytes (`HIGH`
+/// false: unsigned values), or as their high bytes (an arithmetic shift by
+/// 8 then sign-extends them), every other byte zeroed.
+const fn pairs<const HIGH: bool>(a: i8, b: i8) -> [i8; 32] {
     let mut c = [-128i8; 32];
+    let at = if HIGH { 1 } else { 0 };
     let mut p = 0;
     while p < 32 {
-        let i = (p % 16) / 4;
-        match p % 4 {
-            1 => c[p] = a + i as i8,
-            3 => c[p] = b + i as i8,
-            _ => {}
+        let i = ((p % 16) / 4) as i8;
+        if p % 4 == at {
+            c[p] = a + i;
+        } else if p % 4 == at + 2 {
+            c[p] = b + i;
         }
         p += 1;
     }
     c
 }
 
+/// Sub-block `j` (mod 4) of each row as `(sc, sc)`.
+static SCALE: [[i8; 32]; 4] = [
+    pairs::<false>(0, 0),
+    pairs::<false>(4, 4),
+    pairs::<false>(8, 8),
+    pairs::<false>(12, 12),
+];
+/// Sub-blocks `2q, 2q + 1` (mod 4) of each row as `(min, min')`.
+static MINS: [[i8; 32]; 2] = [pairs::<false>(0, 4), pairs::<false>(8, 12)];
 /// Q6_K: sub-block `j` (mod 4) of each row as `(sc, sc)`, high bytes.
 static Q6_SCALE: [[i8; 32]; 4] = [
-    high_pairs(0, 0),
-    high_pairs(4, 4),
-    high_pairs(8, 8),
-    high_pairs(12, 12),
+    pairs::<true>(0, 0),
+    pairs::<true>(4, 4),
+    pairs::<true>(8, 8),
+    pairs::<true>(12, 12),
 ];
 /// Q6_K: sub-blocks `2p, 2p + 1` (mod 4) of each row as `(sc, sc')`.
-static Q6_PAIRS: [[i8; 32]; 2] = [high_pairs(0, 4), high_pairs(8, 12)];
+static Q6_PAIRS: [[i8; 32]; 2] = [pairs::<true>(0, 4), pairs::<true>(8, 12)];
 
 #[inline(always)]
 unsafe fn load(p: *const u8) -> __m256i {
